@@ -1,0 +1,48 @@
+# Two commands: `make run` starts a local network, `make test` runs the whole suite.
+# Both set everything up first on a fresh machine (venv, Python and npm packages).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-$(shell cat pyproject.toml package-lock.json 2>/dev/null | sha1sum | cut -c1-12)
+NODES ?= 3
+
+.PHONY: setup run test test-fast lint proto proto-check contracts bench clean
+
+setup: $(STAMP)
+
+$(STAMP):
+	@command -v $(PYTHON) >/dev/null || { echo "python3 is required"; exit 1; }
+	@command -v initdb >/dev/null || command -v /usr/lib/postgresql/15/bin/initdb >/dev/null \
+		|| { echo "PostgreSQL server (initdb, pg_ctl) is required: apt-get install postgresql"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev,spark]"
+	npm ci --no-audit --no-fund --loglevel=error
+	rm -f $(VENV)/.setup-* && touch $@
+
+run: setup
+	$(VENV)/bin/xnode devnet --nodes $(NODES)
+
+test: setup lint
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q tests/unit
+
+lint: setup
+	$(VENV)/bin/ruff check src tests bench spark_jobs migrations
+	$(VENV)/bin/ruff format --check src tests bench spark_jobs migrations
+	$(VENV)/bin/mypy
+
+proto: setup
+	bash scripts/gen_proto.sh
+
+contracts: setup
+	node scripts/compile_contracts.js
+
+bench: setup
+	$(PY) bench/bench_node.py
+
+clean:
+	rm -rf $(VENV) node_modules .xnode

@@ -1,0 +1,306 @@
+"""Verifies and aggregates misbehavior reports from many nodes' exports (XIP-49 3.2.7, 3.2.8).
+
+    python -m spark_jobs.misbehavior_aggregation --input DIR [--input DIR ...] --out OUTDIR
+        [--threshold N] [--window-minutes M] [--master URL]
+
+Only what the signatures prove is trusted; the exported convenience columns are ignored in
+favour of the signed report:
+- each report must be signed by its host, keccak256(b"misbehavior|" + unsigned), under a key
+  some export's registry snapshot lists for the host; anything else is rejected (forged, ...);
+- exact duplicates (same host, same unsigned bytes) count once;
+- a safety report is a proof only if every envelope in it is signed by the misbehaving node
+  (originator signature, or the node signature of a blockchain proof); a duplicate-sequence
+  report must also hold two different envelopes with the same originator and sequence id.
+  One proof flags the node;
+- liveness reports are counted per misbehaving node, type and window of reporter_time_ns. The
+  reporter is the host node, also for client-submitted reports (the client is anonymous; the
+  host is who vouches for the report). A node's reports about itself are counted but never
+  make it a reporter. The node is flagged when distinct reporters >= threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file (spark-submit): make `spark_jobs` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from google.protobuf.message import DecodeError
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_type
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+
+from spark_jobs.council_report import CouncilData, render_html, render_markdown
+from spark_jobs.inputs import (
+    ExportFiles,
+    InputError,
+    find_report_files,
+    load_reports,
+    read_registry,
+    spark_read_errors,
+)
+from spark_jobs.output import atomic_directory
+from spark_jobs.session import build_session
+from xnode.crypto import (
+    SignatureError,
+    blockchain_proof_digest,
+    keccak256,
+    misbehavior_digest,
+    originator_digest,
+    recover_public_key,
+)
+
+LIVENESS_TYPES = (1, 2, 3)  # UNRESPONSIVE_NODE, SLOW_NODE, FAILED_REQUEST
+SAFETY_TYPES = (4, 5, 6, 7, 8)  # OUT_OF_ORDER ... BLOCKCHAIN_INCONSISTENCY
+DUPLICATE_SEQUENCE_ID = 5
+DEFAULT_THRESHOLD = 2
+DEFAULT_WINDOW_MINUTES = 60
+
+ENVELOPE_FACTS = pa.struct(
+    [
+        ("originator_node_id", pa.int64()),
+        ("sequence_id", pa.int64()),
+        ("signer", pa.binary()),
+        ("error", pa.string()),
+    ]
+)
+VERIFIED = pa.struct(
+    [
+        ("report_hash", pa.binary()),
+        ("error", pa.string()),
+        ("reporter_time_ns", pa.int64()),
+        ("misbehaving_node_id", pa.int64()),
+        ("type", pa.int32()),
+        ("submitted_by_node", pa.bool_()),
+        ("response_time_ns", pa.int64()),
+        ("host_signer", pa.binary()),
+        ("host_signature_error", pa.string()),
+        ("envelopes", pa.list_(ENVELOPE_FACTS)),
+        ("duplicate_originator", pa.int64()),
+        ("duplicate_sequence_id", pa.int64()),
+    ]
+)
+VERIFIED_SPARK: T.DataType = from_arrow_type(VERIFIED)
+
+
+def type_name(kind: int) -> str:
+    try:
+        return mb.Misbehavior.Name(kind).removeprefix("MISBEHAVIOR_")  # type: ignore[arg-type]
+    except ValueError:
+        return f"UNKNOWN_{kind}"
+
+
+# --- per-report verification (runs in Python workers) ----------------------------------------
+
+
+def _envelope_signer(envelope: envelopes_pb2.OriginatorEnvelope) -> bytes:
+    """Who vouched for the envelope. Only the originator layer is verified: the payer envelope
+    of an INVALID_PAYLOAD proof may be garbage by design."""
+    unsigned = envelope.unsigned_originator_envelope
+    if envelope.WhichOneof("proof") == "blockchain_proof":
+        proof = envelope.blockchain_proof
+        digest = blockchain_proof_digest(unsigned, proof.transaction_hash)
+        return recover_public_key(proof.node_signature.bytes, digest)
+    if envelope.WhichOneof("proof") != "originator_signature":
+        raise SignatureError("envelope carries neither an originator signature nor a proof")
+    return recover_public_key(envelope.originator_signature.bytes, originator_digest(unsigned))
+
+
+def _envelope_facts(envelope: envelopes_pb2.OriginatorEnvelope) -> dict[str, Any]:
+    facts: dict[str, Any] = {"originator_node_id": None, "sequence_id": None}
+    try:
+        unsigned = envelopes_pb2.UnsignedOriginatorEnvelope.FromString(
+            envelope.unsigned_originator_envelope
+        )
+        facts["originator_node_id"] = unsigned.originator_node_id
+        facts["sequence_id"] = unsigned.originator_sequence_id
+        facts["signer"] = _envelope_signer(envelope)
+    except (DecodeError, SignatureError) as exc:
+        facts["error"] = f"{type(exc).__name__}: {exc}"
+    return facts
+
+
+def _duplicate_pair(envelopes: Sequence[envelopes_pb2.OriginatorEnvelope]) -> tuple[int, int] | None:
+    """(originator, sequence id) shared by two envelopes whose signed content differs."""
+    seen: dict[tuple[int, int], bytes] = {}
+    for envelope in envelopes:
+        try:
+            unsigned = envelopes_pb2.UnsignedOriginatorEnvelope.FromString(
+                envelope.unsigned_originator_envelope
+            )
+        except DecodeError:
+            continue
+        key = (unsigned.originator_node_id, unsigned.originator_sequence_id)
+        content = envelope.unsigned_originator_envelope
+        if seen.setdefault(key, content) != content:
+            return key
+    return None
+
+
+def verify_report(raw: bytes) -> dict[str, Any]:
+    """Decodes one exported `report` and recovers every signer; policy is applied in Spark."""
+    try:
+        report = mb.MisbehaviorReport.FromString(raw)
+        unsigned = mb.UnsignedMisbehaviorReport.FromString(report.unsigned_misbehavior_report)
+    except DecodeError as exc:
+        return {"report_hash": keccak256(raw), "error": f"report does not decode: {exc}"}
+    out: dict[str, Any] = {
+        "report_hash": keccak256(report.unsigned_misbehavior_report),
+        "reporter_time_ns": unsigned.reporter_time_ns,
+        "misbehaving_node_id": unsigned.misbehaving_node_id,
+        "type": int(unsigned.type),
+        "submitted_by_node": unsigned.submitted_by_node,
+    }
+    try:
+        digest = misbehavior_digest(report.unsigned_misbehavior_report)
+        out["host_signer"] = recover_public_key(report.signature.bytes, digest)
+    except SignatureError as exc:
+        out["host_signature_error"] = str(exc)
+    failure = unsigned.WhichOneof("failure")
+    if failure == "liveness":
+        out["response_time_ns"] = unsigned.liveness.response_time_ns
+    elif failure == "safety":
+        envelopes = unsigned.safety.envelopes
+        out["envelopes"] = [_envelope_facts(e) for e in envelopes]
+        pair = _duplicate_pair(envelopes)
+        if pair is not None:
+            out["duplicate_originator"], out["duplicate_sequence_id"] = pair
+    return out
+
+
+@F.arrow_udf(VERIFIED_SPARK)  # type: ignore[untyped-decorator]
+def verify_reports(reports: pa.Array) -> pa.Array:
+    """Arrow in, Arrow out: no pandas needed on the driver or the workers."""
+    return pa.array([verify_report(r) for r in reports.to_pylist()], type=VERIFIED)
+
+
+# --- policy, in Spark SQL ---------------------------------------------------------------------
+
+
+def registry_frame(spark: SparkSession, registry: Mapping[int, frozenset[bytes]]) -> DataFrame:
+    schema = "node_id int, keys array<binary>"
+    rows = [(node, sorted(keys)) for node, keys in sorted(registry.items())]
+    return spark.createDataFrame(rows, schema)
+
+
+def _first_match(rules: Sequence[tuple[Column, Column]]) -> Column:
+    result = F.lit(None).cast("string")
+    for condition, value in reversed(rules):
+        result = F.when(condition, value).otherwise(result)
+    return result
+
+
+def _rejection_rules() -> list[tuple[Column, str, Column]]:
+    """(condition, reason_code, reason), first match wins; a report matching none is accepted.
+    Earlier rules guarantee later ones see non-null inputs."""
+    v, kind = F.col("v"), F.col("v.type")
+    host, culprit = F.col("host_node_id"), F.col("v.misbehaving_node_id")
+    envelopes = F.coalesce(F.col("v.envelopes"), F.array())
+    safety = kind.isin(*SAFETY_TYPES)
+    culprit_keys = F.col("culprit_keys")
+    bad_envelopes = F.filter(envelopes, lambda e: e["error"].isNotNull())
+    return [
+        (v["error"].isNotNull(), "malformed", v["error"]),
+        (
+            F.col("host_keys").isNull(),
+            "unknown_host",
+            F.format_string("host node %d is in no registry snapshot", host),
+        ),
+        (
+            v["host_signer"].isNull(),
+            "bad_signature",
+            F.concat(F.lit("host signature: "), v["host_signature_error"]),
+        ),
+        (
+            ~F.array_contains(F.col("host_keys"), v["host_signer"]),
+            "forged",
+            F.format_string("signature does not recover to a registry key of host node %d", host),
+        ),
+        (
+            ~kind.isin(*LIVENESS_TYPES, *SAFETY_TYPES),
+            "unknown_type",
+            F.format_string("misbehavior type %d is not a known failure", kind),
+        ),
+        (
+            safety & (F.size(envelopes) == 0),
+            "unverified_proof",
+            F.lit("safety report carries no envelopes"),
+        ),
+        (
+            safety & culprit_keys.isNull(),
+            "unverified_proof",
+            F.format_string("misbehaving node %d is in no registry snapshot", culprit),
+        ),
+        (
+            safety & (F.size(bad_envelopes) > 0),
+            "unverified_proof",
+            F.concat(F.lit("envelope signature: "), bad_envelopes[0]["error"]),
+        ),
+        (
+            safety & ~F.forall(envelopes, lambda e: F.array_contains(culprit_keys, e["signer"])),
+            "unverified_proof",
+            F.format_string("an envelope is not signed by misbehaving node %d", culprit),
+        ),
+        (
+            (kind == DUPLICATE_SEQUENCE_ID) & v["duplicate_sequence_id"].isNull(),
+            "unverified_proof",
+            F.lit("no two different envelopes share an originator and sequence id"),
+        ),
+    ]
+
+
+def _rejection() -> tuple[Column, Column]:
+    rules = _rejection_rules()
+    code = _first_match([(c, F.lit(name)) for c, name, _ in rules])
+    detail = _first_match([(c, text) for c, _, text in rules])
+    return code, detail
+
+
+def verified_reports(raw: DataFrame, registry: DataFrame) -> DataFrame:
+    """One row per distinct (host, unsigned report), with `reason_code` null when accepted."""
+    keys = registry.select("node_id", "keys")
+    checked = (
+        raw.select("report_id", "server_time_ns", "host_node_id", "report", verify_reports("report").alias("v"))
+        .join(F.broadcast(keys.toDF("host_node_id", "host_keys")), "host_node_id", "left")
+        .join(
+            F.broadcast(keys.toDF("culprit", "culprit_keys")),
+            F.col("v.misbehaving_node_id") == F.col("culprit"),
+            "left",
+        )
+    )
+    code, detail = _rejection()
+    checked = checked.withColumn("reason_code", code).withColumn("reason", detail)
+    # Duplicates: keep the accepted copy if any (a forged copy must not hide a real one).
+    order = Window.partitionBy("host_node_id", "v.report_hash").orderBy(
+        F.col("reason_code").isNotNull(), "report_id"
+    )
+    return (
+        checked.withColumn("copy", F.row_number().over(order))
+        .where("copy = 1")
+        .select(
+            "host_node_id",
+            "report_id",
+            "server_time_ns",
+            F.col("v.report_hash").alias("report_hash"),
+            F.col("v.reporter_time_ns").alias("reporter_time_ns"),
+            F.col("v.misbehaving_node_id").cast("int").alias("misbehaving_node_id"),
+            F.col("v.type").alias("type"),
+            F.col("v.submitted_by_node").alias("submitted_by_node"),
+            F.col("v.response_time_ns").alias("response_time_ns"),
+            F.size(F.coalesce(F.col("v.envelopes"), F.array())).alias("envelope_count"),
+            F.col("v.duplicate_originator").alias("duplicate_originator"),
+            F.col("v.duplicate_sequence_id").alias("duplicate_sequence_id"),
+            "reason_code",
+            "reason",
+        )
+    )

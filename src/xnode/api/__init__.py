@@ -1,0 +1,1 @@
+"""gRPC adapter: servicers, status mapping, registration, and a small client."""

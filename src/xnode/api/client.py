@@ -1,0 +1,119 @@
+"""A small async client for the node's APIs: the CLI, tests and benchmarks use it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+
+import grpc
+
+from xmtp.mls.api.v1 import mls_pb2
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xmtp.xmtpv4.message_api import message_api_pb2_grpc
+from xnode.crypto import SigningKey
+from xnode.cursors import Cursor
+from xnode.envelopes import build_payer_envelope, cursor_to_proto
+from xnode.topics import Topic, TopicKind
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 25 * 1024 * 1024),
+    ("grpc.max_send_message_length", 25 * 1024 * 1024),
+]
+
+
+def group_message_envelope(
+    group_id: bytes, data: bytes, depends_on: Cursor | None = None
+) -> envelopes_pb2.ClientEnvelope:
+    """A client envelope carrying an MLS group message on the group's topic."""
+    return envelopes_pb2.ClientEnvelope(
+        aad=envelopes_pb2.AuthenticatedData(
+            target_topic=Topic(TopicKind.GROUP_MESSAGES, group_id).raw,
+            depends_on=cursor_to_proto(depends_on or Cursor()),
+        ),
+        group_message=mls_pb2.GroupMessageInput(v1=mls_pb2.GroupMessageInput.V1(data=data)),
+    )
+
+
+class NodeClient:
+    def __init__(self, address: str) -> None:
+        self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.replication = message_api_pb2_grpc.ReplicationApiStub(self.channel)  # type: ignore[no-untyped-call]
+
+    async def __aenter__(self) -> NodeClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.channel.close(None)
+
+    async def publish(
+        self, payer_envelopes: Sequence[envelopes_pb2.PayerEnvelope], deadline_s: float = 30.0
+    ) -> list[envelopes_pb2.OriginatorEnvelope]:
+        response = await self.replication.PublishPayerEnvelopes(
+            api.PublishPayerEnvelopesRequest(payer_envelopes=payer_envelopes), timeout=deadline_s
+        )
+        return list(response.originator_envelopes)
+
+    async def publish_group_messages(
+        self,
+        payer: SigningKey,
+        node_id: int,
+        group_id: bytes,
+        payloads: Sequence[bytes],
+    ) -> list[envelopes_pb2.OriginatorEnvelope]:
+        envelopes = [
+            build_payer_envelope(group_message_envelope(group_id, data), payer, node_id)
+            for data in payloads
+        ]
+        return await self.publish(envelopes)
+
+    async def query(
+        self,
+        topics: Sequence[bytes] = (),
+        originators: Sequence[int] = (),
+        cursor: Cursor | None = None,
+        limit: int = 0,
+    ) -> list[envelopes_pb2.OriginatorEnvelope]:
+        request = api.QueryEnvelopesRequest(
+            query=api.EnvelopesQuery(
+                topics=topics,
+                originator_node_ids=originators,
+                last_seen=cursor_to_proto(cursor or Cursor()),
+            ),
+            limit=limit,
+        )
+        return list((await self.replication.QueryEnvelopes(request)).envelopes)
+
+    def subscribe(
+        self,
+        topics: Sequence[bytes] = (),
+        originators: Sequence[int] = (),
+        cursor: Cursor | None = None,
+    ) -> grpc.aio.UnaryStreamCall[api.SubscribeEnvelopesRequest, api.SubscribeEnvelopesResponse]:
+        request = api.SubscribeEnvelopesRequest(
+            query=api.EnvelopesQuery(
+                topics=topics,
+                originator_node_ids=originators,
+                last_seen=cursor_to_proto(cursor or Cursor()),
+            )
+        )
+        call: grpc.aio.UnaryStreamCall[
+            api.SubscribeEnvelopesRequest, api.SubscribeEnvelopesResponse
+        ] = self.replication.SubscribeEnvelopes(request)
+        return call
+
+
+async def envelopes_of(
+    call: grpc.aio.UnaryStreamCall[api.SubscribeEnvelopesRequest, api.SubscribeEnvelopesResponse],
+) -> AsyncIterator[envelopes_pb2.OriginatorEnvelope]:
+    async for response in call:
+        for envelope in response.envelopes:
+            yield envelope

@@ -1,0 +1,121 @@
+"""`xnode`: run a node, migrate its database, make keys, and talk to a node as a client."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from xnode.config import add_settings_flags, settings_from_args, settings_table
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from xnode.server import StartupError, run
+    from xnode.store.identity import WrongNodeError
+
+    settings = settings_from_args(args)
+    try:
+        asyncio.run(run(settings))
+    except (StartupError, WrongNodeError) as exc:
+        print(f"xnode: cannot start: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    from xnode.store.migrate import upgrade_to_head
+
+    settings = settings_from_args(args)
+    upgrade_to_head(settings.database_dsn)
+    print("database is at the latest schema")
+    return 0
+
+
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from xnode.crypto import SigningKey
+
+    key = SigningKey.generate()
+    if args.out:
+        path = Path(args.out)
+        path.write_text(key.hex() + "\n")
+        path.chmod(0o600)
+        print(f"wrote private key to {path}")
+    else:
+        print(f"private_key=0x{key.hex()}")
+    print(f"public_key=0x{key.public_key.hex()}")
+    print(f"address=0x{key.address.hex()}")
+    return 0
+
+
+def _cmd_settings(_args: argparse.Namespace) -> int:
+    print(settings_table())
+    return 0
+
+
+def _cmd_client(args: argparse.Namespace) -> int:
+    from xnode.client_cli import run_client_command
+
+    return asyncio.run(run_client_command(args))
+
+
+def _cmd_devnet(args: argparse.Namespace) -> int:
+    from xnode.devtools.devnet import run_devnet
+
+    return run_devnet(args)
+
+
+def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--node", default="127.0.0.1:5050", help="node gRPC address")
+    common.add_argument("--json", action="store_true", help="print one JSON object per line")
+    publish = sub.add_parser("publish", parents=[common], help="publish group messages")
+    publish.add_argument("--group-id", required=True, help="MLS group id, hex (16 bytes)")
+    publish.add_argument("--message", default="hello", help="payload text")
+    publish.add_argument("--count", type=int, default=1)
+    publish.add_argument("--node-id", type=int, required=True, help="target originator id")
+    publish.add_argument("--payer-key", help="payer private key hex (default: a new one)")
+    query = sub.add_parser("query", parents=[common], help="query envelopes")
+    subscribe = sub.add_parser("subscribe", parents=[common], help="stream envelopes")
+    for p in (query, subscribe):
+        p.add_argument("--topic", action="append", default=[], help="topic, hex (repeatable)")
+        p.add_argument("--group-id", action="append", default=[], help="group id, hex")
+        p.add_argument("--originator", action="append", type=int, default=[])
+        p.add_argument("--cursor", default="", help="node:seq,node:seq")
+    query.add_argument("--limit", type=int, default=100)
+    subscribe.add_argument("--max", type=int, default=0, help="stop after N envelopes")
+    for p in (publish, query, subscribe):
+        p.set_defaults(func=_cmd_client, command=p.prog.split()[-1])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xnode", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a node")
+    add_settings_flags(run)
+    run.set_defaults(func=_cmd_run)
+    migrate = sub.add_parser("migrate", help="apply database migrations")
+    add_settings_flags(migrate)
+    migrate.set_defaults(func=_cmd_migrate)
+    keygen = sub.add_parser("keygen", help="make a secp256k1 signer key")
+    keygen.add_argument("--out", help="write the private key to this file")
+    keygen.set_defaults(func=_cmd_keygen)
+    settings = sub.add_parser("settings", help="print the settings table")
+    settings.set_defaults(func=_cmd_settings)
+    devnet = sub.add_parser("devnet", help="run a local network (Postgres + nodes)")
+    devnet.add_argument("--nodes", type=int, default=1)
+    devnet.add_argument("--dir", default=".xnode", help="state directory")
+    devnet.add_argument("--base-port", type=int, default=5050)
+    devnet.set_defaults(func=_cmd_devnet)
+    _client_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

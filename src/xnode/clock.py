@@ -1,0 +1,15 @@
+"""The node's vector clock in memory: what it has stored, per originator."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from xnode.cursors import Cursor
+
+
+class NodeClock:
+    def __init__(self, cursor: Cursor) -> None:
+        self.value = cursor
+
+    def merge(self, tops: Mapping[int, int]) -> None:
+        self.value = self.value.merge(tops)

@@ -1,0 +1,104 @@
+"""Keccak-256 hashing and recoverable secp256k1 signatures, domain separated (wire-facts.md)."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from coincurve import PrivateKey, PublicKey
+from Crypto.Hash import keccak
+
+SIGNATURE_LENGTH = 65
+PUBLIC_KEY_LENGTH = 65
+SECP256K1_ORDER = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+_HALF_ORDER = SECP256K1_ORDER // 2
+
+
+class SignatureError(ValueError):
+    """A signature that is malformed or does not recover to a public key."""
+
+
+def keccak256(*parts: bytes) -> bytes:
+    h = keccak.new(digest_bits=256)
+    for part in parts:
+        h.update(part)
+    return h.digest()
+
+
+def payer_digest(target_originator: int, unsigned_client_envelope: bytes) -> bytes:
+    return keccak256(
+        b"target|", struct.pack(">I", target_originator), b"payer|", unsigned_client_envelope
+    )
+
+
+def originator_digest(unsigned_originator_envelope: bytes) -> bytes:
+    return keccak256(b"originator|", unsigned_originator_envelope)
+
+
+def jwt_digest(signing_input: bytes) -> bytes:
+    return keccak256(b"jwt|", signing_input)
+
+
+def misbehavior_digest(unsigned_misbehavior_report: bytes) -> bytes:
+    return keccak256(b"misbehavior|", unsigned_misbehavior_report)
+
+
+def blockchain_proof_digest(unsigned_originator_envelope: bytes, transaction_hash: bytes) -> bytes:
+    """What a node signs when it vouches for a payload it indexed from the chain."""
+    return keccak256(b"blockchain|", transaction_hash, b"|", unsigned_originator_envelope)
+
+
+def address_of(public_key: bytes) -> bytes:
+    """The 20-byte Ethereum address of an uncompressed public key."""
+    if len(public_key) != PUBLIC_KEY_LENGTH or public_key[0] != 4:
+        raise SignatureError("public key must be 65 bytes, uncompressed, starting 0x04")
+    return keccak256(public_key[1:])[-20:]
+
+
+def recover_public_key(signature: bytes, digest: bytes) -> bytes:
+    """Recovers the uncompressed public key; rejects malformed and high-S signatures."""
+    if len(signature) != SIGNATURE_LENGTH:
+        raise SignatureError(f"signature must be {SIGNATURE_LENGTH} bytes, got {len(signature)}")
+    if signature[64] > 1:
+        raise SignatureError(f"recovery id must be 0 or 1, got {signature[64]}")
+    s = int.from_bytes(signature[32:64], "big")
+    if s == 0 or s > _HALF_ORDER:
+        raise SignatureError("signature s value is zero or not low-S")
+    try:
+        key = PublicKey.from_signature_and_message(signature, digest, hasher=None)
+    except Exception as exc:
+        raise SignatureError(f"signature does not recover: {exc}") from exc
+    return bytes(key.format(compressed=False))
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """A node's or payer's secp256k1 private key."""
+
+    secret: bytes = field(repr=False)
+    public_key: bytes = field(init=False)
+    address: bytes = field(init=False)
+    _key: PrivateKey = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.secret) != 32:
+            raise ValueError("private key must be 32 bytes")
+        key = PrivateKey(self.secret)
+        object.__setattr__(self, "_key", key)
+        object.__setattr__(self, "public_key", bytes(key.public_key.format(compressed=False)))
+        object.__setattr__(self, "address", address_of(self.public_key))
+
+    @classmethod
+    def from_hex(cls, text: str) -> SigningKey:
+        return cls(bytes.fromhex(text.strip().removeprefix("0x")))
+
+    @classmethod
+    def generate(cls) -> SigningKey:
+        return cls(PrivateKey().secret)
+
+    def sign(self, digest: bytes) -> bytes:
+        """A 65-byte r || s || v signature over a 32-byte digest; libsecp256k1 makes it low-S."""
+        return bytes(self._key.sign_recoverable(digest, hasher=None))
+
+    def hex(self) -> str:
+        return self.secret.hex()

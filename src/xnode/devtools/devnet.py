@@ -1,0 +1,185 @@
+"""`xnode devnet`: a local network in one command: a private Postgres cluster (one database
+per node), N nodes each with its own key, ports and metrics, a table of endpoints, and
+`.xnode/devnet.json`. Ctrl-C stops everything; state stays in the directory for next time."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from rich.console import Console
+from rich.table import Table
+
+from xnode.crypto import SigningKey
+from xnode.devtools.postgres import PgCluster, free_port, start_cluster
+from xnode.registry import NodeEntry, Registry
+
+console = Console(stderr=True)
+
+
+@dataclass
+class DevNode:
+    node_id: int
+    address: str
+    metrics: str
+    dsn: str
+    key_file: str
+    public_key: str
+
+
+def _port_or_free(preferred: int) -> int:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", preferred))
+            return preferred
+        except OSError:
+            return free_port()
+
+
+def _load_key(path: Path) -> SigningKey:
+    if path.exists():
+        return SigningKey.from_hex(path.read_text())
+    key = SigningKey.generate()
+    path.write_text(key.hex() + "\n")
+    path.chmod(0o600)
+    return key
+
+
+def plan_nodes(state: Path, cluster: PgCluster, count: int, base_port: int) -> list[DevNode]:
+    nodes = []
+    for i in range(count):
+        node_id = 100 * (i + 1)
+        key_file = state / f"node-{node_id}.key"
+        key = _load_key(key_file)
+        database = f"xnode_{node_id}"
+        cluster.create_database(database)
+        nodes.append(
+            DevNode(
+                node_id=node_id,
+                address=f"127.0.0.1:{_port_or_free(base_port + i)}",
+                metrics=f"127.0.0.1:{free_port()}",
+                dsn=cluster.dsn(database),
+                key_file=str(key_file),
+                public_key="0x" + key.public_key.hex(),
+            )
+        )
+    return nodes
+
+
+def _write_registry(state: Path, nodes: list[DevNode]) -> Path:
+    registry = Registry(
+        NodeEntry(n.node_id, bytes.fromhex(n.public_key[2:]), f"http://{n.address}") for n in nodes
+    )
+    path = state / "nodes.json"
+    path.write_text(registry.to_json())
+    return path
+
+
+def _spawn(node: DevNode, nodes_file: Path, state: Path) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "XNODE_LISTEN_ADDRESS": node.address,
+        "XNODE_DATABASE_DSN": node.dsn,
+        "XNODE_SIGNER_KEY_FILE": node.key_file,
+        "XNODE_NODES_FILE": str(nodes_file),
+        "XNODE_METRICS_ADDRESS": node.metrics,
+    }
+    log = (state / f"node-{node.node_id}.log").open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "xnode.cli", "run"],
+        env=env,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+
+
+def wait_serving(address: str, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return True
+            except grpc.RpcError:
+                pass
+            time.sleep(0.2)
+    return False
+
+
+def _print_table(nodes: list[DevNode], cluster: PgCluster, state: Path) -> None:
+    table = Table(title="xnode devnet")
+    for column in ("node id", "gRPC", "metrics", "database"):
+        table.add_column(column)
+    for n in nodes:
+        table.add_row(str(n.node_id), n.address, f"http://{n.metrics}/metrics", n.dsn)
+    console.print(table)
+    console.print(f"Postgres: {cluster.dsn()}  state: {state}  logs: {state}/node-*.log")
+    console.print(
+        "Try: xnode publish --node-id 100 --node "
+        + nodes[0].address
+        + " --group-id 00112233445566778899aabbccddeeff --message hi"
+    )
+    console.print("Ctrl-C stops the network.")
+
+
+def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    for proc in processes:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in processes:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def run_devnet(args: argparse.Namespace) -> int:
+    state = Path(args.dir).resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    with console.status("starting Postgres"):
+        cluster = start_cluster(state / "pg")
+    processes: list[subprocess.Popen[bytes]] = []
+    stop_requested = False
+
+    def request_stop(_sig: int, _frame: object) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        nodes = plan_nodes(state, cluster, args.nodes, args.base_port)
+        nodes_file = _write_registry(state, nodes)
+        processes = [_spawn(n, nodes_file, state) for n in nodes]
+        with console.status(f"starting {len(nodes)} node(s)"):
+            for node, proc in zip(nodes, processes, strict=True):
+                if not wait_serving(node.address) or proc.poll() is not None:
+                    console.print(f"[red]node {node.node_id} did not start; see its log")
+                    return 1
+        (state / "devnet.json").write_text(
+            json.dumps({"postgres": cluster.dsn(), "nodes": [asdict(n) for n in nodes]}, indent=2)
+        )
+        _print_table(nodes, cluster, state)
+        while not stop_requested:
+            if any(p.poll() is not None for p in processes):
+                console.print("[red]a node exited; stopping the network (see its log)")
+                return 1
+            time.sleep(0.5)
+        return 0
+    finally:
+        console.print("stopping nodes and Postgres")
+        _stop(processes)
+        cluster.stop()

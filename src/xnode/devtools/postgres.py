@@ -1,0 +1,171 @@
+"""Private PostgreSQL clusters for development, tests and the devnet.
+
+Postgres refuses to run as root, so when we are root the server runs as the `postgres`
+OS user (runuser) on a data directory that user owns.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SERVER_SETTINGS = {
+    "listen_addresses": "127.0.0.1",
+    "max_connections": "300",
+    "shared_buffers": "256MB",
+    "wal_level": "minimal",
+    "max_wal_senders": "0",
+    "checkpoint_timeout": "15min",
+    "max_wal_size": "4GB",
+}
+
+
+class PostgresError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _as_server_user(cmd: list[str]) -> list[str]:
+    if os.geteuid() != 0:
+        return cmd
+    if shutil.which("runuser") is None:
+        raise PostgresError("running as root needs `runuser` to start Postgres as `postgres`")
+    return ["runuser", "-u", "postgres", "--", *cmd]
+
+
+def _server_owner() -> tuple[int, int] | None:
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam("postgres")
+    except KeyError:
+        raise PostgresError("running as root needs a `postgres` OS user") from None
+    return entry.pw_uid, entry.pw_gid
+
+
+def _run(cmd: list[str], what: str) -> None:
+    for tool in ("initdb", "pg_ctl"):
+        if cmd[0] == tool and shutil.which(tool) is None:
+            raise PostgresError(f"`{tool}` is not on PATH: install the PostgreSQL server")
+    done = subprocess.run(_as_server_user(cmd), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise PostgresError(f"{what} failed: {done.stderr.strip() or done.stdout.strip()}")
+
+
+@dataclass
+class PgCluster:
+    data_dir: Path
+    port: int
+
+    def dsn(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def stop(self) -> None:
+        _run(["pg_ctl", "-D", str(self.data_dir), "-m", "fast", "-w", "stop"], "pg_ctl stop")
+
+    def create_database(self, name: str) -> None:
+        """Creates `name` unless it exists (psql, so no event loop is needed)."""
+        exists = subprocess.run(
+            ["psql", self.dsn(), "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{name}'"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if exists.returncode != 0:
+            raise PostgresError(f"psql failed: {exists.stderr.strip()}")
+        if exists.stdout.strip() != "1":
+            subprocess.run(
+                ["psql", self.dsn(), "-qc", f'CREATE DATABASE "{name}"'],
+                check=True,
+                capture_output=True,
+            )
+
+
+def _running_port(data_dir: Path) -> int | None:
+    pid_file = data_dir / "postmaster.pid"
+    if not pid_file.exists():
+        return None
+    lines = pid_file.read_text().splitlines()
+    try:
+        pid, port = int(lines[0]), int(lines[3])
+        os.kill(pid, 0)
+    except (IndexError, ValueError, ProcessLookupError):
+        return None
+    return port
+
+
+def _initdb(data_dir: Path) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    owner = _server_owner()
+    if owner is not None:
+        os.chown(data_dir, *owner)  # its parents must be traversable by that user
+    data_dir.chmod(0o700)
+    _run(
+        [
+            "initdb",
+            "-D",
+            str(data_dir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ],
+        "initdb",
+    )
+
+
+def start_cluster(data_dir: Path, *, fsync: bool = True, attempts: int = 5) -> PgCluster:
+    """Starts (initializing if needed) a cluster on a free 127.0.0.1 port; reuses a running one."""
+    data_dir = data_dir.resolve()
+    port = _running_port(data_dir)
+    if port is not None:
+        return PgCluster(data_dir, port)
+    if not (data_dir / "PG_VERSION").exists():
+        _initdb(data_dir)
+    settings = {
+        **SERVER_SETTINGS,
+        "fsync": "on" if fsync else "off",
+        "unix_socket_directories": str(data_dir),
+    }
+    options = " ".join(f"-c {k}={v}" for k, v in settings.items())
+    last_error = ""
+    for _ in range(attempts):
+        port = free_port()
+        try:
+            _run(
+                [
+                    "pg_ctl",
+                    "-D",
+                    str(data_dir),
+                    "-l",
+                    str(data_dir / "server.log"),
+                    "-w",
+                    "-t",
+                    "60",
+                    "-o",
+                    f"-p {port} {options}",
+                    "start",
+                ],
+                "pg_ctl start",
+            )
+            return PgCluster(data_dir, port)
+        except PostgresError as exc:  # most often: the port was taken meanwhile
+            last_error = str(exc)
+            time.sleep(0.2)
+    log = data_dir / "server.log"
+    tail = log.read_text()[-2000:] if log.exists() else ""
+    raise PostgresError(f"could not start Postgres in {data_dir}: {last_error}\n{tail}")

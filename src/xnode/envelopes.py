@@ -1,0 +1,287 @@
+"""Payer and originator envelopes: parsing, the originator's validation rules (XIP-49 3.3.4)
+and signing (3.2.1). Pure: protobuf values in, protobuf bytes out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from xmtp.identity.associations import signature_pb2
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xnode.crypto import (
+    SignatureError,
+    SigningKey,
+    address_of,
+    originator_digest,
+    payer_digest,
+    recover_public_key,
+)
+from xnode.cursors import Cursor
+from xnode.errors import Reason, Rejected
+from xnode.retention import expiry_unixtime
+from xnode.topics import KIND_OF_PAYLOAD, Topic, TopicError, TopicKind
+
+MAX_CURSOR_ENTRIES = 1024
+
+# Reserved originator ids for payloads read from the chain (wire-facts.md).
+GROUP_MESSAGES_ORIGINATOR = 0
+IDENTITY_UPDATES_ORIGINATOR = 1
+
+
+def cursor_from_proto(message: envelopes_pb2.Cursor) -> Cursor:
+    entries = message.node_id_to_sequence_id
+    if len(entries) > MAX_CURSOR_ENTRIES:
+        raise Rejected(
+            Reason.LIMIT_EXCEEDED,
+            f"cursor has {len(entries)} entries, the limit is {MAX_CURSOR_ENTRIES}",
+        )
+    return Cursor(dict(entries))
+
+
+def cursor_to_proto(cursor: Cursor) -> envelopes_pb2.Cursor:
+    return envelopes_pb2.Cursor(node_id_to_sequence_id=cursor.to_dict())
+
+
+@dataclass(frozen=True, slots=True)
+class ValidPayerEnvelope:
+    """A payer envelope that passed every stateless rule; `raw` is what gets signed."""
+
+    raw: bytes
+    topic: Topic
+    payload: str
+    payer_address: bytes
+    target_originator: int
+    depends_on: Cursor
+    retention_days: int
+    client_envelope: envelopes_pb2.ClientEnvelope
+
+    def expiry(self, originator_ns: int) -> int:
+        return expiry_unixtime(self.topic.kind, self.retention_days, originator_ns)
+
+
+def _decode_client_envelope(raw: bytes) -> envelopes_pb2.ClientEnvelope:
+    client = envelopes_pb2.ClientEnvelope()
+    try:
+        client.ParseFromString(raw)
+    except DecodeError as exc:
+        raise Rejected(
+            Reason.MALFORMED, f"unsigned_client_envelope does not decode: {exc}"
+        ) from None
+    return client
+
+
+def _check_payload(client: envelopes_pb2.ClientEnvelope, topic: Topic) -> str:
+    payload: str | None = client.WhichOneof("payload")
+    if payload is None:
+        raise Rejected(Reason.MISSING_PAYLOAD, "client envelope has no payload")
+    expected = KIND_OF_PAYLOAD[payload]
+    if topic.kind is not expected:
+        raise Rejected(
+            Reason.TOPIC_MISMATCH,
+            f"topic kind {topic.kind.name} does not match payload {payload} "
+            f"(expected kind byte {int(expected)})",
+        )
+    _check_payload_content(client, payload, topic)
+    return payload
+
+
+def _check_payload_content(
+    client: envelopes_pb2.ClientEnvelope, payload: str, topic: Topic
+) -> None:
+    if payload == "group_message" and not client.group_message.v1.data:
+        raise Rejected(Reason.INVALID_PAYLOAD, "group message has no v1 data")
+    if payload == "welcome_message" and not client.welcome_message.v1.data:
+        raise Rejected(Reason.INVALID_PAYLOAD, "welcome message has no v1 data")
+    if payload == "upload_key_package" and not (
+        client.upload_key_package.key_package.key_package_tls_serialized
+    ):
+        raise Rejected(Reason.INVALID_PAYLOAD, "key package upload has no key package")
+    if payload == "identity_update":
+        update = client.identity_update
+        if not update.actions:
+            raise Rejected(Reason.INVALID_PAYLOAD, "identity update has no actions")
+        try:
+            inbox = bytes.fromhex(update.inbox_id)
+        except ValueError:
+            raise Rejected(Reason.INVALID_PAYLOAD, "identity update inbox_id is not hex") from None
+        if inbox != topic.identifier:
+            raise Rejected(Reason.TOPIC_MISMATCH, "identity update inbox_id differs from topic")
+
+
+def _target_of(payer: envelopes_pb2.PayerEnvelope, aad: envelopes_pb2.AuthenticatedData) -> int:
+    both = payer.target_originator and aad.target_originator
+    if both and payer.target_originator != aad.target_originator:
+        raise Rejected(
+            Reason.WRONG_ORIGINATOR,
+            f"payer envelope targets {payer.target_originator} but its authenticated "
+            f"data targets {aad.target_originator}",
+        )
+    return payer.target_originator or aad.target_originator
+
+
+def _payer_address(payer: envelopes_pb2.PayerEnvelope) -> bytes:
+    if not payer.HasField("payer_signature"):
+        raise Rejected(Reason.BAD_SIGNATURE, "payer_signature is missing")
+    digest = payer_digest(payer.target_originator, payer.unsigned_client_envelope)
+    try:
+        return address_of(recover_public_key(payer.payer_signature.bytes, digest))
+    except SignatureError as exc:
+        raise Rejected(Reason.BAD_SIGNATURE, f"payer signature: {exc}") from None
+
+
+def validate_payer_envelope(payer: envelopes_pb2.PayerEnvelope, node_id: int) -> ValidPayerEnvelope:
+    """The stateless rules of XIP-49 3.3.4; the depends_on rule needs state, see below."""
+    if not payer.unsigned_client_envelope:
+        raise Rejected(Reason.MISSING_PAYLOAD, "unsigned_client_envelope is empty")
+    client = _decode_client_envelope(payer.unsigned_client_envelope)
+    if not client.HasField("aad"):
+        raise Rejected(Reason.MALFORMED, "client envelope has no authenticated data (aad)")
+    aad = client.aad
+    target = _target_of(payer, aad)
+    if target != node_id:
+        raise Rejected(
+            Reason.WRONG_ORIGINATOR,
+            f"target originator {target} is not this node ({node_id})"
+            if target
+            else f"target originator is not set (this node is {node_id})",
+        )
+    try:
+        topic = Topic.parse(aad.target_topic)
+    except TopicError as exc:
+        raise Rejected(Reason.BAD_TOPIC, f"target_topic: {exc}") from None
+    payload = _check_payload(client, topic)
+    depends_on = cursor_from_proto(aad.depends_on)
+    return ValidPayerEnvelope(
+        raw=payer.SerializeToString(deterministic=True),
+        topic=topic,
+        payload=payload,
+        payer_address=_payer_address(payer),
+        target_originator=target,
+        depends_on=depends_on,
+        retention_days=payer.message_retention_days,
+        client_envelope=client,
+    )
+
+
+def check_depends_on(envelope: ValidPayerEnvelope, node_cursor: Cursor) -> None:
+    """XIP-49 3.3.4 2.3 and 3.2.3: refuse what depends on payloads this node has not seen."""
+    ahead = node_cursor.lagging(envelope.depends_on)
+    if ahead:
+        listed = ", ".join(f"{n}:{s}" for n, s in sorted(ahead.items()))
+        raise Rejected(
+            Reason.DEPENDS_ON_AHEAD,
+            f"depends_on is ahead of this node for originator:sequence {listed}; "
+            f"node cursor is {node_cursor!r}",
+            cursor=node_cursor,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OriginatedEnvelope:
+    """An envelope this node signed, with the columns the store indexes."""
+
+    originator_node_id: int
+    sequence_id: int
+    originator_ns: int
+    topic: bytes
+    expiry: int
+    payer_address: bytes | None
+    raw: bytes
+
+
+def originate(
+    payer: ValidPayerEnvelope, node_id: int, sequence_id: int, originator_ns: int, key: SigningKey
+) -> OriginatedEnvelope:
+    expiry = payer.expiry(originator_ns)
+    unsigned = envelopes_pb2.UnsignedOriginatorEnvelope(
+        originator_node_id=node_id,
+        originator_sequence_id=sequence_id,
+        originator_ns=originator_ns,
+        payer_envelope_bytes=payer.raw,
+        expiry_unixtime=expiry,
+    ).SerializeToString()
+    signature = key.sign(originator_digest(unsigned))
+    raw = envelopes_pb2.OriginatorEnvelope(
+        unsigned_originator_envelope=unsigned,
+        originator_signature=signature_pb2.RecoverableEcdsaSignature(bytes=signature),
+    ).SerializeToString()
+    return OriginatedEnvelope(
+        node_id, sequence_id, originator_ns, payer.topic.raw, expiry, payer.payer_address, raw
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedEnvelope:
+    """An OriginatorEnvelope read from elsewhere (a peer, the store, a client tool)."""
+
+    raw: bytes
+    unsigned_raw: bytes
+    originator_node_id: int
+    sequence_id: int
+    originator_ns: int
+    expiry: int
+    payer_envelope: envelopes_pb2.PayerEnvelope
+    signature: bytes | None
+    transaction_hash: bytes | None
+
+    def topic(self) -> bytes:
+        client = envelopes_pb2.ClientEnvelope.FromString(
+            self.payer_envelope.unsigned_client_envelope
+        )
+        return client.aad.target_topic
+
+    def signer_public_key(self) -> bytes:
+        """Recovers the originator's key; raises SignatureError when it cannot."""
+        if self.signature is None:
+            raise SignatureError("envelope carries no originator signature")
+        return recover_public_key(self.signature, originator_digest(self.unsigned_raw))
+
+
+def parse_originator_envelope(raw: bytes) -> ReceivedEnvelope:
+    try:
+        envelope = envelopes_pb2.OriginatorEnvelope.FromString(raw)
+        unsigned = envelopes_pb2.UnsignedOriginatorEnvelope.FromString(
+            envelope.unsigned_originator_envelope
+        )
+        payer = envelopes_pb2.PayerEnvelope.FromString(unsigned.payer_envelope_bytes)
+    except DecodeError as exc:
+        raise Rejected(Reason.MALFORMED, f"originator envelope does not decode: {exc}") from None
+    proof = envelope.WhichOneof("proof")
+    signature = envelope.originator_signature.bytes if proof == "originator_signature" else None
+    tx = envelope.blockchain_proof.transaction_hash if proof == "blockchain_proof" else None
+    return ReceivedEnvelope(
+        raw=raw,
+        unsigned_raw=envelope.unsigned_originator_envelope,
+        originator_node_id=unsigned.originator_node_id,
+        sequence_id=unsigned.originator_sequence_id,
+        originator_ns=unsigned.originator_ns,
+        expiry=unsigned.expiry_unixtime,
+        payer_envelope=payer,
+        signature=signature,
+        transaction_hash=tx,
+    )
+
+
+def build_payer_envelope(
+    client: envelopes_pb2.ClientEnvelope,
+    payer_key: SigningKey,
+    target_originator: int,
+    retention_days: int = 0,
+) -> envelopes_pb2.PayerEnvelope:
+    """What a payer does: serialize the client envelope and sign it for one originator."""
+    unsigned = client.SerializeToString()
+    signature = payer_key.sign(payer_digest(target_originator, unsigned))
+    return envelopes_pb2.PayerEnvelope(
+        unsigned_client_envelope=unsigned,
+        payer_signature=signature_pb2.RecoverableEcdsaSignature(bytes=signature),
+        target_originator=target_originator,
+        message_retention_days=retention_days,
+    )
+
+
+def topic_kind_of(topic: bytes) -> TopicKind | None:
+    try:
+        return Topic.parse(topic).kind
+    except TopicError:
+        return None

@@ -1,0 +1,45 @@
+"""Why the core refuses an input. Adapters map each reason to their own status codes."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from xnode.cursors import Cursor
+
+
+class Reason(StrEnum):
+    MALFORMED = "malformed"
+    MISSING_PAYLOAD = "missing_payload"
+    BAD_TOPIC = "bad_topic"
+    TOPIC_MISMATCH = "topic_mismatch"
+    WRONG_ORIGINATOR = "wrong_originator"
+    BAD_SIGNATURE = "bad_signature"
+    INVALID_PAYLOAD = "invalid_payload"
+    LIMIT_EXCEEDED = "limit_exceeded"
+    DEPENDS_ON_AHEAD = "depends_on_ahead"
+    UNAVAILABLE = "unavailable"
+
+
+class Rejected(Exception):
+    """An input the node refuses; `index` names the envelope in a batch, `cursor` the node's."""
+
+    def __init__(
+        self,
+        reason: Reason,
+        detail: str,
+        *,
+        index: int | None = None,
+        cursor: Cursor | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.index = index
+        self.cursor = cursor
+
+    def at(self, index: int) -> Rejected:
+        return Rejected(self.reason, self.detail, index=index, cursor=self.cursor)
+
+    def __str__(self) -> str:
+        where = f"payer_envelopes[{self.index}]: " if self.index is not None else ""
+        return f"{where}{self.detail}"

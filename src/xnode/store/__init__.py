@@ -1,0 +1,1 @@
+"""PostgreSQL adapter (asyncpg): the envelope store, the sequencer and migrations."""

@@ -1,0 +1,163 @@
+"""Envelope store queries (asyncpg). Every read hides expired envelopes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import asyncpg
+
+from xnode.cursors import Cursor
+from xnode.query import EnvelopeQuery
+from xnode.store_types import StoredEnvelope
+
+NOTIFY_CHANNEL = "xnode_envelopes"
+
+_COLUMNS = "originator_node_id, originator_sequence_id, topic, envelope"
+
+# One index range scan per (topic, known originator) past the cursor, merged in stable order.
+_TOPIC_QUERY = f"""
+SELECT e.{_COLUMNS.replace(", ", ", e.")}
+FROM unnest($1::bytea[]) AS t(topic)
+CROSS JOIN vector_clock AS o
+LEFT JOIN unnest($2::int[], $3::bigint[]) AS c(node_id, sequence_id)
+    ON c.node_id = o.originator_node_id
+CROSS JOIN LATERAL (
+    SELECT {_COLUMNS} FROM originator_envelopes x
+    WHERE x.topic = t.topic
+      AND x.originator_node_id = o.originator_node_id
+      AND x.originator_sequence_id > COALESCE(c.sequence_id, 0)
+      AND (x.expiry_unixtime IS NULL OR x.expiry_unixtime > $4)
+    ORDER BY x.originator_sequence_id
+    LIMIT $5
+) AS e
+ORDER BY e.originator_node_id, e.originator_sequence_id
+LIMIT $5
+"""
+
+_ORIGINATOR_QUERY = f"""
+SELECT e.{_COLUMNS.replace(", ", ", e.")}
+FROM unnest($1::int[]) AS o(node_id)
+LEFT JOIN unnest($2::int[], $3::bigint[]) AS c(node_id, sequence_id) ON c.node_id = o.node_id
+CROSS JOIN LATERAL (
+    SELECT {_COLUMNS} FROM originator_envelopes x
+    WHERE x.originator_node_id = o.node_id
+      AND x.originator_sequence_id > COALESCE(c.sequence_id, 0)
+      AND (x.expiry_unixtime IS NULL OR x.expiry_unixtime > $4)
+    ORDER BY x.originator_sequence_id
+    LIMIT $5
+) AS e
+ORDER BY e.originator_node_id, e.originator_sequence_id
+LIMIT $5
+"""
+
+_NEWEST_QUERY = """
+SELECT t.i, e.envelope
+FROM unnest($1::bytea[]) WITH ORDINALITY AS t(topic, i)
+LEFT JOIN LATERAL (
+    SELECT x.envelope FROM originator_envelopes x
+    WHERE x.topic = t.topic AND (x.expiry_unixtime IS NULL OR x.expiry_unixtime > $2)
+    ORDER BY x.originator_ns DESC, x.originator_node_id DESC, x.originator_sequence_id DESC
+    LIMIT 1
+) AS e ON true
+ORDER BY t.i
+"""
+
+_INSERT_RECEIVED = """
+WITH rows AS (
+    SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[],
+                         $6::bytea[], $7::bytea[])
+        AS r(originator_node_id, originator_sequence_id, originator_ns, topic,
+             expiry_unixtime, payer_address, envelope)
+), inserted AS (
+    INSERT INTO originator_envelopes
+    SELECT * FROM rows
+    ON CONFLICT (originator_node_id, originator_sequence_id) DO NOTHING
+    RETURNING originator_node_id, originator_sequence_id
+), clock AS (
+    INSERT INTO vector_clock (originator_node_id, sequence_id)
+    SELECT originator_node_id, max(originator_sequence_id) FROM inserted GROUP BY 1
+    ON CONFLICT (originator_node_id)
+    DO UPDATE SET sequence_id = GREATEST(vector_clock.sequence_id, excluded.sequence_id)
+)
+SELECT originator_node_id, originator_sequence_id FROM inserted
+"""
+
+
+def _now() -> int:
+    return int(time.time())
+
+
+def _cursor_arrays(cursor: Cursor) -> tuple[list[int], list[int]]:
+    items = cursor.to_dict()
+    return list(items), list(items.values())
+
+
+def _rows_to_envelopes(rows: Sequence[asyncpg.Record]) -> list[StoredEnvelope]:
+    return [StoredEnvelope(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+def _notice(keys: Sequence[asyncpg.Record]) -> str:
+    """`originator:highest,...`: what other processes fetch for their live subscribers."""
+    top: dict[int, int] = {}
+    for node_id, seq in keys:
+        top[node_id] = max(seq, top.get(node_id, 0))
+    return ",".join(f"{n}:{s}" for n, s in top.items())
+
+
+def parse_notice(payload: str) -> dict[int, int]:
+    pairs = (item.split(":") for item in payload.split(",") if item)
+    return {int(n): int(s) for n, s in pairs}
+
+
+class EnvelopeStore:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def query(self, query: EnvelopeQuery, limit: int) -> list[StoredEnvelope]:
+        nodes, seqs = _cursor_arrays(query.cursor)
+        keys: list[bytes] | list[int]
+        if query.topics:
+            sql, keys = _TOPIC_QUERY, list(query.topics)
+        else:
+            sql, keys = _ORIGINATOR_QUERY, list(query.originators)
+        rows = await self.pool.fetch(sql, keys, nodes, seqs, _now(), limit)
+        return _rows_to_envelopes(rows)
+
+    async def originator_range(
+        self, originator: int, after: int, up_to: int
+    ) -> list[StoredEnvelope]:
+        rows = await self.pool.fetch(
+            f"SELECT {_COLUMNS} FROM originator_envelopes WHERE originator_node_id = $1"
+            " AND originator_sequence_id > $2 AND originator_sequence_id <= $3"
+            " ORDER BY originator_sequence_id",
+            originator,
+            after,
+            up_to,
+        )
+        return _rows_to_envelopes(rows)
+
+    async def newest(self, topics: Sequence[bytes]) -> list[bytes | None]:
+        rows = await self.pool.fetch(_NEWEST_QUERY, list(topics), _now())
+        return [r[1] for r in rows]
+
+    async def vector_clock(self) -> Cursor:
+        rows = await self.pool.fetch("SELECT originator_node_id, sequence_id FROM vector_clock")
+        return Cursor({r[0]: r[1] for r in rows})
+
+    async def insert_received(
+        self,
+        rows: Sequence[tuple[int, int, int, bytes, int | None, bytes | None, bytes]],
+        notice_token: str,
+    ) -> list[tuple[int, int]]:
+        """Idempotent insert of envelopes from other originators; returns the new keys."""
+        columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[]] * 7
+        async with self.pool.acquire() as conn, conn.transaction():
+            inserted = await conn.fetch(_INSERT_RECEIVED, *columns)
+            if inserted:
+                await conn.execute(
+                    "SELECT pg_notify($1, $2)",
+                    NOTIFY_CHANNEL,
+                    f"{notice_token}|{_notice(inserted)}",
+                )
+        return [(r[0], r[1]) for r in inserted]

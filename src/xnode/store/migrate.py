@@ -1,0 +1,34 @@
+"""Applies the alembic migrations in `migrations/` (the only way the schema changes)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+
+def migrations_dir() -> Path:
+    configured = os.environ.get("XNODE_MIGRATIONS_DIR")
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parents[3] / "migrations"
+
+
+def sqlalchemy_url(dsn: str) -> str:
+    scheme, _, rest = dsn.partition("://")
+    if scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"database DSN must start with postgresql://, got {scheme}://")
+    return f"postgresql+asyncpg://{rest}"
+
+
+def upgrade_to_head(dsn: str) -> None:
+    """Blocking; run it in a thread from async code (alembic's env starts its own loop)."""
+    directory = migrations_dir()
+    if not (directory / "env.py").is_file():
+        raise FileNotFoundError(f"alembic migrations not found in {directory}")
+    config = Config()
+    config.set_main_option("script_location", str(directory))
+    config.set_main_option("sqlalchemy.url", sqlalchemy_url(dsn).replace("%", "%%"))
+    command.upgrade(config, "head")

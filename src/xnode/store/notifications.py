@@ -1,0 +1,66 @@
+"""LISTEN for commits made by other processes sharing the database, reconnecting as needed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+import structlog
+
+from xnode.store.envelopes import NOTIFY_CHANNEL, parse_notice
+
+log = structlog.get_logger(__name__)
+
+OnCommitted = Callable[[dict[int, int]], Awaitable[None]]
+
+
+class CommitListener:
+    """Calls `on_committed` with each foreign notice's {originator: highest sequence id}.
+
+    Notices that this process sent itself carry its token and are skipped."""
+
+    def __init__(self, dsn: str, token: str, on_committed: OnCommitted) -> None:
+        self._dsn = dsn
+        self._token = token
+        self._on_committed = on_committed
+        self._task: asyncio.Task[None] | None = None
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="commit-listener")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        self._queue.put_nowait(payload)
+
+    async def _run(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                conn = await asyncpg.connect(self._dsn)
+            except (OSError, asyncpg.PostgresError) as exc:
+                log.warning("commit_listener_connect_failed", error=str(exc), retry_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            delay = 0.5
+            try:
+                await conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
+                await self._pump(conn)
+            finally:
+                await conn.close()
+
+    async def _pump(self, conn: asyncpg.Connection) -> None:
+        while not conn.is_closed():
+            try:
+                payload = await asyncio.wait_for(self._queue.get(), 5.0)
+            except TimeoutError:
+                continue
+            token, _, notice = payload.partition("|")
+            if token != self._token:
+                await self._on_committed(parse_notice(notice))
