@@ -36,9 +36,9 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.functions import arrow_udf
 from pyspark.sql.pandas.types import from_arrow_type
-from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from pyspark.util import PythonEvalType
 
 from spark_jobs.council_report import CouncilData, render_html, render_markdown
 from spark_jobs.inputs import (
@@ -51,6 +51,8 @@ from spark_jobs.inputs import (
 )
 from spark_jobs.output import atomic_directory
 from spark_jobs.session import build_session
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.crypto import (
     SignatureError,
     blockchain_proof_digest,
@@ -95,7 +97,7 @@ VERIFIED_SPARK: T.DataType = from_arrow_type(VERIFIED)
 
 def type_name(kind: int) -> str:
     try:
-        return mb.Misbehavior.Name(kind).removeprefix("MISBEHAVIOR_")  # type: ignore[arg-type]
+        return mb.Misbehavior.Name(kind).removeprefix("MISBEHAVIOR_")
     except ValueError:
         return f"UNKNOWN_{kind}"
 
@@ -130,7 +132,9 @@ def _envelope_facts(envelope: envelopes_pb2.OriginatorEnvelope) -> dict[str, Any
     return facts
 
 
-def _duplicate_pair(envelopes: Sequence[envelopes_pb2.OriginatorEnvelope]) -> tuple[int, int] | None:
+def _duplicate_pair(
+    envelopes: Sequence[envelopes_pb2.OriginatorEnvelope],
+) -> tuple[int, int] | None:
     """(originator, sequence id) shared by two envelopes whose signed content differs."""
     seen: dict[tuple[int, int], bytes] = {}
     for envelope in envelopes:
@@ -178,7 +182,7 @@ def verify_report(raw: bytes) -> dict[str, Any]:
     return out
 
 
-@F.arrow_udf(VERIFIED_SPARK)  # type: ignore[untyped-decorator]
+@arrow_udf(VERIFIED_SPARK, functionType=PythonEvalType.SQL_SCALAR_ARROW_UDF)
 def verify_reports(reports: pa.Array) -> pa.Array:
     """Arrow in, Arrow out: no pandas needed on the driver or the workers."""
     return pa.array([verify_report(r) for r in reports.to_pylist()], type=VERIFIED)
@@ -270,7 +274,13 @@ def verified_reports(raw: DataFrame, registry: DataFrame) -> DataFrame:
     """One row per distinct (host, unsigned report), with `reason_code` null when accepted."""
     keys = registry.select("node_id", "keys")
     checked = (
-        raw.select("report_id", "server_time_ns", "host_node_id", "report", verify_reports("report").alias("v"))
+        raw.select(
+            "report_id",
+            "server_time_ns",
+            "host_node_id",
+            "report",
+            verify_reports("report").alias("v"),
+        )
         .join(F.broadcast(keys.toDF("host_node_id", "host_keys")), "host_node_id", "left")
         .join(
             F.broadcast(keys.toDF("culprit", "culprit_keys")),
@@ -304,3 +314,213 @@ def verified_reports(raw: DataFrame, registry: DataFrame) -> DataFrame:
             "reason",
         )
     )
+
+
+# --- aggregation ------------------------------------------------------------------------------
+
+_NS_PER_MINUTE = 60_000_000_000
+
+
+def _type_name_column(column: str = "type") -> Column:
+    names = F.create_map(*[F.lit(x) for k in range(9) for x in (k, type_name(k))])
+    return F.coalesce(names[F.col(column)], F.format_string("UNKNOWN_%d", F.col(column)))
+
+
+def liveness_windows(accepted: DataFrame, window_minutes: int, threshold: int) -> DataFrame:
+    width = window_minutes * _NS_PER_MINUTE
+    # The host vouches for every report it signs; a node reporting itself is no peer.
+    reporter = F.when(F.col("host_node_id") != F.col("misbehaving_node_id"), F.col("host_node_id"))
+    start = (F.expr(f"reporter_time_ns div {width}") * width).alias("window_start_ns")
+    return (
+        accepted.where(F.col("type").isin(*LIVENESS_TYPES))
+        .groupBy("misbehaving_node_id", "type", start)
+        .agg(
+            F.count("*").alias("report_count"),
+            F.sum(F.col("submitted_by_node").cast("long")).alias("node_submitted"),
+            F.sum((~F.col("submitted_by_node")).cast("long")).alias("client_submitted"),
+            F.count_distinct(reporter).alias("distinct_reporters"),
+            F.array_sort(F.collect_set(reporter)).alias("reporters"),
+            F.max("response_time_ns").alias("max_response_time_ns"),
+        )
+        .withColumn("window_end_ns", F.col("window_start_ns") + width)
+        .withColumn("window_start", F.timestamp_micros(F.expr("window_start_ns div 1000")))
+        .withColumn("type_name", _type_name_column())
+        .withColumn("flagged", F.col("distinct_reporters") >= threshold)
+    )
+
+
+def safety_proofs(accepted: DataFrame) -> DataFrame:
+    return accepted.where(F.col("type").isin(*SAFETY_TYPES)).select(
+        "misbehaving_node_id",
+        "type",
+        _type_name_column().alias("type_name"),
+        "host_node_id",
+        "report_id",
+        "submitted_by_node",
+        "reporter_time_ns",
+        "envelope_count",
+        "duplicate_originator",
+        "duplicate_sequence_id",
+        "report_hash",
+    )
+
+
+def flagged_nodes(liveness: DataFrame, proofs: DataFrame) -> DataFrame:
+    by_proof = proofs.groupBy("misbehaving_node_id", "type").agg(
+        F.lit("safety_proof").alias("basis"),
+        F.count("*").alias("evidence_count"),
+        F.count_distinct("host_node_id").alias("distinct_reporters"),
+        F.min("reporter_time_ns").alias("first_time_ns"),
+        F.max("reporter_time_ns").alias("last_time_ns"),
+    )
+    by_threshold = (
+        liveness.where("flagged")
+        .groupBy("misbehaving_node_id", "type")
+        .agg(
+            F.lit("liveness_threshold").alias("basis"),
+            F.count("*").alias("evidence_count"),  # windows at or over the threshold
+            F.max("distinct_reporters").alias("distinct_reporters"),
+            F.min("window_start_ns").alias("first_time_ns"),
+            F.max("window_end_ns").alias("last_time_ns"),
+        )
+    )
+    return by_proof.unionByName(by_threshold).withColumn("type_name", _type_name_column())
+
+
+def rejected_reports(verified: DataFrame) -> DataFrame:
+    return verified.where(F.col("reason_code").isNotNull()).select(
+        "host_node_id",
+        "report_id",
+        "server_time_ns",
+        "misbehaving_node_id",
+        "type",
+        "reason_code",
+        "reason",
+        "report_hash",
+    )
+
+
+# --- the job ----------------------------------------------------------------------------------
+
+
+def _sorted_arrow(frame: DataFrame, *keys: str) -> pa.Table:
+    return frame.orderBy(*keys).toArrow()
+
+
+def aggregate(
+    spark: SparkSession,
+    files: ExportFiles,
+    registry: Mapping[int, frozenset[bytes]],
+    threshold: int = DEFAULT_THRESHOLD,
+    window_minutes: int = DEFAULT_WINDOW_MINUTES,
+) -> dict[str, pa.Table]:
+    """The four result tables, plus `counts` (rows read, outcome per reason)."""
+    if threshold < 1 or window_minutes < 1:
+        raise ValueError("threshold and window minutes must be positive")
+    raw = load_reports(spark, files)
+    verified = verified_reports(raw, registry_frame(spark, registry))
+    verified = verified.persist(StorageLevel.MEMORY_AND_DISK)  # every output reads it
+    try:
+        with spark_read_errors(f"reports under {', '.join(str(b) for b in files)}"):
+            accepted = verified.where(F.col("reason_code").isNull())
+            liveness = liveness_windows(accepted, window_minutes, threshold)
+            proofs = safety_proofs(accepted)
+            keys = ("misbehaving_node_id", "type")
+            return {
+                "liveness": _sorted_arrow(liveness, *keys, "window_start_ns"),
+                "safety": _sorted_arrow(proofs, *keys, "reporter_time_ns", "host_node_id"),
+                "flagged": _sorted_arrow(flagged_nodes(liveness, proofs), *keys, "basis"),
+                "rejected": _sorted_arrow(rejected_reports(verified), "host_node_id", "report_id"),
+                "counts": verified.groupBy("reason_code").count().toArrow(),
+                "rows_read": pa.table({"rows": [raw.count()]}),
+            }
+    finally:
+        verified.unpersist()
+
+
+def council_data(
+    tables: Mapping[str, pa.Table],
+    registry: Mapping[int, frozenset[bytes]],
+    inputs: Sequence[str | Path],
+    threshold: int,
+    window_minutes: int,
+) -> CouncilData:
+    by_reason = {
+        str(r["reason_code"] or "accepted"): int(r["count"]) for r in tables["counts"].to_pylist()
+    }
+    return CouncilData(
+        inputs=[str(i) for i in inputs],
+        threshold=threshold,
+        window_minutes=window_minutes,
+        rows_read=int(tables["rows_read"].column("rows")[0].as_py()),
+        outcomes=by_reason,
+        liveness=tables["liveness"].to_pylist(),
+        safety=tables["safety"].to_pylist(),
+        flagged=tables["flagged"].to_pylist(),
+        registry_conflicts=sorted(n for n, k in registry.items() if len(k) > 1),
+    )
+
+
+def write_outputs(out: str | Path, tables: Mapping[str, pa.Table], data: CouncilData) -> None:
+    """The whole OUTDIR appears at once, or not at all."""
+    with atomic_directory(out) as temp:
+        for name in ("liveness", "safety", "flagged", "rejected"):
+            pq.write_table(tables[name], temp / f"{name}.parquet")
+        (temp / "report.html").write_text(render_html(data), encoding="utf-8")
+        (temp / "report.md").write_text(render_markdown(data), encoding="utf-8")
+
+
+def run(
+    spark: SparkSession,
+    inputs: Sequence[str | Path],
+    out: str | Path,
+    threshold: int = DEFAULT_THRESHOLD,
+    window_minutes: int = DEFAULT_WINDOW_MINUTES,
+) -> CouncilData:
+    """Validates inputs (InputError), aggregates, and writes OUTDIR atomically."""
+    files, registry = find_report_files(inputs), read_registry(inputs)
+    tables = aggregate(spark, files, registry, threshold, window_minutes)
+    data = council_data(tables, registry, inputs, threshold, window_minutes)
+    write_outputs(out, tables, data)
+    return data
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--input", action="append", required=True, help="export directory")
+    parser.add_argument("--out", required=True, help="output directory (replaced atomically)")
+    parser.add_argument("--threshold", type=int, default=DEFAULT_THRESHOLD)
+    parser.add_argument("--window-minutes", type=int, default=DEFAULT_WINDOW_MINUTES)
+    parser.add_argument("--master", default=None, help="Spark master (default local[*])")
+    args = parser.parse_args(argv)
+    if args.threshold < 1 or args.window_minutes < 1:
+        parser.error("--threshold and --window-minutes must be positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+    try:
+        # Before the JVM starts, so bad input fails fast.
+        files, registry = find_report_files(args.input), read_registry(args.input)
+        spark = build_session(args.master, app_name="xnode-misbehavior-aggregation")
+        try:
+            tables = aggregate(spark, files, registry, args.threshold, args.window_minutes)
+        finally:
+            spark.stop()
+        data = council_data(tables, registry, args.input, args.threshold, args.window_minutes)
+        write_outputs(args.out, tables, data)
+    except InputError as exc:
+        print(f"misbehavior_aggregation: error: {exc}", file=sys.stderr)
+        return 2
+    flagged = sorted({int(r["misbehaving_node_id"]) for r in data.flagged})
+    print(
+        f"misbehavior_aggregation: {data.outcomes.get('accepted', 0)} accepted, "
+        f"{data.rejected} rejected ({data.outcomes.get('forged', 0)} forged), "
+        f"flagged nodes {flagged or 'none'} -> {args.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,6 +18,7 @@ from xnode import wire
 from xnode.api.errors import stream_errors, unary_errors
 from xnode.clock import NodeClock
 from xnode.envelopes import (
+    OriginatedEnvelope,
     ValidPayerEnvelope,
     check_depends_on,
     cursor_from_proto,
@@ -27,6 +28,7 @@ from xnode.errors import Reason, Rejected
 from xnode.fanout import Fanout
 from xnode.observability.metrics import ENVELOPES_STORED, OPEN_SUBSCRIPTIONS, PUBLISH_LATENCY
 from xnode.originator import Originator
+from xnode.ports import ChainPublisher, InboxResolver
 from xnode.query import MAX_QUERY_TOPICS, EnvelopeQuery, effective_limit
 from xnode.store.envelopes import EnvelopeStore
 from xnode.store_types import StoredEnvelope
@@ -52,6 +54,10 @@ def _validate_all(
         except Rejected as exc:
             raise exc.at(i) from None
     return valid
+
+
+async def _no_envelopes() -> list[OriginatedEnvelope]:
+    return []
 
 
 def _chunks(envelopes: list[StoredEnvelope]) -> Iterable[list[bytes]]:
@@ -83,6 +89,8 @@ class EnvelopeService:
         fanout: Fanout,
         clock: NodeClock,
         keepalive_s: float = 30.0,
+        chain_publisher: ChainPublisher | None = None,
+        inbox_resolver: InboxResolver | None = None,
     ) -> None:
         self.node_id = node_id
         self._store = store
@@ -91,6 +99,8 @@ class EnvelopeService:
         self._clock = clock
         self._keepalive_s = keepalive_s
         self._subscriptions: set[Subscription] = set()
+        self.chain_publisher = chain_publisher
+        self.inbox_resolver = inbox_resolver
 
     def close_subscriptions(self) -> None:
         for subscription in list(self._subscriptions):
@@ -117,10 +127,29 @@ class EnvelopeService:
         else:
             valid = _validate_all(envelopes, self.node_id)
         await self._check_depends_on(valid)
-        originated = await self._originator.publish(valid)
-        ENVELOPES_STORED.labels(str(self.node_id)).inc(len(originated))
+        answers = await self._route(valid)
         PUBLISH_LATENCY.observe(time.perf_counter() - started)
-        return wire.repeated(1, (e.raw for e in originated))
+        return wire.repeated(1, answers)
+
+    async def _route(self, valid: list[ValidPayerEnvelope]) -> list[bytes]:
+        """Chain-bound payloads go to the chain, the rest are originated; answers keep the
+        request's order."""
+        chain = self.chain_publisher
+        to_chain = [i for i, e in enumerate(valid) if chain is not None and chain.handles(e)]
+        if not to_chain:
+            originated = await self._originator.publish(valid)
+            ENVELOPES_STORED.labels(str(self.node_id)).inc(len(originated))
+            return [e.raw for e in originated]
+        assert chain is not None
+        chain_set = set(to_chain)
+        local = [e for i, e in enumerate(valid) if i not in chain_set]
+        chain_raw, local_raw = await asyncio.gather(
+            chain.publish([valid[i] for i in to_chain]),
+            self._originator.publish(local) if local else _no_envelopes(),
+        )
+        ENVELOPES_STORED.labels(str(self.node_id)).inc(len(local_raw))
+        chain_iter, local_iter = iter(chain_raw), iter(e.raw for e in local_raw)
+        return [next(chain_iter) if i in chain_set else next(local_iter) for i in range(len(valid))]
 
     async def _check_depends_on(self, valid: list[ValidPayerEnvelope]) -> None:
         for i, envelope in enumerate(valid):
@@ -168,15 +197,24 @@ class EnvelopeService:
     async def GetInboxIds(
         self, request: api.GetInboxIdsRequest, context: Context
     ) -> api.GetInboxIdsResponse:
-        # Inbox resolution comes from chain-indexed identity updates; none are indexed yet.
-        return api.GetInboxIdsResponse(
-            responses=[
-                api.GetInboxIdsResponse.Response(
-                    identifier=r.identifier, identifier_kind=r.identifier_kind
-                )
-                for r in request.requests
-            ]
-        )
+        requests = list(request.requests)
+        if len(requests) > MAX_QUERY_TOPICS:
+            raise Rejected(
+                Reason.LIMIT_EXCEEDED,
+                f"{len(requests)} identifiers, the limit is {MAX_QUERY_TOPICS}",
+            )
+        keys = [(r.identifier, int(r.identifier_kind)) for r in requests]
+        resolver = self.inbox_resolver
+        inboxes = await resolver.inbox_ids(keys) if resolver else [None] * len(keys)
+        responses = []
+        for r, inbox in zip(requests, inboxes, strict=True):
+            response = api.GetInboxIdsResponse.Response(
+                identifier=r.identifier, identifier_kind=r.identifier_kind
+            )
+            if inbox is not None:
+                response.inbox_id = inbox
+            responses.append(response)
+        return api.GetInboxIdsResponse(responses=responses)
 
     # --- subscribe -----------------------------------------------------------------------
 

@@ -1,0 +1,178 @@
+"""Shared fixtures: a real PostgreSQL cluster for the session, a fresh migrated database per
+test, nodes started in-process, and `xnode run` subprocesses for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xnode.crypto import SigningKey
+from xnode.devtools.devnet import wait_serving
+from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_cluster
+from xnode.registry import NodeEntry, Registry
+from xnode.store.migrate import upgrade_to_head
+
+TEMPLATE = "xnode_template"
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    root = Path(tempfile.mkdtemp(prefix="xnode-pg-"))
+    root.chmod(0o755)  # the `postgres` user must reach the data directory inside
+    try:
+        cluster = start_cluster(root / "data", fsync=False)
+    except PostgresError as exc:
+        pytest.fail(f"PostgreSQL could not start, so database tests cannot run: {exc}")
+    cluster.create_database(TEMPLATE)
+    upgrade_to_head(cluster.dsn(TEMPLATE))
+    yield cluster
+    cluster.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def database(pg_cluster: PgCluster) -> str:
+    """A new database with the schema applied (copied from a migrated template)."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    subprocess.run(
+        ["psql", pg_cluster.dsn(), "-qc", f'CREATE DATABASE "{name}" TEMPLATE {TEMPLATE}'],
+        check=True,
+        capture_output=True,
+    )
+    return pg_cluster.dsn(name)
+
+
+@pytest.fixture
+def empty_database(pg_cluster: PgCluster) -> str:
+    """A new database without the schema."""
+    name = f"e_{uuid.uuid4().hex[:12]}"
+    pg_cluster.create_database(name)
+    return pg_cluster.dsn(name)
+
+
+@dataclass
+class NodeSpec:
+    """Keys and a registry file for a set of nodes (ids 100, 200, ...)."""
+
+    directory: Path
+    keys: dict[int, SigningKey] = field(default_factory=dict)
+
+    @property
+    def nodes_file(self) -> Path:
+        return self.directory / "nodes.json"
+
+    def write(self, addresses: dict[int, str] | None = None) -> Path:
+        registry = Registry(
+            NodeEntry(n, k.public_key, f"http://{(addresses or {}).get(n, '')}")
+            for n, k in self.keys.items()
+        )
+        self.nodes_file.write_text(registry.to_json())
+        return self.nodes_file
+
+
+@pytest.fixture
+def node_spec(tmp_path: Path) -> NodeSpec:
+    spec = NodeSpec(tmp_path, {100 * (i + 1): SigningKey.generate() for i in range(3)})
+    spec.write()
+    return spec
+
+
+def node_settings(dsn: str, spec: NodeSpec, node_id: int = 100, **extra: Any) -> dict[str, Any]:
+    return {
+        "listen_address": "127.0.0.1:0",
+        "database_dsn": dsn,
+        "signer_key": spec.keys[node_id].hex(),
+        "nodes_file": str(spec.nodes_file),
+        "metrics_address": "",
+        "keepalive_seconds": 30.0,
+        **extra,
+    }
+
+
+@pytest.fixture
+async def start_node() -> AsyncIterator[Callable[..., Any]]:
+    """Starts nodes in this process (`await start_node(**settings)`); stops them after."""
+    from xnode.config import Settings
+    from xnode.server import Node
+    from xnode.server import start_node as start
+
+    started: list[Node] = []
+
+    async def _start(**settings: Any) -> Node:
+        node = await start(Settings(**settings))
+        started.append(node)
+        return node
+
+    yield _start
+    for node in started:
+        await node.stop()
+
+
+@dataclass
+class NodeProcess:
+    """An `xnode run` subprocess."""
+
+    proc: subprocess.Popen[bytes]
+    address: str
+    log: Path
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(30)
+
+    def terminate(self, timeout: float = 30) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture
+def spawn_node(tmp_path: Path) -> Iterator[Callable[..., NodeProcess]]:
+    processes: list[NodeProcess] = []
+
+    def _spawn(
+        dsn: str, spec: NodeSpec, node_id: int = 100, wait: bool = True, **extra: str
+    ) -> NodeProcess:
+        address = f"127.0.0.1:{free_port()}"
+        env = {
+            **os.environ,
+            "XNODE_LISTEN_ADDRESS": address,
+            "XNODE_DATABASE_DSN": dsn,
+            "XNODE_SIGNER_KEY": spec.keys[node_id].hex(),
+            "XNODE_NODES_FILE": str(spec.nodes_file),
+            "XNODE_METRICS_ADDRESS": "",
+            "XNODE_LOG_FORMAT": "json",
+            **{f"XNODE_{k.upper()}": v for k, v in extra.items()},
+        }
+        log = tmp_path / f"node-{node_id}-{len(processes)}.log"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "xnode.cli", "run"],
+            env=env,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        node = NodeProcess(proc, address, log)
+        processes.append(node)
+        if wait and not wait_serving(address, 60):
+            proc.kill()
+            pytest.fail(f"xnode run did not start serving:\n{node.output()[-3000:]}")
+        return node
+
+    yield _spawn
+    for node in processes:
+        if node.proc.poll() is None:
+            node.proc.kill()
+            node.proc.wait(30)
