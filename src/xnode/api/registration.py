@@ -4,11 +4,11 @@ Handlers return already-serialized responses, so the response serializer is the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from xmtp.xmtpv4.message_api import (
     message_api_pb2,
@@ -28,6 +28,19 @@ MISBEHAVIOR_SERVICE = f"{PACKAGE}.MisbehaviorApi"
 _ = misbehavior_api_pb2  # loaded so reflection can describe MisbehaviorApi once it is served
 
 
+# Handlers that frame stored envelopes themselves and return bytes (see xnode.wire).
+RAW_RESPONSES = frozenset(
+    {
+        "PublishPayerEnvelopes",
+        "QueryEnvelopes",
+        "GetNewestEnvelope",
+        "SubscribeEnvelopes",
+        "SubscribeOriginators",
+        "SubscribeTopics",
+    }
+)
+
+
 def _identity(data: bytes) -> bytes:
     return data
 
@@ -36,16 +49,40 @@ def _serialize(message: Message) -> bytes:
     return message.SerializeToString()
 
 
-def _handler(service: EnvelopeService, method: Any) -> grpc.RpcMethodHandler[Any, Any]:
-    behavior = getattr(service, method.name)
-    deserialize = getattr(message_api_pb2, method.input_type.name).FromString
-    serialize: Callable[[Any], bytes] = _serialize if method.name == "GetInboxIds" else _identity
-    if method.server_streaming:
-        return grpc.unary_stream_rpc_method_handler(
-            behavior, request_deserializer=deserialize, response_serializer=serialize
+async def _decode(
+    message_type: type[Message], data: bytes, context: grpc.aio.ServicerContext[Any, Any]
+) -> Message:
+    """Decodes here rather than in grpc, so a corrupt request is INVALID_ARGUMENT."""
+    try:
+        return message_type.FromString(data)
+    except DecodeError as exc:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"request does not decode as {message_type.DESCRIPTOR.full_name}: {exc}",
         )
+    raise AssertionError("unreachable: abort raises")
+
+
+def method_handler(service: Any, method: Any, module: Any) -> grpc.RpcMethodHandler[Any, Any]:
+    """A handler for `method` (a MethodDescriptor) calling the same-named method of service."""
+    behavior = getattr(service, method.name)
+    message_type = getattr(module, method.input_type.name)
+    serialize: Callable[[Any], bytes] = _identity if method.name in RAW_RESPONSES else _serialize
+    if method.server_streaming:
+
+        async def stream(data: bytes, context: Any) -> AsyncIterator[Any]:
+            async for item in behavior(await _decode(message_type, data, context), context):
+                yield item
+
+        return grpc.unary_stream_rpc_method_handler(
+            stream, request_deserializer=_identity, response_serializer=serialize
+        )
+
+    async def unary(data: bytes, context: Any) -> Any:
+        return await behavior(await _decode(message_type, data, context), context)
+
     return grpc.unary_unary_rpc_method_handler(
-        behavior, request_deserializer=deserialize, response_serializer=serialize
+        unary, request_deserializer=_identity, response_serializer=serialize
     )
 
 
@@ -53,7 +90,7 @@ def envelope_handlers(service: EnvelopeService) -> list[grpc.GenericRpcHandler[A
     handlers = []
     for name, module in SERVICES.items():
         descriptor = module.DESCRIPTOR.services_by_name[name]
-        methods = {m.name: _handler(service, m) for m in descriptor.methods}
+        methods = {m.name: method_handler(service, m, message_api_pb2) for m in descriptor.methods}
         handlers.append(grpc.method_handlers_generic_handler(f"{PACKAGE}.{name}", methods))
     return handlers
 

@@ -1,0 +1,228 @@
+"""spark_jobs.misbehavior_aggregation on a hand-computed fixture (see FIXTURE below)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from spark_jobs import gen_data as g
+from xnode.crypto import SigningKey
+
+T0 = 1_800_000_000 * 10**9  # on an hour boundary
+MIN = 60 * 10**9
+KEYS = {n: g.node_key(n, seed=1) for n in (100, 200, 300, 400, 500, 600, 700)}
+IMPOSTOR = SigningKey(b"\x07" * 32)
+UNRESPONSIVE, SLOW, OUT_OF_ORDER, DUPLICATE = 1, 2, 4, 5
+
+# FIXTURE. Hosts 100-400 and 900 (not in any registry) export; 500, 600, 700 misbehave.
+#  host 100: #1 UNRESPONSIVE 500 @T0+10m; #2 = #1 exported again (exact duplicate);
+#            #3 SLOW 700 @T0+5m; #4 DUPLICATE 600: two different envelopes 600:7  -> proof
+#  host 200: #1 UNRESPONSIVE 500 @T0+20m, client-submitted; #2 UNRESPONSIVE 500 @T0+70m;
+#            #3 SLOW 700 @T0+6m signed by an impostor                              -> forged
+#            #4 DUPLICATE 600 but one envelope signed by 400                       -> unverified
+#  host 300: #1 UNRESPONSIVE 500 @T0+30m; #2 UNRESPONSIVE about itself @T0;
+#            #3 DUPLICATE 600 with the same envelope twice                         -> unverified
+#            #4 OUT_OF_ORDER 600, envelopes 600:8 then 600:10, signed by 600       -> proof
+#  host 400: #1 bytes that do not decode                                           -> malformed
+#  host 900: #1 UNRESPONSIVE 500, host unknown to every registry                   -> unknown_host
+# 500/UNRESPONSIVE, window T0: reporters {100, 200, 300} -> flagged at threshold 2 and 3.
+
+
+def envelope(originator: int, signer: int, seq: int, data: bytes) -> bytes:
+    return g.signed_envelope(originator, KEYS[signer], seq, T0, data)
+
+
+@dataclass
+class Host:
+    node_id: int
+    key: SigningKey
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, unsigned: Any, forged_by: SigningKey | None = None) -> dict[str, Any]:
+        t = unsigned.reporter_time_ns + 1
+        row = g.report_row(len(self.rows) + 1, self.node_id, self.key, unsigned, t, forged_by)
+        self.rows.append(row)
+        return row
+
+    def write(self, root: Path, registry: dict[int, SigningKey]) -> None:
+        directory = g.node_dir(root, self.node_id)
+        g.write_reports(directory, g.report_table(self.rows))
+        g.write_nodes(directory, registry)
+
+
+def build_fixture(root: Path) -> Path:
+    h100, h200, h300, h400 = (Host(n, KEYS[n]) for n in (100, 200, 300, 400))
+    h900 = Host(900, g.node_key(900, seed=1))
+    row = h100.add(g.liveness_report(500, UNRESPONSIVE, T0 + 10 * MIN))
+    h100.rows.append(dict(row, report_id=2))
+    h100.add(g.liveness_report(700, SLOW, T0 + 5 * MIN))
+    pair = [envelope(600, 600, 7, b"one"), envelope(600, 600, 7, b"two")]
+    h100.add(g.safety_report(600, DUPLICATE, pair, T0 + 40 * MIN))
+
+    h200.add(g.liveness_report(500, UNRESPONSIVE, T0 + 20 * MIN, submitted_by_node=False))
+    h200.add(g.liveness_report(500, UNRESPONSIVE, T0 + 70 * MIN))
+    h200.add(g.liveness_report(700, SLOW, T0 + 6 * MIN), forged_by=IMPOSTOR)
+    framed = [envelope(600, 600, 7, b"one"), envelope(600, 400, 7, b"two")]
+    h200.add(g.safety_report(600, DUPLICATE, framed, T0 + 41 * MIN))
+
+    h300.add(g.liveness_report(500, UNRESPONSIVE, T0 + 30 * MIN))
+    h300.add(g.liveness_report(300, UNRESPONSIVE, T0))
+    same = envelope(600, 600, 7, b"one")
+    h300.add(g.safety_report(600, DUPLICATE, [same, same], T0 + 42 * MIN))
+    gap = [envelope(600, 600, 8, b"eight"), envelope(600, 600, 10, b"ten")]
+    h300.add(g.safety_report(600, OUT_OF_ORDER, gap, T0 + 43 * MIN))
+
+    row = g.report_row(1, 400, KEYS[400], g.liveness_report(500, SLOW, T0), T0)
+    h400.rows.append(dict(row, report=b"\xff\xff"))
+    h900.add(g.liveness_report(500, UNRESPONSIVE, T0 + 15 * MIN))
+    for host in (h100, h200, h300, h400, h900):
+        host.write(root, KEYS)
+    return root
+
+
+@pytest.fixture(scope="module")
+def fixture_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_fixture(tmp_path_factory.mktemp("reports"))
+
+
+@pytest.fixture(scope="module")
+def result(spark: Any, aggregation: ModuleType, fixture_root: Path, tmp_path_factory: Any) -> Any:
+    out = tmp_path_factory.mktemp("out") / "council"
+    data = aggregation.run(spark, [fixture_root], out, threshold=2, window_minutes=60)
+    tables = {
+        n: pq.read_table(out / f"{n}.parquet").to_pylist()
+        for n in ("liveness", "safety", "flagged", "rejected")
+    }
+    return data, tables, out
+
+
+def test_counts_match_the_hand_computed_fixture(result: Any) -> None:
+    data, _, _ = result
+    assert data.rows_read == 14
+    assert data.duplicates_removed == 1
+    assert data.accepted == 8
+    assert data.outcomes == {
+        "accepted": 8,
+        "forged": 1,
+        "unverified_proof": 2,
+        "malformed": 1,
+        "unknown_host": 1,
+    }
+
+
+def test_liveness_windows(result: Any) -> None:
+    _, tables, _ = result
+    rows = {
+        (r["misbehaving_node_id"], r["type"], (r["window_start_ns"] - T0) // MIN): r
+        for r in tables["liveness"]
+    }
+    assert set(rows) == {(500, 1, 0), (500, 1, 60), (700, 2, 0), (300, 1, 0)}
+    first = rows[(500, 1, 0)]
+    assert first["report_count"] == 3  # the duplicate counted once, unknown host 900 not at all
+    assert first["reporters"] == [100, 200, 300]
+    assert (first["node_submitted"], first["client_submitted"]) == (2, 1)
+    assert first["flagged"] is True
+    assert rows[(500, 1, 60)]["distinct_reporters"] == 1 and not rows[(500, 1, 60)]["flagged"]
+    # Without the forged report, 700 has a single reporter: not flagged.
+    assert rows[(700, 2, 0)]["reporters"] == [100] and not rows[(700, 2, 0)]["flagged"]
+    # A node reporting itself is no peer.
+    assert rows[(300, 1, 0)]["report_count"] == 1 and rows[(300, 1, 0)]["distinct_reporters"] == 0
+
+
+def test_forged_and_unverifiable_reports_are_rejected_with_reasons(result: Any) -> None:
+    _, tables, _ = result
+    rejected = {(r["host_node_id"], r["report_id"]): r for r in tables["rejected"]}
+    assert {k: r["reason_code"] for k, r in rejected.items()} == {
+        (200, 3): "forged",
+        (200, 4): "unverified_proof",
+        (300, 3): "unverified_proof",
+        (400, 1): "malformed",
+        (900, 1): "unknown_host",
+    }
+    assert "not signed by misbehaving node 600" in rejected[(200, 4)]["reason"]
+    assert "no two different envelopes" in rejected[(300, 3)]["reason"]
+
+
+def test_a_single_verified_proof_flags_the_node(result: Any) -> None:
+    _, tables, _ = result
+    proofs = {(r["host_node_id"], r["type"]) for r in tables["safety"]}
+    assert proofs == {(100, DUPLICATE), (300, OUT_OF_ORDER)}
+    dup = next(r for r in tables["safety"] if r["type"] == DUPLICATE)
+    assert (dup["duplicate_originator"], dup["duplicate_sequence_id"]) == (600, 7)
+    flagged = {
+        (r["misbehaving_node_id"], r["type"], r["basis"], r["evidence_count"])
+        for r in tables["flagged"]
+    }
+    assert flagged == {
+        (500, UNRESPONSIVE, "liveness_threshold", 1),
+        (600, DUPLICATE, "safety_proof", 1),
+        (600, OUT_OF_ORDER, "safety_proof", 1),
+    }
+
+
+def test_report_files_are_complete(result: Any) -> None:
+    _, _, out = result
+    assert sorted(p.name for p in out.iterdir()) == [
+        "flagged.parquet",
+        "liveness.parquet",
+        "rejected.parquet",
+        "report.html",
+        "report.md",
+        "safety.parquet",
+    ]
+    html = (out / "report.html").read_text()
+    assert html.count("<svg") == 4  # nodes 300, 500, 600, 700
+    assert "Node 600" in html and "FLAGGED" in html
+    md = (out / "report.md").read_text()
+    assert "| Rejected | 5 |" in md and "## Node 500" in md
+
+
+@pytest.mark.parametrize(("threshold", "flagged"), [(3, True), (4, False)])
+def test_threshold_is_respected(
+    spark: Any,
+    aggregation: ModuleType,
+    fixture_root: Path,
+    tmp_path: Path,
+    threshold: int,
+    flagged: bool,
+) -> None:
+    data = aggregation.run(spark, [fixture_root], tmp_path / "out", threshold=threshold)
+    liveness_flags = {
+        r["misbehaving_node_id"] for r in data.flagged if r["basis"] == "liveness_threshold"
+    }
+    assert (500 in liveness_flags) is flagged
+    assert {r["misbehaving_node_id"] for r in data.flagged if r["basis"] == "safety_proof"} == {600}
+
+
+def test_one_duplicate_sequence_report_alone_flags_the_node(
+    spark: Any, aggregation: ModuleType, tmp_path: Path
+) -> None:
+    host = Host(100, KEYS[100])
+    pair = [envelope(700, 700, 3, b"a"), envelope(700, 700, 3, b"b")]
+    host.add(g.safety_report(700, DUPLICATE, pair, T0))
+    host.write(tmp_path / "export", KEYS)
+
+    data = aggregation.run(spark, [tmp_path / "export"], tmp_path / "out")
+
+    assert [(r["misbehaving_node_id"], r["basis"]) for r in data.flagged] == [(700, "safety_proof")]
+
+
+def test_bad_input_writes_nothing(
+    aggregation: ModuleType, inputs: ModuleType, tmp_path: Path, capsys: Any
+) -> None:
+    root = build_fixture(tmp_path / "export")
+    (root / "node-100" / "nodes.parquet").unlink()
+    victim = next((root / "node-200" / "misbehavior_reports").rglob("*.parquet"))
+    victim.write_bytes(b"garbage")
+    out = tmp_path / "out"
+
+    assert aggregation.main(["--input", str(root), "--out", str(out)]) == 2
+
+    err = capsys.readouterr().err
+    assert str(victim) in err and "not a readable Parquet file" in err
+    assert not out.exists()

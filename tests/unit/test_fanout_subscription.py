@@ -1,0 +1,147 @@
+"""Live delivery and the catch-up to live switch-over, over an in-memory store."""
+
+from __future__ import annotations
+
+import asyncio
+
+from xnode.cursors import Cursor
+from xnode.fanout import LIVE_QUEUE_BATCHES, Fanout
+from xnode.query import EnvelopeQuery
+from xnode.store_types import StoredEnvelope
+from xnode.subscription import Delivery, Phase, Subscription
+
+TOPIC = b"\x00" + b"g" * 16
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self.rows: list[StoredEnvelope] = []
+        self.read_gate: asyncio.Event | None = None
+
+    def add(self, node: int, seq: int, topic: bytes = TOPIC) -> StoredEnvelope:
+        env = StoredEnvelope(node, seq, topic, f"{node}:{seq}".encode())
+        self.rows.append(env)
+        return env
+
+    async def query(self, query: EnvelopeQuery, limit: int) -> list[StoredEnvelope]:
+        if self.read_gate is not None:
+            await self.read_gate.wait()
+        hits = [
+            e
+            for e in self.rows
+            if (e.topic in query.topics or e.originator_node_id in query.originators)
+            and e.sequence_id > query.cursor[e.originator_node_id]
+        ]
+        return sorted(hits, key=lambda e: (e.originator_node_id, e.sequence_id))[:limit]
+
+    async def fetch_range(self, node: int, after: int, up_to: int) -> list[StoredEnvelope]:
+        return sorted(
+            (
+                e
+                for e in self.rows
+                if e.originator_node_id == node and after < e.sequence_id <= up_to
+            ),
+            key=lambda e: e.sequence_id,
+        )
+
+
+def keys(deliveries: list[Delivery]) -> list[tuple[int, int]]:
+    return [(e.originator_node_id, e.sequence_id) for d in deliveries for e in d.envelopes]
+
+
+async def collect(sub: Subscription, count: int) -> list[Delivery]:
+    got: list[Delivery] = []
+    async for delivery in sub.deliveries():
+        got.append(delivery)
+        if len(keys(got)) >= count:
+            break
+    return got
+
+
+async def test_switch_over_has_no_gap_and_no_duplicate() -> None:
+    store = MemoryStore()
+    for seq in range(1, 6):
+        store.add(100, seq)
+    fanout = Fanout(store.fetch_range, Cursor({100: 5}))
+    store.read_gate = asyncio.Event()
+    sub = Subscription(
+        [EnvelopeQuery((TOPIC,), (), Cursor({100: 2}))], store.query, fanout, page_size=2
+    )
+    task = asyncio.create_task(collect(sub, 6))
+    await asyncio.sleep(0.01)  # registered, catch-up read blocked
+    # Commits land while the catch-up read is in flight: they are both in the store and live.
+    await fanout.committed([store.add(100, 6), store.add(100, 7)])
+    store.read_gate.set()
+    await asyncio.sleep(0.01)
+    await fanout.committed([store.add(100, 8)])
+    got = await asyncio.wait_for(task, 5)
+    assert keys(got) == [(100, s) for s in range(3, 9)]
+    assert any(d.phase is Phase.CAUGHT_UP for d in got)
+
+
+async def test_fanout_fills_gaps_from_the_store_before_later_envelopes() -> None:
+    store = MemoryStore()
+    fanout = Fanout(store.fetch_range, Cursor())
+    sub = Subscription([EnvelopeQuery((), (200,), Cursor())], store.query, fanout)
+    task = asyncio.create_task(collect(sub, 3))
+    await asyncio.sleep(0.01)
+    store.add(200, 1)
+    store.add(200, 2)  # committed by another process, not yet announced
+    await fanout.committed([store.add(200, 3)])
+    assert keys(await asyncio.wait_for(task, 5)) == [(200, 1), (200, 2), (200, 3)]
+
+
+async def test_other_process_commits_are_fetched_and_delivered_once() -> None:
+    store = MemoryStore()
+    fanout = Fanout(store.fetch_range, Cursor())
+    sub = Subscription([EnvelopeQuery((TOPIC,), (), Cursor())], store.query, fanout)
+    task = asyncio.create_task(collect(sub, 4))
+    await asyncio.sleep(0.01)
+    for seq in range(1, 4):
+        store.add(300, seq)
+    await fanout.caught_up_to({300: 3})
+    await fanout.caught_up_to({300: 3})  # a repeated notice changes nothing
+    await fanout.committed([store.add(300, 4)])
+    assert keys(await asyncio.wait_for(task, 5)) == [(300, 1), (300, 2), (300, 3), (300, 4)]
+
+
+async def test_slow_reader_is_caught_up_from_the_store_without_loss() -> None:
+    store = MemoryStore()
+    fanout = Fanout(store.fetch_range, Cursor())
+    sub = Subscription([EnvelopeQuery((TOPIC,), (), Cursor())], store.query, fanout)
+    stream = sub.deliveries()
+    first = await stream.__anext__()  # caught up on an empty store, live from now on
+    assert first.phase is Phase.CAUGHT_UP
+    total = LIVE_QUEUE_BATCHES + 50
+    for seq in range(1, total + 1):  # nobody reads: the live queue overflows
+        await fanout.committed([store.add(100, seq)])
+    seen: list[int] = []
+    while len(seen) < total:
+        delivery = await asyncio.wait_for(stream.__anext__(), 5)
+        seen += [e.sequence_id for e in delivery.envelopes]
+    await stream.aclose()
+    assert seen == list(range(1, total + 1))
+    assert fanout.listener_count == 0
+
+
+async def test_keepalive_when_idle() -> None:
+    store = MemoryStore()
+    fanout = Fanout(store.fetch_range, Cursor())
+    sub = Subscription(
+        [EnvelopeQuery((TOPIC,), (), Cursor())], store.query, fanout, keepalive_s=0.05
+    )
+    stream = sub.deliveries()
+    phases = [(await stream.__anext__()).phase for _ in range(3)]
+    await stream.aclose()
+    assert phases == [Phase.CAUGHT_UP, Phase.KEEPALIVE, Phase.KEEPALIVE]
+
+
+async def test_close_ends_the_subscription() -> None:
+    store = MemoryStore()
+    fanout = Fanout(store.fetch_range, Cursor())
+    sub = Subscription([EnvelopeQuery((TOPIC,), (), Cursor())], store.query, fanout)
+    stream = sub.deliveries()
+    await stream.__anext__()
+    sub.close()
+    rest = [d async for d in stream]
+    assert rest == [] and fanout.listener_count == 0

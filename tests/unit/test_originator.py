@@ -1,0 +1,88 @@
+"""Group commit with a fake store: batching, ordering, failures, draining."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from xnode.envelopes import OriginatedEnvelope, ValidPayerEnvelope
+from xnode.errors import Reason, Rejected
+from xnode.originator import Originator
+
+
+class FakeLog:
+    def __init__(self, fail_times: int = 0) -> None:
+        self.batches: list[int] = []
+        self.next_seq = 1
+        self.fail_times = fail_times
+        self.committed: list[int] = []
+
+    async def append(self, batch: Sequence[ValidPayerEnvelope]) -> list[OriginatedEnvelope]:
+        await asyncio.sleep(0.01)  # a commit takes time, so requests pile up
+        if self.fail_times:
+            self.fail_times -= 1
+            raise OSError("database went away")
+        self.batches.append(len(batch))
+        out = [
+            OriginatedEnvelope(100, self.next_seq + i, 0, b"t", 0, None, bytes([i % 256]))
+            for i in range(len(batch))
+        ]
+        self.next_seq += len(batch)
+        return out
+
+    async def on_committed(self, envelopes: list[OriginatedEnvelope]) -> None:
+        self.committed += [e.sequence_id for e in envelopes]
+
+
+def _envelopes(n: int) -> list[ValidPayerEnvelope]:
+    return [object()] * n  # type: ignore[list-item]  # the fake never looks inside
+
+
+async def test_concurrent_publishes_share_batches_and_get_their_own_ids() -> None:
+    log = FakeLog()
+    originator = Originator(log.append, log.on_committed, max_batch=50)
+    originator.start()
+    results = await asyncio.gather(*(originator.publish(_envelopes(1)) for _ in range(120)))
+    await originator.close()
+    seqs = sorted(r[0].sequence_id for r in results)
+    assert seqs == list(range(1, 121))
+    assert max(log.batches) <= 50 and len(log.batches) < 120
+    assert log.committed == list(range(1, 121))
+
+
+async def test_a_request_is_never_split_across_batches() -> None:
+    log = FakeLog()
+    originator = Originator(log.append, log.on_committed, max_batch=10)
+    originator.start()
+    big, small = await asyncio.gather(
+        originator.publish(_envelopes(25)), originator.publish(_envelopes(3))
+    )
+    await originator.close()
+    assert [e.sequence_id for e in big] == list(range(1, 26))
+    assert [e.sequence_id for e in small] == [26, 27, 28]
+
+
+async def test_failed_commit_fails_its_callers_and_the_next_batch_succeeds() -> None:
+    log = FakeLog(fail_times=1)
+    originator = Originator(log.append, log.on_committed)
+    originator.start()
+    with pytest.raises(OSError):
+        await originator.publish(_envelopes(2))
+    ok = await originator.publish(_envelopes(1))
+    await originator.close()
+    assert ok[0].sequence_id == 1  # the failed batch consumed no ids
+
+
+async def test_close_drains_accepted_publishes_then_refuses_new_ones() -> None:
+    log = FakeLog()
+    originator = Originator(log.append, log.on_committed)
+    originator.start()
+    pending = [asyncio.create_task(originator.publish(_envelopes(1))) for _ in range(10)]
+    await asyncio.sleep(0)
+    await originator.close()
+    assert all(t.done() and not t.exception() for t in pending)
+    with pytest.raises(Rejected) as err:
+        await originator.publish(_envelopes(1))
+    assert err.value.reason is Reason.UNAVAILABLE
