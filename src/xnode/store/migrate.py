@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+
+
+# alembic keeps its context in module globals: one upgrade at a time per process.
+# Across processes, migrations/env.py serializes with an advisory lock.
+_ONE_AT_A_TIME = threading.Lock()
 
 
 def migrations_dir() -> Path:
@@ -31,4 +37,5 @@ def upgrade_to_head(dsn: str) -> None:
     config = Config()
     config.set_main_option("script_location", str(directory))
     config.set_main_option("sqlalchemy.url", sqlalchemy_url(dsn).replace("%", "%%"))
-    command.upgrade(config, "head")
+    with _ONE_AT_A_TIME:
+        command.upgrade(config, "head")

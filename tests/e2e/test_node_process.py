@@ -1,0 +1,187 @@
+"""`xnode run` as a subprocess: crashes, restarts, shared databases, shutdown, refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from typing import Any
+
+import grpc
+
+from xnode.api.client import NodeClient, envelopes_of
+from xnode.crypto import SigningKey
+from xnode.cursors import Cursor
+from xnode.envelopes import parse_originator_envelope
+
+GROUP = b"\x42" * 16
+TOPIC = b"\x00" + GROUP
+PAYER = SigningKey.generate()
+
+
+async def publish_until_stopped(
+    address: str, stop: asyncio.Event, acked: dict[bytes, int], workers: int = 16
+) -> int:
+    """Publishes single envelopes from many callers; records what was acknowledged."""
+    failures = 0
+
+    async def worker(w: int) -> None:
+        nonlocal failures
+        async with NodeClient(address) as client:
+            i = 0
+            while not stop.is_set():
+                payload = f"w{w}-{i}".encode()
+                i += 1
+                try:
+                    [env] = await client.publish_group_messages(PAYER, 100, GROUP, [payload])
+                except grpc.aio.AioRpcError:
+                    failures += 1
+                    await asyncio.sleep(0.05)
+                    continue
+                acked[env.SerializeToString()] = parse_originator_envelope(
+                    env.SerializeToString()
+                ).sequence_id
+
+    await asyncio.gather(*(worker(w) for w in range(workers)))
+    return failures
+
+
+async def all_stored(address: str) -> list[bytes]:
+    out: list[bytes] = []
+    async with NodeClient(address) as client:
+        cursor = None
+        while True:
+            page = await client.query(originators=[100], cursor=cursor or Cursor(), limit=1000)
+            if not page:
+                return out
+            out += [e.SerializeToString() for e in page]
+            cursor = Cursor({100: parse_originator_envelope(out[-1]).sequence_id})
+
+
+async def test_kill_9_under_load_loses_no_acknowledged_envelope(
+    spawn_node: Any, database: str, node_spec: Any
+) -> None:
+    node = spawn_node(database, node_spec)
+    stop, acked = asyncio.Event(), {}
+    load = asyncio.create_task(publish_until_stopped(node.address, stop, acked))
+    while len(acked) < 300:
+        await asyncio.sleep(0.05)
+    node.kill()  # SIGKILL in the middle of publishing
+    await asyncio.sleep(0.5)
+    stop.set()
+    await load
+    restarted = spawn_node(database, node_spec)
+    stored = await all_stored(restarted.address)
+    seqs = [parse_originator_envelope(raw).sequence_id for raw in stored]
+    assert seqs == list(range(1, len(seqs) + 1)), "sequence ids must be 1..N without a gap"
+    missing = set(acked) - set(stored)
+    assert not missing, f"{len(missing)} acknowledged envelopes were lost"
+    async with NodeClient(restarted.address) as client:
+        [env] = await client.publish_group_messages(PAYER, 100, GROUP, [b"after restart"])
+    assert parse_originator_envelope(env.SerializeToString()).sequence_id == len(seqs) + 1
+
+
+async def test_two_processes_on_one_database_share_one_gap_free_sequence(
+    spawn_node: Any, database: str, node_spec: Any
+) -> None:
+    first, second = spawn_node(database, node_spec), spawn_node(database, node_spec)
+    async with NodeClient(first.address) as watcher:
+        call = watcher.subscribe(topics=[TOPIC])
+        live: list[int] = []
+
+        async def watch() -> None:
+            async for env in envelopes_of(call):
+                live.append(parse_originator_envelope(env.SerializeToString()).sequence_id)
+
+        watching = asyncio.create_task(watch())
+        await asyncio.sleep(0.3)
+        stop, acked = asyncio.Event(), {}
+        loads = [
+            asyncio.create_task(publish_until_stopped(n.address, stop, acked, workers=8))
+            for n in (first, second)
+        ]
+        while len(acked) < 400:
+            await asyncio.sleep(0.05)
+        stop.set()
+        assert sum(await asyncio.gather(*loads)) == 0
+        stored = await all_stored(second.address)
+        for _ in range(100):  # live delivery from the other process arrives via NOTIFY
+            if len(live) >= len(stored):
+                break
+            await asyncio.sleep(0.05)
+        call.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+    seqs = [parse_originator_envelope(raw).sequence_id for raw in stored]
+    assert seqs == list(range(1, len(acked) + 1))
+    assert set(stored) == set(acked)
+    assert live == seqs, "a subscriber on one process sees the other's commits, in order"
+
+
+async def test_sigterm_drains_in_flight_publishes_and_closes_streams(
+    spawn_node: Any, database: str, node_spec: Any
+) -> None:
+    node = spawn_node(database, node_spec)
+    async with NodeClient(node.address) as client:
+        call = client.subscribe(topics=[TOPIC])
+        stop, acked = asyncio.Event(), {}
+        load = asyncio.create_task(publish_until_stopped(node.address, stop, acked, workers=8))
+        while len(acked) < 100:
+            await asyncio.sleep(0.05)
+        code = await asyncio.to_thread(node.terminate)
+        stop.set()
+        await load
+        try:
+            async for _ in call:
+                pass
+            stream_status = grpc.StatusCode.OK
+        except grpc.aio.AioRpcError as exc:
+            stream_status = exc.code()
+    assert code == 0, node.output()[-2000:]
+    assert stream_status == grpc.StatusCode.UNAVAILABLE
+    assert '"node_stopped"' in node.output()
+    restarted = spawn_node(database, node_spec)
+    assert set(acked) <= set(await all_stored(restarted.address))
+
+
+def test_unregistered_key_refuses_to_start(database: str, node_spec: Any) -> None:
+    env = {
+        **os.environ,
+        "XNODE_DATABASE_DSN": database,
+        "XNODE_SIGNER_KEY": SigningKey.generate().hex(),
+        "XNODE_NODES_FILE": str(node_spec.nodes_file),
+        "XNODE_LISTEN_ADDRESS": "127.0.0.1:0",
+        "XNODE_METRICS_ADDRESS": "",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "xnode.cli", "run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "is not in the node registry" in done.stderr
+
+
+def test_database_of_another_node_refuses_to_start(
+    spawn_node: Any, database: str, node_spec: Any
+) -> None:
+    spawn_node(database, node_spec, node_id=100).terminate()
+    env = {
+        **os.environ,
+        "XNODE_DATABASE_DSN": database,
+        "XNODE_SIGNER_KEY": node_spec.keys[200].hex(),
+        "XNODE_NODES_FILE": str(node_spec.nodes_file),
+        "XNODE_LISTEN_ADDRESS": "127.0.0.1:0",
+        "XNODE_METRICS_ADDRESS": "",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "xnode.cli", "run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "this database belongs to node 100" in done.stderr

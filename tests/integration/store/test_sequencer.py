@@ -1,0 +1,98 @@
+"""The sequencer on a real Postgres: gap-free ids under concurrency, across pools, and
+after a failed transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import asyncpg
+import pytest
+
+from xnode.api.client import group_message_envelope
+from xnode.crypto import SigningKey
+from xnode.envelopes import ValidPayerEnvelope, build_payer_envelope, validate_payer_envelope
+from xnode.store.identity import WrongNodeError, claim_database
+from xnode.store.sequencer import append_originated
+
+NODE = 100
+KEY = SigningKey.generate()
+PAYER = SigningKey.generate()
+
+
+def envelopes(n: int, tag: str = "") -> list[ValidPayerEnvelope]:
+    return [
+        validate_payer_envelope(
+            build_payer_envelope(
+                group_message_envelope(b"g" * 16, f"{tag}{i}".encode()), PAYER, NODE
+            ),
+            NODE,
+        )
+        for i in range(n)
+    ]
+
+
+async def append(pool: asyncpg.Pool, batch: list[ValidPayerEnvelope]) -> list[int]:
+    async with pool.acquire() as conn, conn.transaction():
+        done = await append_originated(conn, NODE, KEY, batch, time.time_ns(), "test")
+    return [e.sequence_id for e in done]
+
+
+async def stored(pool: asyncpg.Pool) -> list[tuple[int, int]]:
+    rows = await pool.fetch(
+        "SELECT originator_sequence_id, originator_ns FROM originator_envelopes"
+        " WHERE originator_node_id = $1 ORDER BY 1",
+        NODE,
+    )
+    return [(r[0], r[1]) for r in rows]
+
+
+async def test_two_pools_appending_concurrently_give_one_gap_free_sequence(database: str) -> None:
+    pools = [await asyncpg.create_pool(database, min_size=4, max_size=4) for _ in range(2)]
+    await claim_database(pools[0], NODE, KEY.public_key)
+    batch = envelopes(5)
+    await asyncio.gather(*(append(pools[i % 2], batch) for i in range(40)))
+    rows = await stored(pools[0])
+    assert [seq for seq, _ in rows] == list(range(1, 201))
+    stamps = [ns for _, ns in rows]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)  # strictly increasing
+    clock = await pools[0].fetchval(
+        "SELECT sequence_id FROM vector_clock WHERE originator_node_id = $1", NODE
+    )
+    assert clock == 200
+    for pool in pools:
+        await pool.close()
+
+
+async def test_rolled_back_batch_leaves_no_gap(database: str) -> None:
+    pool = await asyncpg.create_pool(database, min_size=1, max_size=2)
+    await claim_database(pool, NODE, KEY.public_key)
+    await append(pool, envelopes(3))
+    with pytest.raises(RuntimeError):
+        async with pool.acquire() as conn, conn.transaction():
+            await append_originated(conn, NODE, KEY, envelopes(4), time.time_ns(), "test")
+            raise RuntimeError("crash before commit")
+    assert await append(pool, envelopes(2)) == [4, 5]
+    assert [seq for seq, _ in await stored(pool)] == [1, 2, 3, 4, 5]
+    await pool.close()
+
+
+async def test_timestamps_never_go_back_when_the_clock_does(database: str) -> None:
+    pool = await asyncpg.create_pool(database, min_size=1, max_size=2)
+    await claim_database(pool, NODE, KEY.public_key)
+    future = time.time_ns() + 3_600 * 10**9
+    async with pool.acquire() as conn, conn.transaction():
+        await append_originated(conn, NODE, KEY, envelopes(1), future, "test")
+    await append(pool, envelopes(1))  # wall clock is an hour "behind" the last stamp
+    (_, first), (_, second) = await stored(pool)
+    assert second == first + 1
+    await pool.close()
+
+
+async def test_database_of_another_node_is_refused(database: str) -> None:
+    pool = await asyncpg.create_pool(database, min_size=1, max_size=2)
+    await claim_database(pool, NODE, KEY.public_key)
+    await claim_database(pool, NODE, KEY.public_key)  # same node again: fine
+    with pytest.raises(WrongNodeError, match="belongs to node 100"):
+        await claim_database(pool, 200, SigningKey.generate().public_key)
+    await pool.close()
