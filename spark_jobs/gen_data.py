@@ -147,44 +147,58 @@ def _pick(values: Sequence[Any], draws: pa.Array, dtype: pa.DataType) -> pa.Arra
     return pc.take(pa.array(list(values), dtype), index)
 
 
+_KINDS = [0] * 14 + [1, 1, 3, 3, 3, 2]  # mostly group messages; 5% identity updates
+# Retention days a payer asked for; 0 stands for exports whose expiry column is 0, which the
+# job must resolve with the XIP default itself.
+_RETENTION_DAYS = [0, 30, 90, 183, 183, 183, 365]
+_TOPICS_PER_KIND = 8
+
+
+def _expiry(ns: pa.Array, kind: pa.Array, days: pa.Array) -> pa.Array:
+    expiry = pc.add(pc.divide(ns, NS_PER_S), pc.multiply(days, S_PER_DAY))  # integer division
+    never = pc.or_(pc.equal(kind, 2), pc.equal(days, 0))
+    return pc.if_else(never, pa.scalar(0, pa.int64()), expiry)
+
+
+def _topics(kind: pa.Array, draws: pa.Array) -> pa.Array:
+    topics = [bytes([k]) + keccak256(bytes([k, i])) for k in range(4) for i in range(8)]
+    index = pc.add(
+        pc.multiply(pc.cast(kind, pa.int64()), _TOPICS_PER_KIND),
+        _pick(range(_TOPICS_PER_KIND), draws, pa.int64()),
+    )
+    return pc.take(pa.array(topics, pa.binary()), index)
+
+
 def synthetic_envelopes(
     originator: int, first_seq: int, count: int, start_ns: int, step_ns: int, seed: int
 ) -> pa.Table:
-    """`count` consecutive sequence ids of one originator, vectorized with pyarrow.compute."""
+    """`count` consecutive sequence ids of one originator, vectorized with pyarrow.compute.
+    Originator 0 carries group messages and 1 identity updates, never expiring and unpaid."""
+    chain = originator in (0, 1)
+
+    def draws(offset: int) -> pa.Array:
+        return pc.random(count, initializer=seed + offset)
+
     seq = pa.array(range(first_seq, first_seq + count), pa.int64())
     ns = pc.add(pc.multiply(pc.subtract(seq, first_seq), step_ns), start_ns)
-    chain = originator in (0, 1)
-    kinds = [2] if originator == 1 else [0] if chain else [0] * 14 + [1, 1, 3, 3, 3, 2]
-    kind = _pick(kinds, pc.random(count, initializer=seed), pa.int8())
-    # 0 = the XIP default, which the job applies itself when expiry is 0 (older exports).
-    days = _pick(
-        [0, 30, 90, 183, 183, 183, 365], pc.random(count, initializer=seed + 1), pa.int64()
-    )
-    expiry = pc.add(pc.divide(ns, NS_PER_S), pc.multiply(days, S_PER_DAY))
-    never = pc.or_(pc.equal(kind, 2), pc.equal(days, 0)) if not chain else pa.array([True] * count)
-    expiry = pc.if_else(never, pa.scalar(0, pa.int64()), expiry)
-    topics = [bytes([k]) + keccak256(bytes([k, i])) for k in range(4) for i in range(8)]
-    topic = pc.take(
-        pa.array(topics, pa.binary()),
-        pc.add(
-            pc.multiply(pc.cast(kind, pa.int64()), 8),
-            _pick(range(8), pc.random(count, initializer=seed + 2), pa.int64()),
-        ),
-    )
-    payers = [None] if chain else [keccak256(bytes([i]))[-20:] for i in range(16)]
+    kind = _pick([2] if originator == 1 else [0] if chain else _KINDS, draws(0), pa.int8())
+    if chain:
+        expiry = pa.repeat(pa.scalar(0, pa.int64()), count)
+        payer = pa.nulls(count, pa.binary())
+    else:
+        expiry = _expiry(ns, kind, _pick(_RETENTION_DAYS, draws(1), pa.int64()))
+        payer = _pick([keccak256(bytes([i]))[-20:] for i in range(16)], draws(3), pa.binary())
     return pa.table(
         {
             "originator_sequence_id": seq,
             "originator_ns": ns,
-            "topic": topic,
+            "topic": _topics(kind, draws(2)),
             "topic_kind": kind,
             "expiry_unixtime": expiry,
-            "payer_address": _pick(payers, pc.random(count, initializer=seed + 3), pa.binary()),
-            "size_bytes": _pick(
-                [180, 420, 1500, 9000], pc.random(count, initializer=seed + 4), pa.int32()
-            ),
+            "payer_address": payer,
+            "size_bytes": _pick([180, 420, 1500, 9000], draws(4), pa.int32()),
             "originator_envelope": pa.nulls(count, pa.binary()),
-            "originator_node_id": pa.array([originator] * count, pa.int32()),
+            "originator_node_id": pa.repeat(pa.scalar(originator, pa.int32()), count),
         }
     )
 

@@ -29,6 +29,11 @@ class InputError(Exception):
     """Input that a job cannot use; the message names the path and the problem."""
 
 
+def one_line(exc: BaseException) -> str:
+    """For a CLI's single error line: library messages (pyarrow's) may span several."""
+    return " ".join(str(exc).split())
+
+
 def _binary(t: pa.DataType) -> bool:
     return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t))
 
@@ -234,13 +239,22 @@ def read_registry(inputs: Sequence[str | Path]) -> dict[int, frozenset[bytes]]:
     return {node: frozenset(k) for node, k in keys.items()}
 
 
-_READ_FAILURE_MARKERS = ("parquet", "corrupt", "filenotfound", "file does not exist", "footer")
+# Spark's error classes and Java exceptions for unreadable input files. Deliberately narrow:
+# a bug elsewhere (its message may well mention "parquet" in a plan) must not pass for bad input.
+_READ_FAILURE_MARKERS = (
+    "FAILED_READ_FILE",
+    "PATH_NOT_FOUND",
+    "CANNOT_READ_FILE_FOOTER",
+    "FileNotFoundException",
+    "ParquetDecodingException",
+    "is not a Parquet file",
+)
 
 
 def _is_read_failure(exc: Exception) -> bool:
     if not isinstance(exc, PySparkException | Py4JJavaError):
         return False
-    text = str(exc).lower()
+    text = str(exc)
     return any(marker in text for marker in _READ_FAILURE_MARKERS)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,6 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.functions import arrow_udf
 from pyspark.sql.pandas.types import from_arrow_type
-from pyspark.util import PythonEvalType
 
 from spark_jobs.council_report import CouncilData, render_html, render_markdown
 from spark_jobs.inputs import (
@@ -46,6 +45,7 @@ from spark_jobs.inputs import (
     InputError,
     find_report_files,
     load_reports,
+    one_line,
     read_registry,
     spark_read_errors,
 )
@@ -67,6 +67,10 @@ SAFETY_TYPES = (4, 5, 6, 7, 8)  # OUT_OF_ORDER ... BLOCKCHAIN_INCONSISTENCY
 DUPLICATE_SEQUENCE_ID = 5
 DEFAULT_THRESHOLD = 2
 DEFAULT_WINDOW_MINUTES = 60
+# Unsigned protobuf fields wider than the columns they land in. A host signs whatever a client
+# submitted, so out-of-range values must become a rejection, not an overflow that kills a batch.
+_MAX_NODE_ID = 2**31 - 1  # node ids are int32 in exports and the registry
+_MAX_INT64 = 2**63 - 1
 
 ENVELOPE_FACTS = pa.struct(
     [
@@ -124,10 +128,12 @@ def _envelope_facts(envelope: envelopes_pb2.OriginatorEnvelope) -> dict[str, Any
         unsigned = envelopes_pb2.UnsignedOriginatorEnvelope.FromString(
             envelope.unsigned_originator_envelope
         )
+        if unsigned.originator_sequence_id > _MAX_INT64:
+            raise ValueError(f"sequence id {unsigned.originator_sequence_id} is out of range")
         facts["originator_node_id"] = unsigned.originator_node_id
         facts["sequence_id"] = unsigned.originator_sequence_id
         facts["signer"] = _envelope_signer(envelope)
-    except (DecodeError, SignatureError) as exc:
+    except (DecodeError, SignatureError, ValueError) as exc:
         facts["error"] = f"{type(exc).__name__}: {exc}"
     return facts
 
@@ -145,6 +151,8 @@ def _duplicate_pair(
         except DecodeError:
             continue
         key = (unsigned.originator_node_id, unsigned.originator_sequence_id)
+        if key[1] > _MAX_INT64:
+            continue
         content = envelope.unsigned_originator_envelope
         if seen.setdefault(key, content) != content:
             return key
@@ -158,6 +166,12 @@ def verify_report(raw: bytes) -> dict[str, Any]:
         unsigned = mb.UnsignedMisbehaviorReport.FromString(report.unsigned_misbehavior_report)
     except DecodeError as exc:
         return {"report_hash": keccak256(raw), "error": f"report does not decode: {exc}"}
+    if unsigned.misbehaving_node_id > _MAX_NODE_ID or unsigned.reporter_time_ns > _MAX_INT64:
+        return {
+            "report_hash": keccak256(report.unsigned_misbehavior_report),
+            "error": f"misbehaving_node_id {unsigned.misbehaving_node_id} or reporter_time_ns "
+            f"{unsigned.reporter_time_ns} is out of range",
+        }
     out: dict[str, Any] = {
         "report_hash": keccak256(report.unsigned_misbehavior_report),
         "reporter_time_ns": unsigned.reporter_time_ns,
@@ -182,10 +196,17 @@ def verify_report(raw: bytes) -> dict[str, Any]:
     return out
 
 
-@arrow_udf(VERIFIED_SPARK, functionType=PythonEvalType.SQL_SCALAR_ARROW_UDF)
-def verify_reports(reports: pa.Array) -> pa.Array:
-    """Arrow in, Arrow out: no pandas needed on the driver or the workers."""
+def verify_batch(reports: pa.Array) -> pa.Array:
+    """Arrow in, Arrow out: no pandas needed on the driver or the workers. (mapInArrow would
+    need pandas on the driver in pyspark 4.3; a scalar Arrow UDF does not.)"""
     return pa.array([verify_report(r) for r in reports.to_pylist()], type=VERIFIED)
+
+
+# The eval type (scalar Arrow UDF) is inferred from verify_batch's hints; pyspark's stubs only
+# describe calls that pass it explicitly, which is deprecated at runtime.
+verify_reports: Callable[[str], Column] = arrow_udf(  # type: ignore[call-overload]
+    verify_batch, VERIFIED_SPARK
+)
 
 
 # --- policy, in Spark SQL ---------------------------------------------------------------------
@@ -417,11 +438,11 @@ def aggregate(
     """The four result tables, plus `counts` (rows read, outcome per reason)."""
     if threshold < 1 or window_minutes < 1:
         raise ValueError("threshold and window minutes must be positive")
-    raw = load_reports(spark, files)
-    verified = verified_reports(raw, registry_frame(spark, registry))
-    verified = verified.persist(StorageLevel.MEMORY_AND_DISK)  # every output reads it
-    try:
-        with spark_read_errors(f"reports under {', '.join(str(b) for b in files)}"):
+    with spark_read_errors(f"reports under {', '.join(str(b) for b in files)}"):
+        raw = load_reports(spark, files)
+        verified = verified_reports(raw, registry_frame(spark, registry))
+        verified = verified.persist(StorageLevel.MEMORY_AND_DISK)  # every output reads it
+        try:
             accepted = verified.where(F.col("reason_code").isNull())
             liveness = liveness_windows(accepted, window_minutes, threshold)
             proofs = safety_proofs(accepted)
@@ -434,8 +455,8 @@ def aggregate(
                 "counts": verified.groupBy("reason_code").count().toArrow(),
                 "rows_read": pa.table({"rows": [raw.count()]}),
             }
-    finally:
-        verified.unpersist()
+        finally:
+            verified.unpersist()
 
 
 def council_data(
@@ -511,7 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = council_data(tables, registry, args.input, args.threshold, args.window_minutes)
         write_outputs(args.out, tables, data)
     except InputError as exc:
-        print(f"misbehavior_aggregation: error: {exc}", file=sys.stderr)
+        print(f"misbehavior_aggregation: error: {one_line(exc)}", file=sys.stderr)
         return 2
     flagged = sorted({int(r["misbehaving_node_id"]) for r in data.flagged})
     print(

@@ -7,11 +7,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from spark_jobs import gen_data as g
-from xnode.crypto import SigningKey
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xnode.crypto import SigningKey, blockchain_proof_digest
 
 T0 = 1_800_000_000 * 10**9  # on an hour boundary
 MIN = 60 * 10**9
@@ -226,3 +228,42 @@ def test_bad_input_writes_nothing(
     err = capsys.readouterr().err
     assert str(victim) in err and "not a readable Parquet file" in err
     assert not out.exists()
+
+
+def test_blockchain_proof_envelopes_are_checked_against_the_vouching_node(
+    aggregation: ModuleType,
+) -> None:
+    """BLOCKCHAIN_INCONSISTENCY proofs carry chain payloads signed by the node that relayed them."""
+    unsigned = envelopes_pb2.UnsignedOriginatorEnvelope(
+        originator_node_id=0, originator_sequence_id=5, originator_ns=T0
+    ).SerializeToString()
+    tx = b"\x42" * 32
+    proof = envelopes_pb2.BlockchainProof(
+        transaction_hash=tx,
+        node_signature={"bytes": KEYS[600].sign(blockchain_proof_digest(unsigned, tx))},
+    )
+    raw = envelopes_pb2.OriginatorEnvelope(
+        unsigned_originator_envelope=unsigned, blockchain_proof=proof
+    ).SerializeToString()
+    report = g.report_row(1, 100, KEYS[100], g.safety_report(600, 8, [raw], T0), T0)["report"]
+
+    facts = aggregation.verify_report(report)
+
+    assert facts["host_signer"] == KEYS[100].public_key
+    assert facts["envelopes"] == [
+        {"originator_node_id": 0, "sequence_id": 5, "signer": KEYS[600].public_key}
+    ]
+
+
+@pytest.mark.parametrize(
+    "fields", [{"reporter_time_ns": 2**64 - 1}, {"misbehaving_node_id": 2**32 - 1}]
+)
+def test_out_of_range_fields_are_malformed_not_a_crash(
+    aggregation: ModuleType, fields: dict[str, int]
+) -> None:
+    unsigned = g.liveness_report(500, UNRESPONSIVE, T0)
+    for name, value in fields.items():
+        setattr(unsigned, name, value)
+    report = g.report_row(1, 100, KEYS[100], unsigned, T0)["report"]
+    assert "out of range" in aggregation.verify_report(report)["error"]
+    aggregation.verify_batch(pa.array([report]))  # converts to Arrow without overflow

@@ -139,8 +139,9 @@ def reference_ranges(table: pa.Table, as_of: int) -> list[tuple[int, int, int]]:
 def test_plan_matches_a_plain_python_reference(
     spark: Any, retention: ModuleType, tmp_path: Path
 ) -> None:
-    start = (AS_OF - 250 * DAY) * 10**9
-    step = 300 * DAY * 10**9 // 3000
+    # 40 days either side of the default-retention edge: few day partitions, every rule hit.
+    start = (AS_OF - 203 * DAY) * 10**9
+    step = 40 * DAY * 10**9 // 3000
     parts = []
     for i, originator in enumerate((0, 1, 100, 200)):
         full = g.synthetic_envelopes(originator, 1, 3000, start, step, seed=10 * i)
@@ -238,3 +239,14 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert ranges_of(json.loads(out.read_text())) == EXPECTED_RANGES
     assert "14 expired envelopes in 6 ranges" in done.stdout
+
+
+def test_file_vanishing_after_validation_is_an_input_error(
+    spark: Any, retention: ModuleType, inputs: ModuleType, tmp_path: Path
+) -> None:
+    files = inputs.find_envelope_files([write_fixture(tmp_path / "export")])
+    victim = next(iter(files.values()))[0]
+    victim.unlink()
+    with pytest.raises(inputs.InputError, match="cannot read input") as raised:
+        retention.plan_from_files(spark, files, AS_OF)
+    assert victim.name in str(raised.value)
