@@ -19,10 +19,8 @@ class SignatureError(ValueError):
 
 
 def keccak256(*parts: bytes) -> bytes:
-    h = keccak.new(digest_bits=256)
-    for part in parts:
-        h.update(part)
-    return h.digest()
+    # One call with joined bytes: each pycryptodome call costs about a microsecond.
+    return keccak.new(digest_bits=256, data=b"".join(parts)).digest()
 
 
 def payer_digest(target_originator: int, unsigned_client_envelope: bytes) -> bytes:

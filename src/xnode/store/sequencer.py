@@ -7,6 +7,7 @@ counter is that row, not a Postgres sequence.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import asyncpg
@@ -38,6 +39,29 @@ def _timestamps(count: int, last_ns: int, now_ns: int) -> list[int]:
     return [first + i for i in range(count)]
 
 
+# Batches this large are signed in a worker thread: libsecp256k1 releases the GIL, so the
+# event loop keeps validating and answering meanwhile.
+THREAD_SIGNING_MIN = 32
+
+
+async def _sign(
+    batch: Sequence[ValidPayerEnvelope],
+    node_id: int,
+    first_seq: int,
+    stamps: list[int],
+    key: SigningKey,
+) -> list[OriginatedEnvelope]:
+    def sign_all() -> list[OriginatedEnvelope]:
+        return [
+            originate(payer, node_id, first_seq + i, stamps[i], key)
+            for i, payer in enumerate(batch)
+        ]
+
+    if len(batch) >= THREAD_SIGNING_MIN:
+        return await asyncio.to_thread(sign_all)
+    return sign_all()
+
+
 async def append_originated(
     conn: asyncpg.Connection,
     node_id: int,
@@ -52,9 +76,7 @@ async def append_originated(
         raise RuntimeError(f"vector clock row for node {node_id} is missing")
     first_seq = row[0] + 1
     stamps = _timestamps(len(batch), row[1], now_ns)
-    signed = [
-        originate(payer, node_id, first_seq + i, stamps[i], key) for i, payer in enumerate(batch)
-    ]
+    signed = await _sign(batch, node_id, first_seq, stamps, key)
     last = signed[-1]
     await conn.execute(
         _APPEND,
