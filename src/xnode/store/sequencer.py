@@ -1,8 +1,12 @@
-"""The originator's sequencer: gap-free sequence ids, assigned and stored in one transaction.
+"""The originator's sequencer: gap-free sequence ids, assigned and stored atomically.
 
-The row of this node's id in `vector_clock` is locked FOR UPDATE, so originating is serialized
-across every process sharing the database; a rolled-back batch leaves no gap because the id
-counter is that row, not a Postgres sequence.
+The counter is this node's row in `vector_clock` (not a Postgres sequence, so a rolled-back
+batch leaves no gap). Two ways to append, both serialized by that row:
+
+- fast: remember the last id and timestamp, sign, then claim and insert in ONE autocommit
+  statement that only inserts if the row still holds the remembered id (one round trip);
+- locked: when another process sharing the database got there first, lock the row FOR UPDATE
+  in a transaction, read it, sign and insert. This always succeeds.
 """
 
 from __future__ import annotations
@@ -16,21 +20,40 @@ from xnode.crypto import SigningKey
 from xnode.envelopes import OriginatedEnvelope, ValidPayerEnvelope, originate
 from xnode.store.envelopes import NOTIFY_CHANNEL
 
-# The row exists from start-up (NodeIdentityStore.claim); locking it serializes originating.
-_LOCK_CLOCK = """
-SELECT sequence_id, last_ns FROM vector_clock WHERE originator_node_id = $1 FOR UPDATE
+_READ_CLOCK = "SELECT sequence_id, last_ns FROM vector_clock WHERE originator_node_id = $1"
+_LOCK_CLOCK = _READ_CLOCK + " FOR UPDATE"
+
+_ROWS = """
+    SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[],
+                         $6::bytea[], $7::bytea[])"""
+
+# If the row moved on (another process appended), `claimed` is empty and nothing is inserted.
+# The primary key would refuse a reused id regardless.
+_CLAIM_AND_APPEND = f"""
+WITH claimed AS (
+    UPDATE vector_clock SET sequence_id = $8, last_ns = $9
+    WHERE originator_node_id = $10 AND sequence_id = $13
+    RETURNING 1
+), inserted AS (
+    INSERT INTO originator_envelopes
+    {_ROWS} AS r WHERE EXISTS (SELECT 1 FROM claimed)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM inserted), (SELECT pg_notify($11, $12) FROM claimed)
 """
 
-_APPEND = """
+_APPEND_LOCKED = f"""
 WITH inserted AS (
-    INSERT INTO originator_envelopes
-    SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[],
-                         $6::bytea[], $7::bytea[])
+    INSERT INTO originator_envelopes {_ROWS}
 ), clock AS (
     UPDATE vector_clock SET sequence_id = $8, last_ns = $9 WHERE originator_node_id = $10
 )
 SELECT pg_notify($11, $12)
 """
+
+# Batches this large are signed in a worker thread: libsecp256k1 releases the GIL, so the
+# event loop keeps validating and answering meanwhile.
+THREAD_SIGNING_MIN = 32
 
 
 def _timestamps(count: int, last_ns: int, now_ns: int) -> list[int]:
@@ -39,21 +62,19 @@ def _timestamps(count: int, last_ns: int, now_ns: int) -> list[int]:
     return [first + i for i in range(count)]
 
 
-# Batches this large are signed in a worker thread: libsecp256k1 releases the GIL, so the
-# event loop keeps validating and answering meanwhile.
-THREAD_SIGNING_MIN = 32
-
-
 async def _sign(
     batch: Sequence[ValidPayerEnvelope],
     node_id: int,
-    first_seq: int,
-    stamps: list[int],
+    last_seq: int,
+    last_ns: int,
+    now_ns: int,
     key: SigningKey,
 ) -> list[OriginatedEnvelope]:
+    stamps = _timestamps(len(batch), last_ns, now_ns)
+
     def sign_all() -> list[OriginatedEnvelope]:
         return [
-            originate(payer, node_id, first_seq + i, stamps[i], key)
+            originate(payer, node_id, last_seq + 1 + i, stamps[i], key)
             for i, payer in enumerate(batch)
         ]
 
@@ -62,24 +83,9 @@ async def _sign(
     return sign_all()
 
 
-async def append_originated(
-    conn: asyncpg.Connection,
-    node_id: int,
-    key: SigningKey,
-    batch: Sequence[ValidPayerEnvelope],
-    now_ns: int,
-    notice_token: str,
-) -> list[OriginatedEnvelope]:
-    """Assigns ids and timestamps, signs and inserts `batch`; the caller owns the transaction."""
-    row = await conn.fetchrow(_LOCK_CLOCK, node_id)
-    if row is None:
-        raise RuntimeError(f"vector clock row for node {node_id} is missing")
-    first_seq = row[0] + 1
-    stamps = _timestamps(len(batch), row[1], now_ns)
-    signed = await _sign(batch, node_id, first_seq, stamps, key)
+def _arguments(signed: list[OriginatedEnvelope], node_id: int, notice: str) -> tuple[object, ...]:
     last = signed[-1]
-    await conn.execute(
-        _APPEND,
+    return (
         [e.originator_node_id for e in signed],
         [e.sequence_id for e in signed],
         [e.originator_ns for e in signed],
@@ -91,6 +97,72 @@ async def append_originated(
         last.originator_ns,
         node_id,
         NOTIFY_CHANNEL,
-        f"{notice_token}|{node_id}:{last.sequence_id}",
+        f"{notice}|{node_id}:{last.sequence_id}",
     )
+
+
+async def append_originated(
+    conn: asyncpg.Connection,
+    node_id: int,
+    key: SigningKey,
+    batch: Sequence[ValidPayerEnvelope],
+    now_ns: int,
+    notice_token: str,
+) -> list[OriginatedEnvelope]:
+    """The locked path; the caller owns the transaction."""
+    row = await conn.fetchrow(_LOCK_CLOCK, node_id)
+    if row is None:
+        raise RuntimeError(f"vector clock row for node {node_id} is missing")
+    signed = await _sign(batch, node_id, row[0], row[1], now_ns, key)
+    await conn.execute(_APPEND_LOCKED, *_arguments(signed, node_id, notice_token))
     return signed
+
+
+class Sequencer:
+    """Appends batches for one node; the fast path when this process is the only appender."""
+
+    def __init__(
+        self, pool: asyncpg.Pool, node_id: int, key: SigningKey, notice_token: str
+    ) -> None:
+        self._pool = pool
+        self._node_id = node_id
+        self._key = key
+        self._notice = notice_token
+        self._last: tuple[int, int] | None = None  # (sequence id, ns) as last committed
+        self.fast_appends = 0
+        self.locked_appends = 0
+
+    async def append(
+        self, batch: Sequence[ValidPayerEnvelope], now_ns: int
+    ) -> list[OriginatedEnvelope]:
+        try:
+            signed = await self._append_fast(batch, now_ns) if self._last else None
+            if signed is None:
+                async with self._pool.acquire() as conn, conn.transaction():
+                    signed = await append_originated(
+                        conn, self._node_id, self._key, batch, now_ns, self._notice
+                    )
+                self.locked_appends += 1
+            else:
+                self.fast_appends += 1
+        except BaseException:
+            self._last = None  # the outcome is unknown: read the row before the next batch
+            raise
+        self._last = (signed[-1].sequence_id, signed[-1].originator_ns)
+        return signed
+
+    async def _append_fast(
+        self, batch: Sequence[ValidPayerEnvelope], now_ns: int
+    ) -> list[OriginatedEnvelope] | None:
+        assert self._last is not None
+        last_seq, last_ns = self._last
+        signed = await _sign(batch, self._node_id, last_seq, last_ns, now_ns, self._key)
+        arguments = _arguments(signed, self._node_id, self._notice)
+        row = await self._pool.fetchrow(_CLAIM_AND_APPEND, *arguments, last_seq)
+        assert row is not None
+        return signed if row[0] == len(signed) else None
+
+    async def prime(self) -> None:
+        """Reads the clock so the first batch can take the fast path."""
+        row = await self._pool.fetchrow(_READ_CLOCK, self._node_id)
+        self._last = (row[0], row[1]) if row is not None else None

@@ -13,7 +13,7 @@ from xnode.api.client import group_message_envelope
 from xnode.crypto import SigningKey
 from xnode.envelopes import ValidPayerEnvelope, build_payer_envelope, validate_payer_envelope
 from xnode.store.identity import WrongNodeError, claim_database
-from xnode.store.sequencer import append_originated
+from xnode.store.sequencer import Sequencer, append_originated
 
 NODE = 100
 KEY = SigningKey.generate()
@@ -95,4 +95,40 @@ async def test_database_of_another_node_is_refused(database: str) -> None:
     await claim_database(pool, NODE, KEY.public_key)  # same node again: fine
     with pytest.raises(WrongNodeError, match="belongs to node 100"):
         await claim_database(pool, 200, SigningKey.generate().public_key)
+    await pool.close()
+
+
+async def test_racing_sequencers_fall_back_to_locking_and_stay_gap_free(database: str) -> None:
+    pools = [await asyncpg.create_pool(database, min_size=2, max_size=4) for _ in range(2)]
+    await claim_database(pools[0], NODE, KEY.public_key)
+    sequencers = [Sequencer(pool, NODE, KEY, f"p{i}") for i, pool in enumerate(pools)]
+    for sequencer in sequencers:
+        await sequencer.prime()
+
+    async def run(sequencer: Sequencer, rounds: int) -> list[int]:
+        ids: list[int] = []
+        for r in range(rounds):
+            done = await sequencer.append(envelopes(3, f"r{r}"), time.time_ns())
+            ids += [e.sequence_id for e in done]
+        return ids
+
+    first, second = await asyncio.gather(run(sequencers[0], 30), run(sequencers[1], 30))
+    assert sorted(first + second) == list(range(1, 181))
+    assert [seq for seq, _ in await stored(pools[0])] == list(range(1, 181))
+    fast = sum(s.fast_appends for s in sequencers)
+    locked = sum(s.locked_appends for s in sequencers)
+    assert fast > 0 and locked > 0, (fast, locked)  # both paths were exercised
+    for pool in pools:
+        await pool.close()
+
+
+async def test_lone_sequencer_takes_the_one_statement_path(database: str) -> None:
+    pool = await asyncpg.create_pool(database, min_size=1, max_size=2)
+    await claim_database(pool, NODE, KEY.public_key)
+    sequencer = Sequencer(pool, NODE, KEY, "solo")
+    await sequencer.prime()
+    for _ in range(5):
+        await sequencer.append(envelopes(2), time.time_ns())
+    assert (sequencer.fast_appends, sequencer.locked_appends) == (5, 0)
+    assert [seq for seq, _ in await stored(pool)] == list(range(1, 11))
     await pool.close()
