@@ -4,6 +4,7 @@ sequence order with no gap (a gap is filled from the store before anything after
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -90,6 +91,14 @@ class Fanout:
                     self._dispatch(await self._fetch_range(node_id, have, top))
                     self._delivered[node_id] = max(top, self._delivered.get(node_id, 0))
 
+    async def rewind(self, tops: dict[int, int]) -> None:
+        """A chain re-org removed payloads above these sequence ids; their replacements
+        (same ids, other content) must be delivered, not skipped as already seen."""
+        async with self._lock:
+            for node_id, top in tops.items():
+                if self._delivered.get(node_id, 0) > top:
+                    self._delivered[node_id] = top
+
     async def _deliver_in_order(self, envelopes: Iterable[StoredEnvelope]) -> None:
         fresh: list[StoredEnvelope] = []
         for env in envelopes:
@@ -105,8 +114,11 @@ class Fanout:
     def _dispatch(self, envelopes: list[StoredEnvelope]) -> None:
         if not envelopes:
             return
+        now = int(time.time())
         per_listener: dict[Listener, list[StoredEnvelope]] = {}
         for env in envelopes:
+            if env.expiry and env.expiry <= now:
+                continue  # as queries do: an expired envelope is never served
             for listener in self._by_topic.get(env.topic, ()):
                 per_listener.setdefault(listener, []).append(env)
             for listener in self._by_originator.get(env.originator_node_id, ()):

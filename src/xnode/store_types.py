@@ -13,3 +13,4 @@ class StoredEnvelope:
     sequence_id: int
     topic: bytes
     raw: bytes
+    expiry: int = 0  # unix seconds, 0 = never; live delivery drops what has expired

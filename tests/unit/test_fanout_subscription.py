@@ -145,3 +145,17 @@ async def test_close_ends_the_subscription() -> None:
     sub.close()
     rest = [d async for d in stream]
     assert rest == [] and fanout.listener_count == 0
+
+
+async def test_expired_envelopes_are_not_delivered_live() -> None:
+    store = MemoryStore()
+    fanout = Fanout(store.fetch_range, Cursor())
+    sub = Subscription([EnvelopeQuery((), (100,), Cursor())], store.query, fanout)
+    stream = sub.deliveries()
+    assert (await stream.__anext__()).phase is Phase.CAUGHT_UP
+    expired = StoredEnvelope(100, 1, TOPIC, b"old", expiry=1)
+    fresh = StoredEnvelope(100, 2, TOPIC, b"new", expiry=2**40)
+    await fanout.committed([expired, fresh])
+    delivery = await asyncio.wait_for(stream.__anext__(), 5)
+    await stream.aclose()
+    assert [e.raw for e in delivery.envelopes] == [b"new"]

@@ -13,7 +13,7 @@ from xnode.store_types import StoredEnvelope
 
 NOTIFY_CHANNEL = "xnode_envelopes"
 
-_COLUMNS = "originator_node_id, originator_sequence_id, topic, envelope"
+_COLUMNS = "originator_node_id, originator_sequence_id, topic, envelope, expiry_unixtime"
 
 # One index range scan per (topic, known originator) past the cursor, merged in stable order.
 _TOPIC_QUERY = f"""
@@ -94,7 +94,7 @@ def _cursor_arrays(cursor: Cursor) -> tuple[list[int], list[int]]:
 
 
 def _rows_to_envelopes(rows: Sequence[asyncpg.Record]) -> list[StoredEnvelope]:
-    return [StoredEnvelope(r[0], r[1], r[2], r[3]) for r in rows]
+    return [StoredEnvelope(r[0], r[1], r[2], r[3], r[4] or 0) for r in rows]
 
 
 def _notice(keys: Sequence[asyncpg.Record]) -> str:
