@@ -17,6 +17,8 @@ class Reason(StrEnum):
     INVALID_PAYLOAD = "invalid_payload"
     LIMIT_EXCEEDED = "limit_exceeded"
     DEPENDS_ON_AHEAD = "depends_on_ahead"
+    # XIP-49 3.3.4 rule 2.4: depends_on must name the topic's latest chain payload.
+    CHAIN_DEPENDS_ON_MISMATCH = "chain_depends_on_mismatch"
     UNAVAILABLE = "unavailable"
 
 

@@ -27,6 +27,7 @@ STATUS_OF = {
     Reason.LIMIT_EXCEEDED: grpc.StatusCode.INVALID_ARGUMENT,
     # The XIP's 409: the client retries once this node has caught up.
     Reason.DEPENDS_ON_AHEAD: grpc.StatusCode.ABORTED,
+    Reason.CHAIN_DEPENDS_ON_MISMATCH: grpc.StatusCode.ABORTED,
     Reason.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
 }
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -18,7 +18,6 @@ from xnode import wire
 from xnode.api.errors import stream_errors, unary_errors
 from xnode.clock import NodeClock
 from xnode.envelopes import (
-    OriginatedEnvelope,
     ValidPayerEnvelope,
     check_depends_on,
     cursor_from_proto,
@@ -56,8 +55,15 @@ def _validate_all(
     return valid
 
 
-async def _no_envelopes() -> list[OriginatedEnvelope]:
-    return []
+async def _in_request(publish: Awaitable[list[bytes]], positions: list[int]) -> list[bytes]:
+    """The chain publisher names envelopes by their place among the chain-bound ones; the
+    client needs their place in its request."""
+    try:
+        return await publish
+    except Rejected as exc:
+        if exc.index is None:
+            raise
+        raise exc.at(positions[exc.index]) from None
 
 
 def _chunks(envelopes: list[StoredEnvelope]) -> Iterable[list[bytes]]:
@@ -133,7 +139,8 @@ class EnvelopeService:
 
     async def _route(self, valid: list[ValidPayerEnvelope]) -> list[bytes]:
         """Chain-bound payloads go to the chain, the rest are originated; answers keep the
-        request's order."""
+        request's order. The chain part goes first: when it is refused (a stale depends_on,
+        the chain unreachable), nothing of the request has been stored."""
         chain = self.chain_publisher
         to_chain = [i for i, e in enumerate(valid) if chain is not None and chain.handles(e)]
         if not to_chain:
@@ -143,10 +150,8 @@ class EnvelopeService:
         assert chain is not None
         chain_set = set(to_chain)
         local = [e for i, e in enumerate(valid) if i not in chain_set]
-        chain_raw, local_raw = await asyncio.gather(
-            chain.publish([valid[i] for i in to_chain]),
-            self._originator.publish(local) if local else _no_envelopes(),
-        )
+        chain_raw = await _in_request(chain.publish([valid[i] for i in to_chain]), to_chain)
+        local_raw = await self._originator.publish(local) if local else []
         ENVELOPES_STORED.labels(str(self.node_id)).inc(len(local_raw))
         chain_iter, local_iter = iter(chain_raw), iter(e.raw for e in local_raw)
         return [next(chain_iter) if i in chain_set else next(local_iter) for i in range(len(valid))]
