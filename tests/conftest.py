@@ -176,3 +176,144 @@ def spawn_node(tmp_path: Path) -> Iterator[Callable[..., NodeProcess]]:
         if node.proc.poll() is None:
             node.proc.kill()
             node.proc.wait(30)
+
+
+# --- chain (issue 3): a fresh anvil with the contracts deployed, per test -----------------
+
+
+@dataclass
+class ChainEnv:
+    """A fresh anvil (automine) with NodeRegistry, GroupMessages and IdentityUpdates deployed;
+    the owner is anvil's first dev account."""
+
+    anvil: Any
+    contracts: Any
+    contracts_file: Path
+    w3: Any
+    owner: Any
+
+    @property
+    def url(self) -> str:
+        return str(self.anvil.url)
+
+    def rpc(self, method: str, *params: Any) -> Any:
+        from xnode.chain.anvil import rpc_call
+
+        return rpc_call(self.url, method, list(params))
+
+    def register(
+        self, spec: NodeSpec, addresses: dict[int, str] | None = None, fund_wei: int = 10**21
+    ) -> None:
+        """Adds every node of `spec` (ids 100, 200, ... in order) and funds its signer's
+        account, which pays for its chain publishes."""
+        from xnode.chain.admin import add_node, node_address
+
+        for node_id in sorted(spec.keys):
+            key = spec.keys[node_id]
+            http = f"http://{(addresses or {}).get(node_id, f'127.0.0.1:{free_port()}')}"
+            got = add_node(self.w3, self.owner, self.contracts_file, key.public_key, http)
+            assert got == node_id, f"registry gave id {got}, the spec expects {node_id}"
+            self.rpc("anvil_setBalance", node_address(key.public_key), hex(fund_wei))
+
+    def settings(self, **extra: Any) -> dict[str, Any]:
+        """Node settings that use this chain for the registry, indexing and publishing."""
+        return {
+            "chain_rpc_url": self.url,
+            "contracts_file": str(self.contracts_file),
+            "registry_source": "chain",
+            "chain_poll_seconds": 0.05,
+            **extra,
+        }
+
+
+@pytest.fixture
+def chain_env(tmp_path: Path) -> Iterator[ChainEnv]:
+    """Fails (never skips) when anvil is missing: run `npm ci`."""
+    from eth_account import Account
+    from web3 import Web3
+
+    from xnode.chain.anvil import AnvilNotInstalledError, find_anvil_binary, start_anvil
+    from xnode.chain.contracts import deploy_all
+    from xnode.chain.deployment import write_contracts_file
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        binary = find_anvil_binary(root)
+    except AnvilNotInstalledError as exc:
+        pytest.fail(f"{exc}\nThe chain tests need the pinned anvil: run `npm ci` in {root}.")
+    anvil = start_anvil(binary=binary)
+    try:
+        w3 = Web3(Web3.HTTPProvider(anvil.url, request_kwargs={"timeout": 30}))
+        owner = Account.from_key(anvil.private_keys[0])
+        contracts = deploy_all(w3, owner)
+        contracts_file = tmp_path / "contracts.json"
+        write_contracts_file(contracts_file, contracts)
+        yield ChainEnv(anvil, contracts, contracts_file, w3, owner)
+    finally:
+        anvil.stop()
+
+
+# --- replication (issue 4): several databases and a network of nodes that know each other ----
+
+
+@pytest.fixture
+def new_database(pg_cluster: PgCluster) -> Callable[[], str]:
+    """Makes databases like `database` on demand: one per node of a network."""
+
+    def _make() -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        subprocess.run(
+            ["psql", pg_cluster.dsn(), "-qc", f'CREATE DATABASE "{name}" TEMPLATE {TEMPLATE}'],
+            check=True,
+            capture_output=True,
+        )
+        return pg_cluster.dsn(name)
+
+    return _make
+
+
+@dataclass
+class Network:
+    """Nodes 100, 200, 300 with fixed addresses in the registry file, a database each."""
+
+    spec: NodeSpec
+    addresses: dict[int, str]
+    dsns: dict[int, str]
+
+    def settings(self, node_id: int, **extra: Any) -> dict[str, Any]:
+        """In-process node settings (`start_node(**network.settings(100))`)."""
+        return node_settings(
+            self.dsns[node_id],
+            self.spec,
+            node_id,
+            listen_address=self.addresses[node_id],
+            **{**REPLICATION_TEST_SETTINGS, **extra},
+        )
+
+    def set_enabled(self, node_id: int, enabled: bool) -> None:
+        """Rewrites the registry file; nodes notice within their poll interval."""
+        from xnode.registry import Registry
+
+        registry = Registry.from_json(self.spec.nodes_file.read_text())
+        entry = registry.nodes[node_id]
+        registry.nodes[node_id] = NodeEntry(
+            entry.node_id, entry.public_key, entry.http_address, enabled
+        )
+        self.spec.nodes_file.write_text(registry.to_json())
+
+
+# Short timeouts so failures and fallbacks show within a test's patience.
+REPLICATION_TEST_SETTINGS: dict[str, Any] = {
+    "replication_response_timeout_seconds": 2.0,
+    "replication_backoff_initial_seconds": 0.1,
+    "replication_backoff_max_seconds": 0.5,
+    "keepalive_seconds": 1.0,
+    "replication_idle_timeout_seconds": 5.0,
+}
+
+
+@pytest.fixture
+def network(node_spec: NodeSpec, new_database: Callable[[], str]) -> Network:
+    addresses = {n: f"127.0.0.1:{free_port()}" for n in node_spec.keys}
+    node_spec.write(addresses)
+    return Network(node_spec, addresses, {n: new_database() for n in node_spec.keys})

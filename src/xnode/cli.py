@@ -8,7 +8,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import uvloop
+
+from xnode.chain.cli import add_chain_parser
 from xnode.config import add_settings_flags, settings_from_args, settings_table
+from xnode.export.cli import add_export_parsers
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -17,7 +21,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     try:
-        asyncio.run(run(settings))
+        uvloop.run(run(settings))
     except (StartupError, WrongNodeError) as exc:
         print(f"xnode: cannot start: {exc}", file=sys.stderr)
         return 2
@@ -103,11 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
     keygen.set_defaults(func=_cmd_keygen)
     settings = sub.add_parser("settings", help="print the settings table")
     settings.set_defaults(func=_cmd_settings)
-    devnet = sub.add_parser("devnet", help="run a local network (Postgres + nodes)")
-    devnet.add_argument("--nodes", type=int, default=1)
+    devnet = sub.add_parser("devnet", help="run a local network (Postgres, anvil, nodes)")
+    devnet.add_argument("--nodes", type=int, default=3)
+    devnet.add_argument(
+        "--registry",
+        choices=["chain", "file"],
+        default="chain",
+        help="nodes read the registry from the NodeRegistry contract, or from nodes.json",
+    )
     devnet.add_argument("--dir", default=".xnode", help="state directory")
     devnet.add_argument("--base-port", type=int, default=5050)
     devnet.set_defaults(func=_cmd_devnet)
+    add_chain_parser(sub)
+    add_export_parsers(sub)
     _client_parsers(sub)
     return parser
 

@@ -33,6 +33,40 @@ class Settings(BaseSettings):
     nodes_file: Path | None = Field(
         None, description="Static node registry (JSON) for private deployments"
     )
+    chain_rpc_url: str | None = Field(
+        None, description="Chain JSON-RPC URL (http); with contracts_file it enables the chain"
+    )
+    contracts_file: Path | None = Field(
+        None, description="Chain id, contract addresses, deploy block (`xnode chain deploy`)"
+    )
+    registry_source: Literal["auto", "chain", "file"] = Field(
+        "auto", description="Node registry: chain, file (nodes_file) or auto (chain if set)"
+    )
+    chain_confirmations: int = Field(
+        0, description="Blocks mined on top of a block before it is indexed (soft finality)", ge=0
+    )
+    chain_poll_seconds: float = Field(
+        0.5, description="How often the indexer and registry look for new blocks", gt=0
+    )
+    chain_page_blocks: int = Field(
+        2000, description="Most blocks one eth_getLogs request covers when backfilling", gt=0
+    )
+    chain_rpc_timeout_seconds: float = Field(10.0, description="Chain RPC request timeout", gt=0)
+    chain_max_lag_blocks: int = Field(
+        2, description="Chain publishes get UNAVAILABLE when the index trails more", ge=0
+    )
+    chain_registry_refresh_seconds: float = Field(
+        60.0, description="Full re-read of the node registry every N seconds", gt=0
+    )
+    chain_publisher_key: SecretStr | None = Field(
+        None, description="Key paying for chain transactions, hex (default: the signer key)"
+    )
+    chain_publisher_key_file: Path | None = Field(
+        None, description="File holding the chain publisher's hex private key"
+    )
+    chain_publish_timeout_seconds: float = Field(
+        30.0, description="Longest wait for a chain payload to be mined and indexed", gt=0
+    )
     metrics_address: str = Field(
         "127.0.0.1:9464", description="Prometheus host:port; empty disables metrics"
     )
@@ -48,6 +82,30 @@ class Settings(BaseSettings):
     )
     migrate_on_start: bool = Field(True, description="Apply database migrations at start-up")
     db_pool_size: int = Field(16, description="Most Postgres connections per process", gt=1)
+    replication_response_timeout_seconds: float = Field(
+        10.0, description="A peer stream unanswered this long is UNRESPONSIVE_NODE (XIP T)", gt=0
+    )
+    replication_slow_seconds: float = Field(
+        2.0, description="A peer's first answer slower than this is SLOW_NODE (XIP t)", gt=0
+    )
+    replication_idle_timeout_seconds: float = Field(
+        90.0, description="A peer stream silent this long (no keepalive) is reconnected", gt=0
+    )
+    replication_backoff_initial_seconds: float = Field(
+        0.5, description="First reconnect delay of a peer stream (doubles, with jitter)", gt=0
+    )
+    replication_backoff_max_seconds: float = Field(
+        30.0, description="Longest reconnect delay of a peer stream", gt=0
+    )
+    replication_fallback_peers: int = Field(
+        5, description="Peers that relay an unreachable or disabled node's envelopes", ge=1
+    )
+    replication_disabled_fallback_seconds: float = Field(
+        21600.0, description="How long a disabled node's envelopes are fetched via others", ge=0
+    )
+    replication_verify_threads: int = Field(
+        2, description="Threads verifying signatures of envelopes received from peers", ge=1
+    )
 
     @field_validator("listen_address", "metrics_address")
     @classmethod
@@ -64,6 +122,17 @@ class Settings(BaseSettings):
         raise ValueError(
             "no signer key: set XNODE_SIGNER_KEY or XNODE_SIGNER_KEY_FILE (see `xnode keygen`)"
         )
+
+    @property
+    def chain_enabled(self) -> bool:
+        return bool(self.chain_rpc_url) and self.contracts_file is not None
+
+    def chain_publisher_signing_key(self) -> SigningKey:
+        if self.chain_publisher_key is not None:
+            return SigningKey.from_hex(self.chain_publisher_key.get_secret_value())
+        if self.chain_publisher_key_file is not None:
+            return SigningKey.from_hex(self.chain_publisher_key_file.read_text())
+        return self.signing_key()
 
 
 def add_settings_flags(parser: argparse.ArgumentParser) -> None:

@@ -16,8 +16,18 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from xnode.api.registration import envelope_handlers, service_names
+from xnode.api.auth import NodeAuthInterceptor
+from xnode.api.misbehavior import MisbehaviorService
+from xnode.api.registration import envelope_handlers, misbehavior_handlers, service_names
 from xnode.api.service import EnvelopeService
+from xnode.chain.node import (
+    ChainConnection,
+    ChainServices,
+    chain_registry,
+    chain_services,
+    connect_chain,
+)
+from xnode.chain.verify import ChainSetupError
 from xnode.clock import NodeClock
 from xnode.config import Settings
 from xnode.crypto import SigningKey
@@ -26,13 +36,15 @@ from xnode.fanout import Fanout
 from xnode.observability.logging import configure_logging
 from xnode.observability.metrics import observe_batch, serve_metrics
 from xnode.originator import BatchStats, Originator
-from xnode.registry import RegistryError, RegistrySource
+from xnode.registry import Registry, RegistryError, RegistrySource
+from xnode.replication.worker import ReplicationConfig, ReplicationWorker
 from xnode.static_registry import StaticRegistrySource
 from xnode.store.envelopes import EnvelopeStore
 from xnode.store.identity import claim_database
 from xnode.store.migrate import upgrade_to_head
+from xnode.store.misbehavior import MisbehaviorLog, MisbehaviorStore
 from xnode.store.notifications import CommitListener
-from xnode.store.sequencer import append_originated
+from xnode.store.sequencer import Sequencer
 from xnode.store_types import StoredEnvelope
 
 log = structlog.get_logger(__name__)
@@ -49,6 +61,29 @@ def registry_source(settings: Settings) -> RegistrySource | None:
         return StaticRegistrySource(settings.nodes_file)
     except (OSError, ValueError, KeyError) as exc:
         raise StartupError(f"cannot read nodes file {settings.nodes_file}: {exc}") from exc
+
+
+async def _connect_chain(settings: Settings) -> ChainConnection | None:
+    if bool(settings.chain_rpc_url) != (settings.contracts_file is not None):
+        raise StartupError("the chain needs both chain_rpc_url and contracts_file")
+    if not settings.chain_enabled:
+        return None
+    try:
+        return await connect_chain(settings)
+    except ChainSetupError as exc:
+        raise StartupError(str(exc)) from exc
+
+
+async def open_registry(settings: Settings, chain: ChainConnection | None) -> RegistrySource | None:
+    """The chain's NodeRegistry when the chain is configured (or asked for), else the file."""
+    if settings.registry_source == "file" or (settings.registry_source == "auto" and chain is None):
+        return registry_source(settings)
+    if chain is None:
+        raise StartupError("registry_source=chain needs chain_rpc_url and contracts_file")
+    try:
+        return await chain_registry(chain, settings)
+    except ChainSetupError as exc:
+        raise StartupError(str(exc)) from exc
 
 
 def resolve_node_id(settings: Settings, key: SigningKey, source: RegistrySource | None) -> int:
@@ -76,22 +111,38 @@ class Node:
     health: health.HealthServicer
     grace_s: float
     registry: RegistrySource | None
+    replication: ReplicationWorker | None = None
+    chain: ChainServices | None = None
 
     async def stop(self) -> None:
         log.info("node_stopping", node_id=self.node_id)
         self.health.enter_graceful_shutdown()
+        if self.replication is not None:
+            await self.replication.stop()
         self.service.close_subscriptions()
         await self.server.stop(self.grace_s)  # in-flight publishes finish within the grace
         await self.originator.close()
         await self.listener.stop()
         if self.registry is not None:
             await self.registry.stop()
+        if self.chain is not None:
+            await self.chain.stop()
         await self.pool.close()
         log.info("node_stopped", node_id=self.node_id)
 
 
 def _stored(envelopes: Sequence[OriginatedEnvelope]) -> list[StoredEnvelope]:
-    return [StoredEnvelope(e.originator_node_id, e.sequence_id, e.topic, e.raw) for e in envelopes]
+    return [
+        StoredEnvelope(e.originator_node_id, e.sequence_id, e.topic, e.raw, e.expiry)
+        for e in envelopes
+    ]
+
+
+def _tops(envelopes: Sequence[StoredEnvelope]) -> dict[int, int]:
+    tops: dict[int, int] = {}
+    for e in envelopes:
+        tops[e.originator_node_id] = max(e.sequence_id, tops.get(e.originator_node_id, 0))
+    return tops
 
 
 async def start_node(settings: Settings) -> Node:
@@ -99,12 +150,23 @@ async def start_node(settings: Settings) -> Node:
         key = settings.signing_key()
     except (OSError, ValueError) as exc:
         raise StartupError(f"signer key: {exc}") from exc
-    registry = registry_source(settings)
-    node_id = resolve_node_id(settings, key, registry)
+    chain = await _connect_chain(settings)
+    try:
+        registry = await open_registry(settings, chain)
+        node_id = resolve_node_id(settings, key, registry)
+    except BaseException:
+        if chain is not None:
+            await chain.close()
+        raise
     if settings.migrate_on_start:
         await asyncio.to_thread(upgrade_to_head, settings.database_dsn)
     pool = await asyncpg.create_pool(
-        settings.database_dsn, min_size=2, max_size=settings.db_pool_size
+        settings.database_dsn,
+        min_size=2,
+        max_size=settings.db_pool_size,
+        # Our queries are short index scans; JIT compiling them costs ~10 ms each time the
+        # planner's estimate crosses jit_above_cost.
+        server_settings={"jit": "off"},
     )
     await claim_database(pool, node_id, key.public_key)
     store = EnvelopeStore(pool)
@@ -112,9 +174,11 @@ async def start_node(settings: Settings) -> Node:
     fanout = Fanout(store.originator_range, clock.value)
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
+    sequencer = Sequencer(pool, node_id, key, token)
+    await sequencer.prime()
+
     async def append(batch: Sequence[ValidPayerEnvelope]) -> list[OriginatedEnvelope]:
-        async with pool.acquire() as conn, conn.transaction():
-            return await append_originated(conn, node_id, key, batch, time.time_ns(), token)
+        return await sequencer.append(batch, time.time_ns())
 
     async def committed(envelopes: list[OriginatedEnvelope]) -> None:
         clock.merge({node_id: envelopes[-1].sequence_id})
@@ -124,6 +188,24 @@ async def start_node(settings: Settings) -> Node:
         clock.merge(tops)
         await fanout.caught_up_to(tops)
 
+    async def replicated(envelopes: list[StoredEnvelope]) -> None:
+        clock.merge(_tops(envelopes))
+        await fanout.committed(envelopes)
+
+    async def chain_rewound(tops: dict[int, int]) -> None:
+        clock.rewind(tops)
+        await fanout.rewind(tops)
+
+    chain_parts = None
+    if chain is not None:
+        chain_parts = chain_services(
+            chain, settings, pool, key, token, replicated, chain_rewound, lambda: clock.value
+        )
+        try:
+            await chain_parts.start()
+        except ChainSetupError as exc:
+            await chain.close()
+            raise StartupError(str(exc)) from exc
     originator = Originator(
         append, committed, settings.max_batch, BatchStats(on_batch=[observe_batch])
     )
@@ -133,10 +215,36 @@ async def start_node(settings: Settings) -> Node:
     listener = CommitListener(settings.database_dsn, token, foreign_commit)
     listener.start()
     service = EnvelopeService(
-        node_id, store, originator, fanout, clock, keepalive_s=settings.keepalive_seconds
+        node_id,
+        store,
+        originator,
+        fanout,
+        clock,
+        keepalive_s=settings.keepalive_seconds,
+        chain_publisher=chain_parts.publisher if chain_parts else None,
+        inbox_resolver=chain_parts.store if chain_parts else None,
     )
-    server, health_servicer, address = _grpc_server(settings, service)
+    reports = MisbehaviorStore(pool, key)
+    auth = NodeAuthInterceptor(
+        node_id, lambda: registry.current() if registry else Registry([]), lambda: clock.value
+    )
+    server, health_servicer, address = _grpc_server(
+        settings, service, MisbehaviorService(reports), auth
+    )
     await server.start()
+    replication = None
+    if registry is not None:
+        replication = ReplicationWorker(
+            node_id,
+            key,
+            registry,
+            store,
+            MisbehaviorLog(reports),
+            replicated,
+            token,
+            ReplicationConfig.from_settings(settings),
+        )
+        await replication.start()
     if settings.metrics_address:
         serve_metrics(settings.metrics_address)
     log.info(
@@ -158,23 +266,30 @@ async def start_node(settings: Settings) -> Node:
         health_servicer,
         settings.shutdown_grace_seconds,
         registry,
+        replication,
+        chain_parts,
     )
 
 
 def _grpc_server(
-    settings: Settings, service: EnvelopeService
+    settings: Settings,
+    service: EnvelopeService,
+    misbehavior: MisbehaviorService,
+    auth: NodeAuthInterceptor,
 ) -> tuple[grpc.aio.Server, health.HealthServicer, str]:
     limit = settings.max_message_mib * 1024 * 1024
     server = grpc.aio.server(
+        interceptors=[auth],
         options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
             ("grpc.keepalive_time_ms", 60_000),
             ("grpc.http2.max_pings_without_data", 0),
             ("grpc.keepalive_permit_without_calls", 1),
-        ]
+        ],
     )
     server.add_generic_rpc_handlers(envelope_handlers(service))
+    server.add_generic_rpc_handlers([misbehavior_handlers(misbehavior)])
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = service_names()

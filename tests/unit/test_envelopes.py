@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from xmtp.identity.associations import association_pb2, signature_pb2
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-
 from xnode.api.client import group_message_envelope
 from xnode.crypto import SigningKey
 from xnode.cursors import Cursor

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from xmtp.xmtpv4.message_api import message_api_pb2 as api
 
+from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode import wire
 
 

@@ -16,6 +16,7 @@ from xmtp.xmtpv4.message_api import (
     publish_api_pb2,
     query_api_pb2,
 )
+from xnode.api.misbehavior import MisbehaviorService
 from xnode.api.service import EnvelopeService
 
 PACKAGE = "xmtp.xmtpv4.message_api"
@@ -25,7 +26,6 @@ SERVICES = {
     "PublishApi": publish_api_pb2,
 }
 MISBEHAVIOR_SERVICE = f"{PACKAGE}.MisbehaviorApi"
-_ = misbehavior_api_pb2  # loaded so reflection can describe MisbehaviorApi once it is served
 
 
 # Handlers that frame stored envelopes themselves and return bytes (see xnode.wire).
@@ -95,5 +95,18 @@ def envelope_handlers(service: EnvelopeService) -> list[grpc.GenericRpcHandler[A
     return handlers
 
 
+def misbehavior_handlers(service: MisbehaviorService) -> grpc.GenericRpcHandler[Any, Any]:
+    descriptor = misbehavior_api_pb2.DESCRIPTOR.services_by_name["MisbehaviorApi"]
+    methods = {
+        m.name: grpc.unary_unary_rpc_method_handler(
+            getattr(service, m.name),
+            request_deserializer=getattr(misbehavior_api_pb2, m.input_type.name).FromString,
+            response_serializer=_identity,
+        )
+        for m in descriptor.methods
+    }
+    return grpc.method_handlers_generic_handler(MISBEHAVIOR_SERVICE, methods)
+
+
 def service_names() -> list[str]:
-    return [f"{PACKAGE}.{name}" for name in SERVICES]
+    return [*(f"{PACKAGE}.{name}" for name in SERVICES), MISBEHAVIOR_SERVICE]

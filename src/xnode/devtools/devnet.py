@@ -1,6 +1,12 @@
-"""`xnode devnet`: a local network in one command: a private Postgres cluster (one database
-per node), N nodes each with its own key, ports and metrics, a table of endpoints, and
-`.xnode/devnet.json`. Ctrl-C stops everything; state stays in the directory for next time."""
+"""`xnode devnet`: a local network in one command.
+
+A private Postgres cluster (one database per node), anvil with the contracts deployed and
+every node registered in the NodeRegistry, and N replicating nodes, each with its own key,
+ports and metrics. Prints a table of endpoints and writes them, with node ids, keys, DSNs and
+contract addresses, to `<dir>/devnet.json`. Ctrl-C stops everything and loses nothing: nodes
+drain, anvil dumps its state to `<dir>/anvil-state.json` (loaded next time) and Postgres
+shuts down cleanly, so the next run carries on where this one stopped.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +30,16 @@ from xnode.crypto import SigningKey
 from xnode.devtools.postgres import PgCluster, free_port, start_cluster
 from xnode.registry import NodeEntry, Registry
 
-console = Console(stderr=True)
+# Piped output (no terminal) is not cut to 80 columns: the table holds long DSNs.
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+ANVIL_PORT = 8545  # what `xnode chain ...` talks to by default
+METRICS_PORT = 9464
+FUND_WEI = 10**21  # 1000 ETH per node signer: chain publishes (commits, identity updates)
+
+
+class DevnetError(RuntimeError):
+    pass
 
 
 @dataclass
@@ -35,6 +50,7 @@ class DevNode:
     dsn: str
     key_file: str
     public_key: str
+    private_key: str
 
 
 def _port_or_free(preferred: int) -> int:
@@ -46,7 +62,7 @@ def _port_or_free(preferred: int) -> int:
             return free_port()
 
 
-def _load_key(path: Path) -> SigningKey:
+def load_key(path: Path) -> SigningKey:
     if path.exists():
         return SigningKey.from_hex(path.read_text())
     key = SigningKey.generate()
@@ -55,28 +71,48 @@ def _load_key(path: Path) -> SigningKey:
     return key
 
 
-def plan_nodes(state: Path, cluster: PgCluster, count: int, base_port: int) -> list[DevNode]:
+def plan_nodes(
+    state: Path,
+    cluster: PgCluster,
+    count: int,
+    base_port: int,
+    known: dict[int, NodeEntry] | None = None,
+) -> list[DevNode]:
+    """Keys, databases and ports for nodes 100, 200, ...; a node already registered keeps the
+    address the registry has for it (on the chain, addresses never change)."""
     nodes = []
     for i in range(count):
         node_id = 100 * (i + 1)
         key_file = state / f"node-{node_id}.key"
-        key = _load_key(key_file)
+        key = load_key(key_file)
+        registered = (known or {}).get(node_id)
+        if registered is not None and registered.public_key != key.public_key:
+            raise DevnetError(
+                f"node {node_id} is registered with another key than {key_file}; "
+                f"remove {state} to start a fresh network"
+            )
+        if registered is not None:
+            address = registered.http_address.removeprefix("http://")
+        else:
+            address = f"127.0.0.1:{_port_or_free(base_port + i)}"
         database = f"xnode_{node_id}"
         cluster.create_database(database)
         nodes.append(
             DevNode(
                 node_id=node_id,
-                address=f"127.0.0.1:{_port_or_free(base_port + i)}",
-                metrics=f"127.0.0.1:{free_port()}",
+                address=address,
+                metrics=f"127.0.0.1:{_port_or_free(METRICS_PORT + i)}",
                 dsn=cluster.dsn(database),
                 key_file=str(key_file),
                 public_key="0x" + key.public_key.hex(),
+                private_key="0x" + key.hex(),
             )
         )
     return nodes
 
 
-def _write_registry(state: Path, nodes: list[DevNode]) -> Path:
+def write_registry_file(state: Path, nodes: list[DevNode]) -> Path:
+    """The same registry as a static file, for `--registry file`."""
     registry = Registry(
         NodeEntry(n.node_id, bytes.fromhex(n.public_key[2:]), f"http://{n.address}") for n in nodes
     )
@@ -85,16 +121,17 @@ def _write_registry(state: Path, nodes: list[DevNode]) -> Path:
     return path
 
 
-def _spawn(node: DevNode, nodes_file: Path, state: Path) -> subprocess.Popen[bytes]:
+def _spawn(node: DevNode, registry_env: dict[str, str], state: Path) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
+        **registry_env,
         "XNODE_LISTEN_ADDRESS": node.address,
         "XNODE_DATABASE_DSN": node.dsn,
         "XNODE_SIGNER_KEY_FILE": node.key_file,
-        "XNODE_NODES_FILE": str(nodes_file),
         "XNODE_METRICS_ADDRESS": node.metrics,
     }
     log = (state / f"node-{node.node_id}.log").open("ab")
+    # Its own session: Ctrl-C reaches only the devnet, which stops nodes in order.
     return subprocess.Popen(
         [sys.executable, "-m", "xnode.cli", "run"],
         env=env,
@@ -119,14 +156,15 @@ def wait_serving(address: str, timeout_s: float = 60.0) -> bool:
     return False
 
 
-def _print_table(nodes: list[DevNode], cluster: PgCluster, state: Path) -> None:
+def _print_table(nodes: list[DevNode], cluster: PgCluster, chain_url: str, state: Path) -> None:
     table = Table(title="xnode devnet")
     for column in ("node id", "gRPC", "metrics", "database"):
         table.add_column(column)
     for n in nodes:
         table.add_row(str(n.node_id), n.address, f"http://{n.metrics}/metrics", n.dsn)
     console.print(table)
-    console.print(f"Postgres: {cluster.dsn()}  state: {state}  logs: {state}/node-*.log")
+    console.print(f"Postgres: {cluster.dsn()}  chain: {chain_url}  logs: {state}/node-*.log")
+    console.print(f"Keys, DSNs and contract addresses: {state / 'devnet.json'}")
     console.print(
         "Try: xnode publish --node-id 100 --node "
         + nodes[0].address
@@ -146,12 +184,18 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
             proc.kill()
 
 
+def _describe(nodes: list[DevNode], cluster: PgCluster, chain: dict[str, object]) -> str:
+    return json.dumps(
+        {"postgres": cluster.dsn(), "chain": chain, "nodes": [asdict(n) for n in nodes]},
+        indent=2,
+    )
+
+
 def run_devnet(args: argparse.Namespace) -> int:
+    from xnode.devtools.devchain import DevChain  # web3 loads only for the devnet
+
     state = Path(args.dir).resolve()
     state.mkdir(parents=True, exist_ok=True)
-    with console.status("starting Postgres"):
-        cluster = start_cluster(state / "pg")
-    processes: list[subprocess.Popen[bytes]] = []
     stop_requested = False
 
     def request_stop(_sig: int, _frame: object) -> None:
@@ -160,19 +204,33 @@ def run_devnet(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    processes: list[subprocess.Popen[bytes]] = []
+    chain: DevChain | None = None
+    with console.status("starting Postgres"):
+        cluster = start_cluster(state / "pg")
     try:
-        nodes = plan_nodes(state, cluster, args.nodes, args.base_port)
-        nodes_file = _write_registry(state, nodes)
-        processes = [_spawn(n, nodes_file, state) for n in nodes]
+        with console.status("starting anvil and the contracts"):
+            chain = DevChain.start(state, _port_or_free(ANVIL_PORT))
+        nodes = plan_nodes(state, cluster, args.nodes, args.base_port, chain.registered())
+        planned = [
+            (n.node_id, bytes.fromhex(n.public_key[2:]), f"http://{n.address}") for n in nodes
+        ]
+        with console.status("registering nodes"):
+            chain.register(planned, FUND_WEI)
+        registry_env = chain.node_env()
+        if args.registry == "file":
+            registry_env |= {
+                "XNODE_REGISTRY_SOURCE": "file",
+                "XNODE_NODES_FILE": str(write_registry_file(state, nodes)),
+            }
+        processes = [_spawn(n, registry_env, state) for n in nodes]
         with console.status(f"starting {len(nodes)} node(s)"):
             for node, proc in zip(nodes, processes, strict=True):
                 if not wait_serving(node.address) or proc.poll() is not None:
                     console.print(f"[red]node {node.node_id} did not start; see its log")
                     return 1
-        (state / "devnet.json").write_text(
-            json.dumps({"postgres": cluster.dsn(), "nodes": [asdict(n) for n in nodes]}, indent=2)
-        )
-        _print_table(nodes, cluster, state)
+        (state / "devnet.json").write_text(_describe(nodes, cluster, chain.describe()))
+        _print_table(nodes, cluster, chain.url, state)
         while not stop_requested:
             if any(p.poll() is not None for p in processes):
                 console.print("[red]a node exited; stopping the network (see its log)")
@@ -180,6 +238,8 @@ def run_devnet(args: argparse.Namespace) -> int:
             time.sleep(0.5)
         return 0
     finally:
-        console.print("stopping nodes and Postgres")
+        console.print("stopping nodes, anvil and Postgres")
         _stop(processes)
+        if chain is not None:
+            chain.stop()
         cluster.stop()

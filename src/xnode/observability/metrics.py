@@ -36,3 +36,43 @@ def observe_batch(size: int, seconds: float) -> None:
 def serve_metrics(address: str) -> None:
     host, _, port = address.rpartition(":")
     start_http_server(int(port), addr=host or "127.0.0.1")
+
+
+# --- replication (XIP-49 3.2) ---------------------------------------------------------------
+
+REPLICATION_LAG_SEQUENCE_IDS = Gauge(
+    "xnode_replication_lag_sequence_ids",
+    "Sequence ids a peer (originator) has that this node has not stored yet",
+    ["originator"],
+)
+REPLICATION_LAG_SECONDS = Gauge(
+    "xnode_replication_lag_seconds",
+    "Age of the newest stored envelope of an originator while newer ones exist; 0 caught up",
+    ["originator"],
+)
+REPLICATION_RECEIVED = Counter(
+    "xnode_replication_envelopes_received_total",
+    "Envelopes received from peers and stored (duplicates excluded), by originator",
+    ["originator"],
+)
+REPLICATION_REJECTED = Counter(
+    "xnode_replication_envelopes_rejected_total",
+    "Envelopes received from peers and refused, by originator and reason",
+    ["originator", "reason"],
+)
+REPLICATION_RECONNECTS = Counter(
+    "xnode_replication_stream_reconnects_total",
+    "Peer streams reopened after they ended or failed, by serving peer and mode",
+    ["peer", "mode"],
+)
+REPLICATION_STREAMS = Gauge(
+    "xnode_replication_streams", "Open peer streams, by mode (direct, fallback)", ["mode"]
+)
+MISBEHAVIOR_REPORTS = Counter(
+    "xnode_misbehavior_reports_total",
+    "Misbehavior reports stored, by type and source (node, client)",
+    ["type", "source"],
+)
+AUTH_REFUSED = Counter(
+    "xnode_node_auth_refused_total", "Node tokens refused on replication streams"
+)

@@ -9,7 +9,6 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-
 # alembic keeps its context in module globals: one upgrade at a time per process.
 # Across processes, migrations/env.py serializes with an advisory lock.
 _ONE_AT_A_TIME = threading.Lock()

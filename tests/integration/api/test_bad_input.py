@@ -6,10 +6,10 @@ from typing import Any
 
 import grpc
 import pytest
-from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xmtp.xmtpv4.message_api import message_api_pb2 as api
 
 from tests.conftest import node_settings
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.api.client import NodeClient, group_message_envelope
 from xnode.api.errors import CURSOR_TRAILER
 from xnode.crypto import SigningKey

@@ -8,6 +8,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from tests.conftest import node_settings
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import (
     message_api_pb2 as api,
@@ -16,8 +18,6 @@ from xmtp.xmtpv4.message_api import (
     publish_api_pb2_grpc,
     query_api_pb2_grpc,
 )
-
-from tests.conftest import node_settings
 from xnode.api.client import NodeClient, group_message_envelope
 from xnode.crypto import SigningKey
 from xnode.cursors import Cursor

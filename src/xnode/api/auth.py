@@ -1,0 +1,103 @@
+"""Node authentication on the server (XIP-49 3.2.5): replication streams need a valid node
+token; client APIs stay open.
+
+Protected: ReplicationApi.SubscribeOriginators, the node-to-node stream. SubscribeEnvelopes
+stays open even when it asks by originator ids: it is the XIP's client API (3.3.3), clients
+and tools use it, and every envelope it returns is signed and end-to-end encrypted, so the
+token is about telling nodes apart (their streams are long-lived and bulk), not secrecy.
+
+An accepted stream ends with UNAUTHENTICATED once its token expires or its node is disabled
+(checked before each response, so at least every keepalive); the peer reconnects with a
+fresh token, which renews the check the XIP asks for at least hourly."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, cast
+
+import grpc
+import structlog
+
+from xnode.auth import AuthError, NodeIdentity, token_from_metadata, verify_token
+from xnode.cursors import Cursor
+from xnode.envelopes import cursor_to_proto
+from xnode.observability.metrics import AUTH_REFUSED
+from xnode.registry import Registry
+
+log = structlog.get_logger(__name__)
+
+PROTECTED_METHODS = frozenset({"/xmtp.xmtpv4.message_api.ReplicationApi/SubscribeOriginators"})
+# Initial metadata on accepted streams: this node's vector clock (peers use it for lag).
+CLOCK_METADATA = "xnode-vector-clock-bin"
+
+Context = grpc.aio.ServicerContext[Any, Any]
+StreamBehavior = Callable[[Any, Context], AsyncIterator[Any]]
+
+if TYPE_CHECKING:
+    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
+else:
+    _Interceptor = grpc.aio.ServerInterceptor
+
+
+class NodeAuthInterceptor(_Interceptor):
+    def __init__(
+        self,
+        node_id: int,
+        registry: Callable[[], Registry],
+        vector_clock: Callable[[], Cursor],
+        protected: frozenset[str] = PROTECTED_METHODS,
+    ) -> None:
+        self._node_id = node_id
+        self._registry = registry
+        self._vector_clock = vector_clock
+        self._protected = protected
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler = await continuation(handler_call_details)
+        if handler_call_details.method not in self._protected or handler is None:
+            return handler
+        if handler.unary_stream is None:
+            raise TypeError(f"{handler_call_details.method}: only server streams are guarded")
+        return grpc.unary_stream_rpc_method_handler(
+            self._guard(cast(StreamBehavior, handler.unary_stream), handler_call_details.method),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def authenticate(self, metadata: Any) -> NodeIdentity:
+        token = token_from_metadata(metadata or ())
+        return verify_token(token, self._registry(), self._node_id, int(time.time()))
+
+    def _revoked(self, identity: NodeIdentity) -> str | None:
+        if time.time() >= identity.expires_at:
+            return "token expired; reconnect with a new one"
+        entry = self._registry().get(identity.node_id)
+        if entry is None or not entry.enabled:
+            return f"node {identity.node_id} is no longer enabled in the registry"
+        return None
+
+    def _guard(self, behavior: StreamBehavior, method: str) -> StreamBehavior:
+        async def guarded(request: Any, context: Context) -> AsyncIterator[Any]:
+            try:
+                identity = self.authenticate(context.invocation_metadata())
+            except AuthError as exc:
+                AUTH_REFUSED.inc()
+                log.info("node_auth_refused", method=method, peer=context.peer(), reason=str(exc))
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+                return
+            clock = cursor_to_proto(self._vector_clock()).SerializeToString()
+            await context.send_initial_metadata(((CLOCK_METADATA, clock),))
+            async for item in behavior(request, context):
+                reason = self._revoked(identity)
+                if reason is not None:
+                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
+                yield item
+
+        return guarded

@@ -1,0 +1,56 @@
+"""MisbehaviorApi (XIP-49 3.2.8): clients submit reports, anyone queries what this node hosts.
+
+Submitted reports are stored signed by this node, like its own. Queries return reports
+stored after `after_ns`, oldest first, at most 1000 per call: page with the last
+`server_time_ns` received (it grows strictly, so nothing is skipped)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import structlog
+
+from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode import wire
+from xnode.api.errors import StoreErrors, abort_store
+from xnode.errors import Rejected
+from xnode.misbehavior import check_client_report, type_name
+from xnode.store.misbehavior import MisbehaviorStore
+
+log = structlog.get_logger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class MisbehaviorService:
+    def __init__(self, store: MisbehaviorStore) -> None:
+        self._store = store
+
+    async def SubmitMisbehaviorReport(
+        self, request: mb.SubmitMisbehaviorReportRequest, context: Context
+    ) -> bytes:
+        try:
+            check_client_report(request.report)
+        except Rejected as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        try:
+            await self._store.add(request.report)
+        except StoreErrors as exc:
+            await abort_store(context, "SubmitMisbehaviorReport", exc)
+        log.info(
+            "client_misbehavior_report",
+            type=type_name(request.report.type),
+            node_id=request.report.misbehaving_node_id,
+        )
+        return b""
+
+    async def QueryMisbehaviorReports(
+        self, request: mb.QueryMisbehaviorReportsRequest, context: Context
+    ) -> bytes:
+        try:
+            reports = await self._store.after(request.after_ns)
+        except StoreErrors as exc:
+            await abort_store(context, "QueryMisbehaviorReports", exc)
+            raise
+        return wire.repeated(1, reports)

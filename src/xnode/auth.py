@@ -1,0 +1,189 @@
+"""Node-to-node tokens (XIP-49 3.2.5, wire-facts.md).
+
+A JWT with header {"alg":"ES256K","typ":"JWT"}, claims sub (sender node id), aud ([receiver
+node id]), iat and exp = iat + 1 h. Its signature is the network's own ES256K: a 65-byte
+recoverable secp256k1 signature over keccak256(b"jwt|" + signing input). PyJWT's stock ES256K
+hashes with SHA-256, so this module registers its own algorithm on a private PyJWS instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jwt
+from jwt.algorithms import Algorithm
+from jwt.exceptions import InvalidKeyError
+
+from xnode.crypto import PUBLIC_KEY_LENGTH, SignatureError, SigningKey, jwt_digest
+from xnode.crypto import recover_public_key as _recover
+from xnode.registry import Registry
+
+ALGORITHM = "ES256K"
+TOKEN_LIFETIME_S = 3600
+MAX_TOKEN_AGE_S = 3600  # XIP: iat no less than 1 hour in the past...
+MAX_CLOCK_SKEW_S = 60  # ...and no more than 1 minute in the future
+RENEW_MARGIN_S = 300  # clients replace a token this long before it expires
+
+# gRPC metadata keys, lower case as gRPC carries them.
+METADATA_KEY = "node-authorization"
+XIP_METADATA_KEY = "authorization"
+
+
+class KeccakES256K(Algorithm):
+    """ES256K as the network defines it. Keys: a 32-byte secret signs, a 65-byte public key
+    verifies (by comparing it with the key the signature recovers to)."""
+
+    def prepare_key(self, key: Any) -> Any:
+        if isinstance(key, bytes) and len(key) == 32:
+            return SigningKey(key)
+        if isinstance(key, bytes) and len(key) == PUBLIC_KEY_LENGTH and key[0] == 4:
+            return key
+        raise InvalidKeyError("ES256K key must be a 32-byte secret or a 65-byte public key")
+
+    def sign(self, msg: bytes, key: Any) -> bytes:
+        if not isinstance(key, SigningKey):
+            raise InvalidKeyError("signing needs the node's private key")
+        return key.sign(jwt_digest(msg))
+
+    def verify(self, msg: bytes, key: Any, sig: bytes) -> bool:
+        try:
+            return bool(_recover(sig, jwt_digest(msg)) == key)
+        except SignatureError:
+            return False
+
+    @staticmethod
+    def to_jwk(key_obj: Any, as_dict: bool = False) -> Any:
+        raise NotImplementedError("node keys are not exchanged as JWKs")
+
+    @staticmethod
+    def from_jwk(jwk: Any) -> Any:
+        raise NotImplementedError("node keys are not exchanged as JWKs")
+
+
+def _codec() -> jwt.PyJWT:
+    jws = jwt.PyJWS(algorithms=[])  # nothing but the network's ES256K is accepted
+    jws.register_algorithm(ALGORITHM, KeccakES256K())
+    codec = jwt.PyJWT()
+    codec._jws = jws  # PyJWT has no public hook for its JWS instance; its own module does this
+    return codec
+
+
+_JWT = _codec()
+
+
+class AuthError(Exception):
+    """A token this node refuses; the message says why."""
+
+
+def issue_token(key: SigningKey, subject: int, audience: int, now: int) -> str:
+    claims = {
+        "sub": str(subject),
+        "aud": [str(audience)],
+        "iat": now,
+        "exp": now + TOKEN_LIFETIME_S,
+    }
+    return _JWT.encode(claims, key.secret, algorithm=ALGORITHM)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeIdentity:
+    """The verified sender of a token."""
+
+    node_id: int
+    expires_at: int
+
+
+def _subject(token: str) -> int:
+    try:
+        header = jwt.get_unverified_header(token)
+        claims = _JWT.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError as exc:
+        raise AuthError(f"token does not decode: {exc}") from None
+    if header.get("alg") != ALGORITHM:
+        raise AuthError(f"token algorithm must be {ALGORITHM}, got {header.get('alg')!r}")
+    sub = claims.get("sub")
+    if not isinstance(sub, str) or not sub.isdigit():
+        raise AuthError(f"token subject must be a node id (decimal string), got {sub!r}")
+    return int(sub)
+
+
+def _check_times(claims: dict[str, Any], now: int) -> int:
+    iat, exp = claims["iat"], claims["exp"]
+    if not isinstance(iat, int) or not isinstance(exp, int):
+        raise AuthError("token iat and exp must be integers")
+    if exp <= now:
+        raise AuthError(f"token expired {now - exp} s ago")
+    if iat < now - MAX_TOKEN_AGE_S:
+        raise AuthError(f"token was issued {now - iat} s ago; the limit is {MAX_TOKEN_AGE_S} s")
+    if iat > now + MAX_CLOCK_SKEW_S:
+        raise AuthError(f"token is issued {iat - now} s in the future")
+    return exp
+
+
+def verify_token(token: str, registry: Registry, self_id: int, now: int) -> NodeIdentity:
+    """The checks of XIP-49 3.2.5; raises AuthError naming the first that fails."""
+    subject = _subject(token)
+    entry = registry.get(subject)
+    if entry is None:
+        raise AuthError(f"node {subject} is not registered")
+    if not entry.enabled:
+        raise AuthError(f"node {subject} is disabled in the registry")
+    try:
+        claims = _JWT.decode(
+            token,
+            key=entry.public_key,
+            algorithms=[ALGORITHM],
+            audience=str(self_id),
+            # Times are checked below against `now`, with the XIP's window.
+            options={
+                "require": ["sub", "aud", "iat", "exp"],
+                "verify_exp": False,
+                "verify_iat": False,
+            },
+        )
+    except jwt.InvalidAudienceError:
+        raise AuthError(f"token audience is not this node ({self_id})") from None
+    except jwt.InvalidSignatureError:
+        raise AuthError(
+            f"token signature does not recover to node {subject}'s registry key"
+        ) from None
+    except jwt.PyJWTError as exc:
+        raise AuthError(f"token refused: {exc}") from None
+    return NodeIdentity(subject, _check_times(claims, now))
+
+
+def token_from_metadata(metadata: Iterable[tuple[str, str | bytes]]) -> str:
+    """The token from `node-authorization`, else `authorization` (with or without "Bearer ")."""
+    found: dict[str, str] = {}
+    for key, value in metadata:
+        if key in (METADATA_KEY, XIP_METADATA_KEY) and isinstance(value, str):
+            found.setdefault(key, value)
+    value = found.get(METADATA_KEY) or found.get(XIP_METADATA_KEY) or ""
+    if not value:
+        raise AuthError(f"no node token: send it as `{METADATA_KEY}` metadata")
+    scheme, _, rest = value.partition(" ")
+    return rest.strip() if scheme.lower() == "bearer" and rest else value.strip()
+
+
+@dataclass
+class TokenProvider:
+    """One token per peer, reused until it is close to expiry."""
+
+    key: SigningKey
+    node_id: int
+    clock: Callable[[], float]
+    _tokens: dict[int, tuple[str, int]] = field(default_factory=dict)
+
+    def token_for(self, peer_id: int) -> str:
+        now = int(self.clock())
+        cached = self._tokens.get(peer_id)
+        if cached is not None and now < cached[1] - RENEW_MARGIN_S:
+            return cached[0]
+        token = issue_token(self.key, self.node_id, peer_id, now)
+        self._tokens[peer_id] = (token, now + TOKEN_LIFETIME_S)
+        return token
+
+    def metadata_for(self, peer_id: int) -> tuple[tuple[str, str], ...]:
+        return ((METADATA_KEY, self.token_for(peer_id)),)

@@ -1,0 +1,173 @@
+"""Chain events become OriginatorEnvelopes (XIP-49 3.2.1): originator 0 (GroupMessages) or 1
+(IdentityUpdates), the contract's sequence id, the block's timestamp, no expiry, and a
+BlockchainProof (transaction hash and this node's signature). No I/O here.
+
+The event's bytes are normally the serialized ClientEnvelope a node's publisher sent, so the
+envelope a client published comes back with the identical `unsigned_client_envelope`. Bytes
+that are a bare MLS message (group messages) or a bare IdentityUpdate are wrapped in a
+ClientEnvelope for their topic; anything else is malformed and skipped by the indexer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from xmtp.identity.associations import association_pb2, signature_pb2
+from xmtp.mls.api.v1 import mls_pb2
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xnode.crypto import SigningKey, blockchain_proof_digest
+from xnode.envelopes import GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR
+from xnode.mls import is_mls_message
+from xnode.topics import Topic, TopicKind
+
+_KIND_OF_ORIGINATOR = {
+    GROUP_MESSAGES_ORIGINATOR: TopicKind.GROUP_MESSAGES,
+    IDENTITY_UPDATES_ORIGINATOR: TopicKind.IDENTITY_UPDATES,
+}
+_PAYLOAD_OF_ORIGINATOR = {
+    GROUP_MESSAGES_ORIGINATOR: "group_message",
+    IDENTITY_UPDATES_ORIGINATOR: "identity_update",
+}
+
+
+class MalformedPayload(ValueError):
+    """An event whose bytes cannot become an envelope for its topic."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChainEvent:
+    """One MessageSent or IdentityUpdateCreated log, decoded."""
+
+    originator: int
+    sequence_id: int
+    key: bytes  # groupId (16 bytes) or inboxId (32 bytes)
+    payload: bytes
+    block_number: int
+    block_hash: bytes
+    transaction_hash: bytes
+    log_index: int
+    block_timestamp: int | None = None
+
+    @property
+    def topic(self) -> Topic:
+        return Topic(_KIND_OF_ORIGINATOR[self.originator], self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedEvent:
+    """A malformed event: recorded, logged once, passed over."""
+
+    contract: str
+    block_number: int
+    block_hash: bytes
+    transaction_hash: bytes
+    log_index: int
+    sequence_id: int | None
+    reason: str
+    data: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChainPayload:
+    """An indexed event as the store keeps it."""
+
+    event: ChainEvent
+    topic: bytes
+    originator_ns: int
+    raw: bytes  # the serialized OriginatorEnvelope
+    identity_update: association_pb2.IdentityUpdate | None
+
+
+def _as_client_envelope(payload: bytes) -> envelopes_pb2.ClientEnvelope | None:
+    """The payload as a ClientEnvelope, when it is one (it has aad and a payload)."""
+    client = envelopes_pb2.ClientEnvelope()
+    try:
+        client.ParseFromString(payload)
+    except DecodeError:
+        return None
+    if not client.HasField("aad") or client.WhichOneof("payload") is None:
+        return None
+    return client
+
+
+def _check_client_envelope(client: envelopes_pb2.ClientEnvelope, event: ChainEvent) -> None:
+    topic = event.topic
+    if client.aad.target_topic != topic.raw:
+        raise MalformedPayload(
+            f"client envelope targets topic {client.aad.target_topic.hex()}, "
+            f"the event's is {topic.raw.hex()}"
+        )
+    expected = _PAYLOAD_OF_ORIGINATOR[event.originator]
+    if client.WhichOneof("payload") != expected:
+        raise MalformedPayload(f"client envelope carries {client.WhichOneof('payload')}")
+    if expected == "identity_update":
+        _check_inbox(client.identity_update, event.key)
+
+
+def _check_inbox(update: association_pb2.IdentityUpdate, inbox: bytes) -> None:
+    if not update.actions:
+        raise MalformedPayload("identity update has no actions")
+    try:
+        named = bytes.fromhex(update.inbox_id.removeprefix("0x"))
+    except ValueError:
+        raise MalformedPayload("identity update inbox_id is not hex") from None
+    if named != inbox:
+        raise MalformedPayload(f"identity update names inbox {update.inbox_id}")
+
+
+def _wrap(event: ChainEvent) -> envelopes_pb2.ClientEnvelope:
+    """A ClientEnvelope around a bare MLS message or IdentityUpdate."""
+    aad = envelopes_pb2.AuthenticatedData(target_topic=event.topic.raw)
+    if event.originator == GROUP_MESSAGES_ORIGINATOR:
+        if not is_mls_message(event.payload):
+            raise MalformedPayload("neither a client envelope nor an MLS message")
+        v1 = mls_pb2.GroupMessageInput.V1(data=event.payload)
+        return envelopes_pb2.ClientEnvelope(aad=aad, group_message=mls_pb2.GroupMessageInput(v1=v1))
+    update = association_pb2.IdentityUpdate()
+    try:
+        update.ParseFromString(event.payload)
+    except DecodeError:
+        raise MalformedPayload("neither a client envelope nor an identity update") from None
+    _check_inbox(update, event.key)
+    return envelopes_pb2.ClientEnvelope(aad=aad, identity_update=update)
+
+
+def client_envelope_of(event: ChainEvent) -> tuple[bytes, envelopes_pb2.ClientEnvelope]:
+    """The serialized ClientEnvelope for the event (its own bytes when they are one)."""
+    if event.originator not in _KIND_OF_ORIGINATOR:
+        raise MalformedPayload(f"originator {event.originator} is not a chain originator")
+    expected_len = 16 if event.originator == GROUP_MESSAGES_ORIGINATOR else 32
+    if len(event.key) != expected_len:
+        raise MalformedPayload(f"event key is {len(event.key)} bytes, expected {expected_len}")
+    client = _as_client_envelope(event.payload)
+    if client is not None:
+        _check_client_envelope(client, event)
+        return event.payload, client
+    wrapped = _wrap(event)
+    return wrapped.SerializeToString(), wrapped
+
+
+def build_chain_payload(event: ChainEvent, timestamp: int, key: SigningKey) -> ChainPayload:
+    """Signs the envelope for `event` mined in a block with `timestamp` (seconds)."""
+    client_bytes, client = client_envelope_of(event)
+    originator_ns = timestamp * 1_000_000_000
+    unsigned = envelopes_pb2.UnsignedOriginatorEnvelope(
+        originator_node_id=event.originator,
+        originator_sequence_id=event.sequence_id,
+        originator_ns=originator_ns,
+        payer_envelope_bytes=envelopes_pb2.PayerEnvelope(
+            unsigned_client_envelope=client_bytes
+        ).SerializeToString(),
+    ).SerializeToString()
+    signature = key.sign(blockchain_proof_digest(unsigned, event.transaction_hash))
+    raw = envelopes_pb2.OriginatorEnvelope(
+        unsigned_originator_envelope=unsigned,
+        blockchain_proof=envelopes_pb2.BlockchainProof(
+            transaction_hash=event.transaction_hash,
+            node_signature=signature_pb2.RecoverableEcdsaSignature(bytes=signature),
+        ),
+    ).SerializeToString()
+    update = client.identity_update if client.HasField("identity_update") else None
+    return ChainPayload(event, event.topic.raw, originator_ns, raw, update)

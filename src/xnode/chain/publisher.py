@@ -1,0 +1,209 @@
+"""Publishes MLS commits and identity updates to their contract (XIP-49 3.3.4 step 4).
+
+The client's serialized ClientEnvelope goes into the contract call unchanged, so the envelope
+the indexer builds from the mined event carries exactly what the client signed for. The
+publish is answered with that envelope once the indexer has stored it.
+
+Refusals: UNAVAILABLE (the XIP's 503) while the chain is unreachable or the index is behind
+its head (3.2.6); ABORTED when depends_on does not name the topic's latest chain payload
+(3.3.4 rule 2.4). Publishes on one topic are serialized from that check until indexed, so two
+commits racing on one group in this process cannot both pass it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from weakref import WeakValueDictionary
+
+import structlog
+
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xnode.chain import abi
+from xnode.chain.contracts import DeployedContracts
+from xnode.chain.indexer import ChainIndexer
+from xnode.chain.rpc import ChainRpc, ChainRpcError, ChainUnavailable, revert_data
+from xnode.chain.transactions import SentTransaction, TxSender
+from xnode.cursors import Cursor
+from xnode.envelopes import (
+    GROUP_MESSAGES_ORIGINATOR,
+    IDENTITY_UPDATES_ORIGINATOR,
+    ValidPayerEnvelope,
+)
+from xnode.errors import Reason, Rejected
+from xnode.mls import is_commit
+from xnode.store.chain import ChainStore
+
+log = structlog.get_logger(__name__)
+
+MAX_PAYLOAD_BYTES = 256 * 1024  # the contracts' MAX_PAYLOAD_SIZE
+RECEIPT_CHECK_S = 1.0
+AVAILABLE_GRACE_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    originator: int
+    topic: bytes
+    to: str
+    data: bytes
+
+
+def chain_originator(envelope: ValidPayerEnvelope) -> int:
+    if envelope.payload == "identity_update":
+        return IDENTITY_UPDATES_ORIGINATOR
+    return GROUP_MESSAGES_ORIGINATOR
+
+
+def needs_chain(envelope: ValidPayerEnvelope) -> bool:
+    """Identity updates and MLS commits need the chain's total order (XIP-49 2.1)."""
+    if envelope.payload == "identity_update":
+        return True
+    return envelope.payload == "group_message" and is_commit(
+        envelope.client_envelope.group_message.v1.data
+    )
+
+
+class ChainPublisher:
+    def __init__(
+        self,
+        rpc: ChainRpc,
+        store: ChainStore,
+        indexer: ChainIndexer,
+        contracts: DeployedContracts,
+        sender: TxSender,
+        node_cursor: Callable[[], Cursor],
+        timeout_s: float = 30.0,
+    ) -> None:
+        self._rpc = rpc
+        self._store = store
+        self._indexer = indexer
+        self._contracts = contracts
+        self._sender = sender
+        self._node_cursor = node_cursor
+        self._timeout_s = timeout_s
+        self._topic_locks: WeakValueDictionary[bytes, asyncio.Lock] = WeakValueDictionary()
+
+    def handles(self, envelope: ValidPayerEnvelope) -> bool:
+        return needs_chain(envelope)
+
+    async def publish(self, envelopes: Sequence[ValidPayerEnvelope]) -> list[bytes]:
+        # A poll or two of grace: right after start-up, or a block the indexer is about to see.
+        reason = await self._indexer.wait_available(AVAILABLE_GRACE_S)
+        if reason is not None:
+            raise Rejected(Reason.UNAVAILABLE, f"cannot publish to the chain now: {reason}")
+        calls = [self._call(i, e) for i, e in enumerate(envelopes)]
+        async with self._locked({c.topic for c in calls}):
+            await self._check_depends_on(envelopes, calls)
+            try:
+                return await asyncio.wait_for(self._send_all(calls), self._timeout_s)
+            except TimeoutError:
+                raise Rejected(
+                    Reason.UNAVAILABLE,
+                    f"the chain did not mine and index the payload within {self._timeout_s:g} s;"
+                    " it may still appear on its topic",
+                ) from None
+            except ChainUnavailable as exc:
+                log.warning("chain_publish_unavailable", error=str(exc))
+                raise Rejected(Reason.UNAVAILABLE, f"the chain is unreachable: {exc}") from None
+
+    # --- building and checking -----------------------------------------------------------
+
+    def _call(self, index: int, envelope: ValidPayerEnvelope) -> _Call:
+        client = envelopes_pb2.PayerEnvelope.FromString(envelope.raw).unsigned_client_envelope
+        if len(client) > MAX_PAYLOAD_BYTES:
+            raise Rejected(
+                Reason.INVALID_PAYLOAD,
+                f"chain payloads are at most {MAX_PAYLOAD_BYTES} bytes, this one is {len(client)}",
+            ).at(index)
+        key = envelope.topic.identifier
+        originator = chain_originator(envelope)
+        size = 32 if originator == IDENTITY_UPDATES_ORIGINATOR else 16
+        if len(key) != size:
+            raise Rejected(
+                Reason.INVALID_PAYLOAD,
+                f"a chain payload's topic identifier must be {size} bytes, got {len(key)}",
+            ).at(index)
+        if originator == IDENTITY_UPDATES_ORIGINATOR:
+            to, data = self._contracts.identity_updates, abi.add_identity_update_data(key, client)
+        else:
+            to, data = self._contracts.group_messages, abi.add_message_data(key, client)
+        return _Call(originator, envelope.topic.raw, to, data)
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, topics: set[bytes]) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            for topic in sorted(topics):  # one order everywhere: no deadlock
+                lock = self._topic_locks.get(topic)
+                if lock is None:
+                    lock = self._topic_locks[topic] = asyncio.Lock()
+                await stack.enter_async_context(lock)
+            yield
+
+    async def _check_depends_on(
+        self, envelopes: Sequence[ValidPayerEnvelope], calls: Sequence[_Call]
+    ) -> None:
+        """XIP-49 3.3.4 rule 2.4: depends_on names the latest chain payload on the topic."""
+        latest = await self._store.latest_sequence_ids([(c.topic, c.originator) for c in calls])
+        for i, (envelope, call, top) in enumerate(zip(envelopes, calls, latest, strict=True)):
+            claimed = envelope.depends_on.get(call.originator, 0)
+            if claimed != top:
+                raise Rejected(
+                    Reason.CHAIN_DEPENDS_ON_MISMATCH,
+                    f"depends_on[{call.originator}] is {claimed}, but the latest chain payload "
+                    f"on topic {envelope.topic} is {call.originator}:{top}",
+                    cursor=self._node_cursor(),
+                ).at(i)
+
+    # --- sending and waiting -------------------------------------------------------------
+
+    async def _send_all(self, calls: Sequence[_Call]) -> list[bytes]:
+        gas = await asyncio.gather(*(self._estimate(i, c) for i, c in enumerate(calls)))
+        sent = [await self._sender.send(c.to, c.data, g) for c, g in zip(calls, gas, strict=True)]
+        with self._indexer.awaited():
+            return list(await asyncio.gather(*(self._indexed(tx) for tx in sent)))
+
+    async def _estimate(self, index: int, call: _Call) -> int:
+        try:
+            return await self._sender.estimate_gas(call.to, call.data)
+        except ChainRpcError as exc:
+            selector = revert_data(exc)[:4]
+            if selector == abi.ENFORCED_PAUSE:
+                raise Rejected(Reason.UNAVAILABLE, "the contract is paused; retry later").at(
+                    index
+                ) from None
+            if selector == abi.INVALID_PAYLOAD_SIZE:
+                raise Rejected(Reason.INVALID_PAYLOAD, "the contract refuses the payload size").at(
+                    index
+                ) from None
+            raise Rejected(Reason.UNAVAILABLE, f"the chain refuses the transaction: {exc}").at(
+                index
+            ) from None
+
+    async def _indexed(self, tx: SentTransaction) -> bytes:
+        """The envelope the indexer stored for `tx`; meanwhile watches the transaction."""
+        loop = asyncio.get_running_loop()
+        checked = loop.time()
+        while True:
+            found = await self._store.envelopes_by_transaction([tx.hash])
+            if found:
+                return found[min(found)]
+            if loop.time() - checked >= RECEIPT_CHECK_S:
+                checked = loop.time()
+                await self._watch(tx)
+            await self._indexer.wait_progress(0.5)
+
+    async def _watch(self, tx: SentTransaction) -> None:
+        """Fails on a reverted transaction; sends again one the chain lost."""
+        tx_hex = "0x" + tx.hash.hex()
+        try:
+            receipt = await self._rpc.call("eth_getTransactionReceipt", tx_hex)
+            if receipt is None and not await self._rpc.call("eth_getTransactionByHash", tx_hex):
+                log.warning("chain_transaction_lost", transaction=tx_hex, nonce=tx.nonce)
+                await self._sender.rebroadcast(tx)
+        except (ChainUnavailable, ChainRpcError):
+            return  # the indexer reports outages; keep waiting until the deadline
+        if receipt is not None and abi.hex_int(receipt.get("status", "0x1")) == 0:
+            raise Rejected(Reason.UNAVAILABLE, f"transaction {tx_hex} reverted on the chain")

@@ -1,0 +1,71 @@
+"""`xnode export` and `xnode prune`: the daemon's side of the Spark data pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from xnode.config import add_settings_flags, settings_from_args
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from xnode.export.run import export_node
+    from xnode.export.writer import ExportError
+
+    settings = settings_from_args(args)
+    try:
+        summary = asyncio.run(
+            export_node(settings, Path(args.out), args.with_payloads, args.batch_size)
+        )
+    except ExportError as exc:
+        print(f"xnode export: {exc}", file=sys.stderr)
+        return 2
+    print(summary.describe())
+    return 0
+
+
+def _cmd_prune(args: argparse.Namespace) -> int:
+    from xnode.export.pruning import PruneError, apply_plan, describe
+
+    settings = settings_from_args(args)
+    try:
+        plan, result = asyncio.run(
+            apply_plan(settings, Path(args.plan), args.batch_size, args.dry_run)
+        )
+    except PruneError as exc:
+        print(f"xnode prune: {exc}", file=sys.stderr)
+        return 2
+    print(describe(plan, result, args.dry_run))
+    return 0
+
+
+def add_export_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    export = sub.add_parser(
+        "export", help="export envelope metadata and misbehavior reports to Parquet"
+    )
+    add_settings_flags(export)
+    export.add_argument("--out", required=True, help="export root; writes <out>/node-<id>/")
+    export.add_argument(
+        "--with-payloads", action="store_true", help="also export the signed envelopes"
+    )
+    export.add_argument(
+        "--batch-size", type=_positive, default=10_000, help="rows per database page and file"
+    )
+    export.set_defaults(func=_cmd_export)
+    prune = sub.add_parser("prune", help="delete the envelopes a retention plan names")
+    add_settings_flags(prune)
+    prune.add_argument("--plan", required=True, help="plan JSON from spark_jobs.retention_expiry")
+    prune.add_argument(
+        "--batch-size", type=_positive, default=5000, help="most ids one transaction covers"
+    )
+    prune.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    prune.set_defaults(func=_cmd_prune)

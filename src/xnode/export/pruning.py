@@ -1,0 +1,91 @@
+"""`xnode prune --plan`: checks the whole plan, then applies it batch by batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import asyncpg
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from xnode.config import Settings
+from xnode.export.plan import Plan, PlanError, batch_count, load_plan
+from xnode.store.prune import PruneResult, prune
+
+DEFAULT_BATCH_SIZE = 5000
+
+
+class PruneError(RuntimeError):
+    """The plan was not applied (or not completely); the message says why."""
+
+
+async def apply_plan(
+    settings: Settings,
+    plan_path: Path,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    dry_run: bool = False,
+    show_progress: bool = True,
+) -> tuple[Plan, PruneResult]:
+    if batch_size < 1:
+        raise PruneError(f"--batch-size must be at least 1, got {batch_size}")
+    try:
+        plan = load_plan(plan_path)  # all of it, before the first delete
+    except PlanError as exc:
+        raise PruneError(f"refusing the plan, nothing deleted: {exc}") from None
+    try:
+        conn = await asyncpg.connect(settings.database_dsn)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise PruneError(f"cannot connect to the database: {exc}") from None
+    try:
+        return plan, await _prune_with_progress(conn, plan, batch_size, dry_run, show_progress)
+    finally:
+        await conn.close()
+
+
+async def _prune_with_progress(
+    conn: asyncpg.Connection, plan: Plan, batch_size: int, dry_run: bool, show: bool
+) -> PruneResult:
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=not show,
+    )
+    done = 0
+
+    def advance() -> None:
+        nonlocal done
+        done += 1
+        progress.advance(task)
+
+    with progress:
+        task = progress.add_task(
+            "checking batches" if dry_run else "pruning batches",
+            total=batch_count(plan.ranges, batch_size),
+        )
+        try:
+            return await prune(conn, plan, batch_size, dry_run, advance)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            raise PruneError(
+                f"stopped after {done} committed batches: {exc}; applying the plan again is safe"
+            ) from None
+
+
+def describe(plan: Plan, result: PruneResult, dry_run: bool) -> str:
+    verb = "would delete" if dry_run else "deleted"
+    lines = []
+    for node_id, counts in result.items():
+        line = f"originator {node_id}: {verb} {counts.deleted}"
+        if counts.kept_identity_updates:
+            line += f", kept {counts.kept_identity_updates} identity updates"
+        if counts.kept_unexpired:
+            line += f", kept {counts.kept_unexpired} not expired at {plan.as_of_unixtime}"
+        lines.append(line)
+    total = sum(c.deleted for c in result.values())
+    lines.append(
+        f"total: {verb} {total} envelopes in {len(plan.ranges)} ranges "
+        f"(the plan names {plan.envelope_count}; the vector clock is unchanged)"
+    )
+    return "\n".join(lines)

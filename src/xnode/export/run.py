@@ -1,0 +1,166 @@
+"""`xnode export`: incremental, crash-safe export of one node's database to Parquet."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from xnode.config import Settings
+from xnode.export.writer import ExportError, ExportState, ExportWriter
+from xnode.registry import NodeEntry
+from xnode.store.export import ExportSource, ExportSourceError, Pending
+
+DEFAULT_PAGE_ROWS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ExportSummary:
+    node_id: int
+    directory: Path
+    envelopes: int
+    originators: int
+    reports: int
+    files: int
+    leftovers_removed: int
+
+    def describe(self) -> str:
+        text = (
+            f"node {self.node_id}: exported {self.envelopes} envelopes of "
+            f"{self.originators} originators and {self.reports} misbehavior reports "
+            f"({self.files} files) to {self.directory}"
+        )
+        if self.leftovers_removed:
+            text += f"; removed {self.leftovers_removed} files of an interrupted export"
+        return text
+
+
+async def registry_entries(settings: Settings, node_id: int, public_key: bytes) -> list[NodeEntry]:
+    """The registry the node itself would use (file or chain); without one, just this node."""
+    # Imported here: the server module pulls in gRPC, only needed when a registry is set.
+    from xnode.chain.node import ChainConnection, connect_chain
+    from xnode.chain.verify import ChainSetupError
+    from xnode.server import StartupError, open_registry
+
+    chain: ChainConnection | None = None
+    try:
+        if settings.chain_enabled:
+            chain = await connect_chain(settings)
+        source = await open_registry(settings, chain)
+    except (StartupError, ChainSetupError) as exc:
+        raise ExportError(f"cannot read the node registry: {exc}") from None
+    finally:
+        if chain is not None:
+            await chain.close()
+    if source is None:
+        return [NodeEntry(node_id, public_key, "", True)]
+    return list(source.current().nodes.values())
+
+
+async def _connect(dsn: str) -> asyncpg.Connection:
+    try:
+        return await asyncpg.connect(dsn)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise ExportError(f"cannot connect to the database: {exc}") from None
+
+
+async def export_node(
+    settings: Settings,
+    out: Path,
+    with_payloads: bool = False,
+    page_rows: int = DEFAULT_PAGE_ROWS,
+    show_progress: bool = True,
+) -> ExportSummary:
+    conn = await _connect(settings.database_dsn)
+    try:
+        source = ExportSource(conn)
+        try:
+            node_id, public_key = await source.node_identity()
+        except ExportSourceError as exc:
+            raise ExportError(str(exc)) from None
+        entries = await registry_entries(settings, node_id, public_key)
+        writer = ExportWriter(out, node_id)
+        with writer.locked():
+            state = writer.load_state()
+            removed = writer.remove_unfinished(state)
+            pending = await source.pending(state.envelopes, state.reports)
+            writer.write_nodes(entries)
+            with _progress(pending, show_progress) as bar:
+                files = await _copy(source, writer, state, pending, bar, page_rows, with_payloads)
+            writer.save_state(state)  # also when nothing was new: records when it ran
+    finally:
+        await conn.close()
+    return ExportSummary(
+        node_id,
+        writer.directory,
+        pending.envelope_count,
+        len(pending.envelope_tops),
+        pending.report_count,
+        files,
+        removed,
+    )
+
+
+@dataclass
+class _Bar:
+    progress: Progress
+    envelopes: TaskID
+    reports: TaskID
+
+
+@contextmanager
+def _progress(pending: Pending, enabled: bool) -> Iterator[_Bar]:
+    progress = Progress(
+        TextColumn("{task.description:<20}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        disable=not enabled,
+    )
+    with progress:
+        yield _Bar(
+            progress,
+            progress.add_task("envelopes", total=pending.envelope_count),
+            progress.add_task("misbehavior reports", total=pending.report_count),
+        )
+
+
+async def _copy(
+    source: ExportSource,
+    writer: ExportWriter,
+    state: ExportState,
+    pending: Pending,
+    bar: _Bar,
+    page_rows: int,
+    with_payloads: bool,
+) -> int:
+    """Copies page by page; the watermark moves after each page's files are in place."""
+    files = 0
+    for originator, top in sorted(pending.envelope_tops.items()):
+        after = state.envelopes.get(originator, 0)
+        async for page in source.envelope_pages(originator, after, top, page_rows, with_payloads):
+            files += len(writer.write_envelopes(page))
+            state.envelopes[originator] = page.sequence_ids[-1]
+            writer.save_state(state)
+            bar.progress.advance(bar.envelopes, len(page.sequence_ids))
+    async for reports in source.report_pages(state.reports, pending.report_top, page_rows):
+        files += len(writer.write_reports(reports))
+        state.reports = reports.ids[-1]
+        writer.save_state(state)
+        bar.progress.advance(bar.reports, len(reports.ids))
+    return files

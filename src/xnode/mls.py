@@ -1,0 +1,168 @@
+"""Just enough of the MLS wire format (RFC 9420) to tell commits from other group messages.
+
+The node never decrypts anything: a PublicMessage carries its content type in the clear inside
+FramedContent, and a PrivateMessage carries it in its unencrypted header. Layouts read here:
+
+    MLSMessage     = version u16 | wire_format u16 | body
+    PublicMessage  = FramedContent: group_id<V> | epoch u64 | Sender
+                     | authenticated_data<V> | content_type u8 | ...
+    PrivateMessage = group_id<V> | epoch u64 | content_type u8 | ...
+    Sender         = sender_type u8 | leaf_index u32 (member) or sender_index u32 (external)
+
+<V> is a vector whose length is a variable-length integer (RFC 9420 section 2.1.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+MLS10 = 1
+
+
+class WireFormat(IntEnum):
+    PUBLIC_MESSAGE = 1
+    PRIVATE_MESSAGE = 2
+    WELCOME = 3
+    GROUP_INFO = 4
+    KEY_PACKAGE = 5
+
+
+class ContentType(IntEnum):
+    APPLICATION = 1
+    PROPOSAL = 2
+    COMMIT = 3
+
+
+class SenderType(IntEnum):
+    MEMBER = 1
+    EXTERNAL = 2
+    NEW_MEMBER_PROPOSAL = 3
+    NEW_MEMBER_COMMIT = 4
+
+
+# Sender types followed by a u32 index; the others carry nothing.
+_INDEXED_SENDERS = {SenderType.MEMBER, SenderType.EXTERNAL}
+
+
+class MlsError(ValueError):
+    """Bytes that are not an MLS 1.0 public or private message."""
+
+
+@dataclass(frozen=True, slots=True)
+class FramingHeader:
+    wire_format: WireFormat
+    group_id: bytes
+    epoch: int
+    content_type: ContentType
+
+    @property
+    def is_commit(self) -> bool:
+        return self.content_type is ContentType.COMMIT
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._pos = 0
+
+    def take(self, n: int) -> bytes:
+        end = self._pos + n
+        if end > len(self._data):
+            raise MlsError(f"truncated at byte {self._pos}: need {n} more")
+        chunk = self._data[self._pos : end]
+        self._pos = end
+        return chunk
+
+    def uint(self, size: int) -> int:
+        return int.from_bytes(self.take(size), "big")
+
+    def varint(self) -> int:
+        first = self.uint(1)
+        prefix = first >> 6
+        if prefix == 3:
+            raise MlsError("variable-length integer uses the reserved 8-byte form")
+        length = 1 << prefix
+        value = first & 0x3F
+        for byte in self.take(length - 1):
+            value = (value << 8) | byte
+        if length > 1 and value < (1 << (8 * (length // 2) - 2)):
+            raise MlsError("variable-length integer is not minimally encoded")
+        return value
+
+    def vector(self) -> bytes:
+        return self.take(self.varint())
+
+
+def _enum(kind: type[IntEnum], value: int, what: str) -> IntEnum:
+    try:
+        return kind(value)
+    except ValueError:
+        raise MlsError(f"unknown {what} {value}") from None
+
+
+def _skip_sender(reader: _Reader) -> None:
+    sender = _enum(SenderType, reader.uint(1), "sender type")
+    if sender in _INDEXED_SENDERS:
+        reader.take(4)
+
+
+def parse_framing(data: bytes) -> FramingHeader:
+    """The framing header of a PublicMessage or PrivateMessage; raises MlsError otherwise."""
+    reader = _Reader(data)
+    version = reader.uint(2)
+    if version != MLS10:
+        raise MlsError(f"protocol version {version} is not mls10 (1)")
+    wire_format = WireFormat(_enum(WireFormat, reader.uint(2), "wire format"))
+    if wire_format not in (WireFormat.PUBLIC_MESSAGE, WireFormat.PRIVATE_MESSAGE):
+        raise MlsError(f"{wire_format.name} is not a framed message")
+    group_id = reader.vector()
+    epoch = reader.uint(8)
+    if wire_format is WireFormat.PUBLIC_MESSAGE:
+        _skip_sender(reader)
+        reader.vector()  # authenticated_data
+    content_type = ContentType(_enum(ContentType, reader.uint(1), "content type"))
+    return FramingHeader(wire_format, group_id, epoch, content_type)
+
+
+def is_commit(data: bytes) -> bool:
+    """True for an MLS commit; anything unparseable is not one (it is originated as usual)."""
+    try:
+        return parse_framing(data).is_commit
+    except MlsError:
+        return False
+
+
+def is_mls_message(data: bytes) -> bool:
+    try:
+        parse_framing(data)
+    except MlsError:
+        return False
+    return True
+
+
+def _varint_bytes(value: int) -> bytes:
+    if value < 1 << 6:
+        return value.to_bytes(1, "big")
+    if value < 1 << 14:
+        return (value | 0x4000).to_bytes(2, "big")
+    if value < 1 << 30:
+        return (value | 0x8000_0000).to_bytes(4, "big")
+    raise ValueError("vector too long for MLS")
+
+
+def encode_framing(
+    wire_format: WireFormat,
+    group_id: bytes,
+    epoch: int,
+    content_type: ContentType,
+    body: bytes = b"",
+    authenticated_data: bytes = b"",
+) -> bytes:
+    """A message with this framing header (tests and tools; `body` stands in for the rest)."""
+    out = MLS10.to_bytes(2, "big") + int(wire_format).to_bytes(2, "big")
+    out += _varint_bytes(len(group_id)) + group_id + epoch.to_bytes(8, "big")
+    if wire_format is WireFormat.PUBLIC_MESSAGE:
+        out += bytes([SenderType.MEMBER]) + (0).to_bytes(4, "big")
+        out += _varint_bytes(len(authenticated_data)) + authenticated_data
+    return out + bytes([content_type]) + body

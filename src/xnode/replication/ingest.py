@@ -1,0 +1,218 @@
+"""Storing what peers send: verification in worker threads, then, one batch at a time per
+originator, order checks, an idempotent insert, duplicate detection and live delivery.
+
+Every stream that carries an originator's envelopes (its direct stream, or fallback streams
+through other peers) stores through that originator's OriginatorLog, so they deduplicate
+against each other and the order checks see one log."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+import structlog
+from google.protobuf.message import DecodeError
+
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xnode import misbehavior
+from xnode.observability.metrics import (
+    REPLICATION_LAG_SECONDS,
+    REPLICATION_LAG_SEQUENCE_IDS,
+    REPLICATION_RECEIVED,
+    REPLICATION_REJECTED,
+)
+from xnode.replication.verify import (
+    InvalidEnvelope,
+    Position,
+    Verdict,
+    VerifiedEnvelope,
+    order_problem,
+    verify_batch,
+)
+from xnode.store.envelopes import EnvelopeStore
+from xnode.store.misbehavior import MisbehaviorLog
+from xnode.store.replication import stored_envelopes
+from xnode.store_types import StoredEnvelope
+
+log = structlog.get_logger(__name__)
+
+OnStored = Callable[[list[StoredEnvelope]], Awaitable[None]]
+# Below this many envelopes a batch is verified in one thread: splitting costs more.
+MIN_SPLIT = 64
+# Up to this many are verified on the event loop itself.
+INLINE_MAX = 4
+
+
+@dataclass
+class IngestContext:
+    """What every OriginatorLog shares."""
+
+    store: EnvelopeStore
+    reports: MisbehaviorLog
+    on_stored: OnStored
+    notice_token: str
+    keys: Callable[[], Mapping[int, bytes]]
+    executor: Executor
+    threads: int
+
+
+def _split(raws: Sequence[bytes], parts: int) -> list[Sequence[bytes]]:
+    if parts <= 1 or len(raws) < MIN_SPLIT:
+        return [raws]
+    size = -(-len(raws) // parts)
+    return [raws[i : i + size] for i in range(0, len(raws), size)]
+
+
+def _proof(raws: Sequence[bytes]) -> list[bytes]:
+    """Envelopes that decode (a report can carry only those), at most a report's worth."""
+    kept: list[bytes] = []
+    for raw in raws[: misbehavior.MAX_REPORT_ENVELOPES]:
+        try:
+            envelopes_pb2.OriginatorEnvelope.FromString(raw)
+        except DecodeError:
+            continue
+        kept.append(raw)
+    return kept
+
+
+class OriginatorLog:
+    def __init__(self, originator: int, position: Position | None, ctx: IngestContext) -> None:
+        self.originator = originator
+        self.position = position
+        self._ctx = ctx
+        self._lock = asyncio.Lock()
+        self._head = position.sequence_id if position else 0
+        self._label = str(originator)
+
+    @property
+    def sequence_id(self) -> int:
+        return self.position.sequence_id if self.position else 0
+
+    def start_verify(self, raws: Sequence[bytes]) -> list[asyncio.Future[list[Verdict]]]:
+        """Verification of `raws`, started now, in parts for the worker threads; the parts'
+        results, in order, are the verdicts. Callers keep several batches in flight so no
+        thread waits for another's part."""
+        keys = self._ctx.keys()
+        loop = asyncio.get_running_loop()
+        if len(raws) <= INLINE_MAX:
+            # Live traffic: a thread hop would cost more latency than the ~0.1 ms it saves.
+            done: asyncio.Future[list[Verdict]] = loop.create_future()
+            done.set_result(verify_batch(raws, keys, self.originator))
+            return [done]
+        return [
+            loop.run_in_executor(self._ctx.executor, verify_batch, part, keys, self.originator)
+            for part in _split(raws, self._ctx.threads)
+        ]
+
+    def saw_head(self, sequence_id: int) -> None:
+        """A peer says this originator has reached `sequence_id` (for the lag metrics)."""
+        self._head = max(self._head, sequence_id)
+        self._update_lag()
+
+    def _update_lag(self) -> None:
+        behind = max(0, self._head - self.sequence_id)
+        REPLICATION_LAG_SEQUENCE_IDS.labels(self._label).set(behind)
+        age = (time.time_ns() - self.position.originator_ns) / 1e9 if self.position else 0.0
+        REPLICATION_LAG_SECONDS.labels(self._label).set(max(age, 0.0) if behind else 0.0)
+
+    async def store(self, verdicts: Sequence[Verdict], source: int, direct: bool) -> None:
+        async with self._lock:
+            valid = await self._rejected(verdicts, source)
+            fresh = await self._checked(valid, direct)
+            await self._insert(fresh)
+
+    async def _rejected(self, verdicts: Sequence[Verdict], source: int) -> list[VerifiedEnvelope]:
+        valid: list[VerifiedEnvelope] = []
+        blamed: dict[tuple[int, str], list[InvalidEnvelope]] = {}
+        for v in verdicts:
+            if isinstance(v, VerifiedEnvelope):
+                valid.append(v)
+                continue
+            REPLICATION_REJECTED.labels(self._label, v.reason.value).inc()
+            culprit = self.originator if v.signed_by_originator else source
+            blamed.setdefault((culprit, v.reason.value), []).append(v)
+        # One report per culprit and reason per batch: a peer sending garbage in bulk must
+        # not turn into a flood of reports.
+        for (culprit, reason), bad in blamed.items():
+            report = misbehavior.safety_report(
+                misbehavior.INVALID_PAYLOAD, culprit, _proof([b.raw for b in bad]), time.time_ns()
+            )
+            detail = (
+                f"{len(bad)} envelope(s) from peer {source} rejected ({reason}): {bad[0].detail}"
+            )
+            await self._ctx.reports.record(report, detail)
+        return valid
+
+    async def _checked(self, valid: list[VerifiedEnvelope], direct: bool) -> list[VerifiedEnvelope]:
+        """Order checks (report, then store anyway) and duplicates within the batch."""
+        fresh: dict[int, VerifiedEnvelope] = {}
+        previous = self.position
+        now = time.time_ns()
+        for env in sorted(valid, key=lambda e: e.sequence_id):
+            prior = fresh.get(env.sequence_id)
+            if prior is not None:
+                if prior.raw != env.raw:
+                    await self._duplicate(prior.raw, env.raw)
+                continue
+            problem = order_problem(previous, env, now, check_sequence=direct)
+            if problem is not None:
+                proof = [previous.raw, env.raw] if previous and previous.raw else [env.raw]
+                report = misbehavior.safety_report(
+                    misbehavior.OUT_OF_ORDER, self.originator, proof, now
+                )
+                await self._ctx.reports.record(report, problem)
+            fresh[env.sequence_id] = env
+            if previous is None or env.sequence_id > previous.sequence_id:
+                previous = Position(env.sequence_id, env.originator_ns, env.raw)
+        return list(fresh.values())
+
+    async def _duplicate(self, first: bytes, second: bytes) -> None:
+        report = misbehavior.safety_report(
+            misbehavior.DUPLICATE_SEQUENCE_ID, self.originator, [first, second], time.time_ns()
+        )
+        await self._ctx.reports.record(report, "two different envelopes share a sequence id")
+
+    async def _insert(self, fresh: list[VerifiedEnvelope]) -> None:
+        if not fresh:
+            return
+        ctx = self._ctx
+        inserted = {
+            seq
+            for _, seq in await ctx.store.insert_received(
+                [e.row() for e in fresh], ctx.notice_token
+            )
+        }
+        known = [e for e in fresh if e.sequence_id not in inserted]
+        conflicts = await self._conflicts(known) if known else set()
+        kept = [e for e in fresh if e.sequence_id not in conflicts]
+        if kept and kept[-1].sequence_id > self.sequence_id:
+            top = kept[-1]
+            self.position = Position(top.sequence_id, top.originator_ns, top.raw)
+        self._head = max(self._head, self.sequence_id)
+        self._update_lag()
+        stored = [e for e in fresh if e.sequence_id in inserted]
+        if stored:
+            REPLICATION_RECEIVED.labels(self._label).inc(len(stored))
+            await ctx.on_stored(
+                [
+                    StoredEnvelope(e.originator_node_id, e.sequence_id, e.topic, e.raw, e.expiry)
+                    for e in stored
+                ]
+            )
+
+    async def _conflicts(self, known: list[VerifiedEnvelope]) -> set[int]:
+        """Sequence ids already stored with other bytes: DUPLICATE_SEQUENCE_ID, both kept as
+        proof (the stored one stays stored, the other lives in the report)."""
+        existing = await stored_envelopes(
+            self._ctx.store.pool, self.originator, [e.sequence_id for e in known]
+        )
+        conflicts = set()
+        for env in known:
+            have = existing.get(env.sequence_id)
+            if have is not None and have != env.raw:
+                conflicts.add(env.sequence_id)
+                await self._duplicate(have, env.raw)
+        return conflicts

@@ -1,0 +1,157 @@
+"""Checks on envelopes received from peers (XIP-49 3.2.1, 3.2.7). Pure and thread-safe:
+batches are verified in worker threads (signature recovery releases the GIL).
+
+An envelope is stored only if it parses, its originator signature recovers to the registry
+key of its originator id, and its payer envelope passes the originator's own validation
+rules (payer signature, topic matching payload, target originator). Order problems
+(sequence ids that skip, timestamps that go back or lie far ahead) are reported but the
+envelope is stored anyway, as the XIP asks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from xnode.crypto import SignatureError
+from xnode.envelopes import parse_originator_envelope, validate_payer_envelope
+from xnode.errors import Rejected
+from xnode.retention import DEFAULT_RETENTION_DAYS
+
+MAX_FUTURE_NS = 5 * 60 * 1_000_000_000
+RETENTION_NS = DEFAULT_RETENTION_DAYS * 86_400 * 1_000_000_000
+
+
+class RejectReason(StrEnum):
+    MALFORMED = "malformed"
+    UNEXPECTED_ORIGINATOR = "unexpected_originator"
+    UNKNOWN_ORIGINATOR = "unknown_originator"
+    BAD_ORIGINATOR_SIGNATURE = "bad_originator_signature"
+    INVALID_PAYLOAD = "invalid_payload"
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedEnvelope:
+    originator_node_id: int
+    sequence_id: int
+    originator_ns: int
+    topic: bytes
+    expiry: int
+    payer_address: bytes
+    raw: bytes
+
+    def row(self) -> tuple[int, int, int, bytes, int | None, bytes | None, bytes]:
+        """The columns EnvelopeStore.insert_received takes (expiry 0 = never = NULL)."""
+        return (
+            self.originator_node_id,
+            self.sequence_id,
+            self.originator_ns,
+            self.topic,
+            self.expiry or None,
+            self.payer_address,
+            self.raw,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidEnvelope:
+    raw: bytes
+    reason: RejectReason
+    detail: str
+    # True when the originator really signed it: then the originator is to blame (the proof
+    # holds); otherwise whoever served it is.
+    signed_by_originator: bool = False
+
+
+Verdict = VerifiedEnvelope | InvalidEnvelope
+
+
+def verify_envelope(raw: bytes, keys: Mapping[int, bytes], expected_originator: int) -> Verdict:
+    try:
+        env = parse_originator_envelope(raw)
+    except Rejected as exc:
+        return InvalidEnvelope(raw, RejectReason.MALFORMED, exc.detail)
+    origin = env.originator_node_id
+    if origin != expected_originator:
+        return InvalidEnvelope(
+            raw,
+            RejectReason.UNEXPECTED_ORIGINATOR,
+            f"asked for originator {expected_originator}'s envelopes, got one of {origin}",
+        )
+    key = keys.get(origin)
+    if key is None:
+        return InvalidEnvelope(
+            raw, RejectReason.UNKNOWN_ORIGINATOR, f"originator {origin} is not in the registry"
+        )
+    try:
+        signer = env.signer_public_key()
+    except SignatureError as exc:
+        return InvalidEnvelope(raw, RejectReason.BAD_ORIGINATOR_SIGNATURE, str(exc))
+    if signer != key:
+        return InvalidEnvelope(
+            raw,
+            RejectReason.BAD_ORIGINATOR_SIGNATURE,
+            f"sequence id {env.sequence_id}: signed by 0x{signer.hex()[:18]}..., "
+            f"not by originator {origin}'s registry key",
+        )
+    try:
+        payer = validate_payer_envelope(env.payer_envelope, origin)
+    except Rejected as exc:
+        return InvalidEnvelope(
+            raw,
+            RejectReason.INVALID_PAYLOAD,
+            f"sequence id {env.sequence_id}: {exc.detail}",
+            signed_by_originator=True,
+        )
+    return VerifiedEnvelope(
+        origin,
+        env.sequence_id,
+        env.originator_ns,
+        payer.topic.raw,
+        env.expiry,
+        payer.payer_address,
+        raw,
+    )
+
+
+def verify_batch(
+    raws: Sequence[bytes], keys: Mapping[int, bytes], expected_originator: int
+) -> list[Verdict]:
+    return [verify_envelope(raw, keys, expected_originator) for raw in raws]
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """The newest envelope stored for one originator: what the next one must follow."""
+
+    sequence_id: int
+    originator_ns: int
+    raw: bytes | None
+
+
+def order_problem(
+    previous: Position | None, env: VerifiedEnvelope, now_ns: int, check_sequence: bool
+) -> str | None:
+    """Why `env` breaks its originator's log (XIP-49 3.2.7 OUT_OF_ORDER), or None.
+
+    `check_sequence` is False for envelopes relayed by another peer: a relay with gaps of its
+    own proves nothing against the originator. Timestamps are signed, so they are checked
+    whoever relays them."""
+    if env.originator_ns > now_ns + MAX_FUTURE_NS:
+        ahead_s = (env.originator_ns - now_ns) / 1e9
+        return f"sequence id {env.sequence_id} is timestamped {ahead_s:.0f} s in the future"
+    if previous is None:
+        expired_before = env.originator_ns < now_ns - RETENTION_NS
+        if check_sequence and env.sequence_id != 1 and not expired_before:
+            return f"the first sequence id is {env.sequence_id}, not 1"
+        return None
+    if env.sequence_id <= previous.sequence_id:
+        return None  # filling in below the newest: checked as a possible duplicate instead
+    if env.originator_ns < previous.originator_ns:
+        return (
+            f"sequence id {env.sequence_id} is timestamped before sequence id "
+            f"{previous.sequence_id} ({env.originator_ns} < {previous.originator_ns})"
+        )
+    if check_sequence and env.sequence_id != previous.sequence_id + 1:
+        return f"sequence id {env.sequence_id} follows {previous.sequence_id}"
+    return None

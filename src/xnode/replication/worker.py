@@ -1,0 +1,319 @@
+"""The replication worker (XIP-49 3.2.3, 3.2.6): for every other node in the registry, a
+direct stream of the envelopes it originated; when a node stops answering or is disabled,
+streams of its envelopes through up to 5 random other peers instead (for a disabled node,
+for 6 hours). Registry changes apply at once: added nodes are connected, disabled ones
+disconnected."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Coroutine, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import structlog
+
+from xnode.auth import TokenProvider
+from xnode.config import Settings
+from xnode.crypto import SigningKey
+from xnode.registry import NodeEntry, Registry, RegistrySource
+from xnode.replication.backoff import Backoff
+from xnode.replication.ingest import IngestContext, OnStored, OriginatorLog
+from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
+from xnode.store.envelopes import EnvelopeStore
+from xnode.store.misbehavior import MisbehaviorLog
+from xnode.store.replication import newest_per_originator
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ReplicationConfig:
+    timeouts: Timeouts
+    backoff_initial_s: float
+    backoff_max_s: float
+    fallback_peers: int
+    disabled_fallback_s: float
+    verify_threads: int
+    max_message_bytes: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ReplicationConfig:
+        return cls(
+            timeouts=Timeouts(
+                response_s=settings.replication_response_timeout_seconds,
+                slow_s=settings.replication_slow_seconds,
+                idle_s=settings.replication_idle_timeout_seconds,
+            ),
+            backoff_initial_s=settings.replication_backoff_initial_seconds,
+            backoff_max_s=settings.replication_backoff_max_seconds,
+            fallback_peers=settings.replication_fallback_peers,
+            disabled_fallback_s=settings.replication_disabled_fallback_seconds,
+            verify_threads=settings.replication_verify_threads,
+            max_message_bytes=settings.max_message_mib * 1024 * 1024,
+        )
+
+
+def has_address(entry: NodeEntry) -> bool:
+    return bool(entry.http_address.removeprefix("https://").removeprefix("http://").strip("/"))
+
+
+def open_channel(address: str, config: ReplicationConfig) -> grpc.aio.Channel:
+    """A channel to a registry `http_address`: https:// is TLS, http:// or bare is plaintext."""
+    options = [
+        ("grpc.max_receive_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", config.max_message_bytes),
+        # gRPC's own reconnect backoff (up to 2 minutes) would hold back ours; and sharing
+        # subchannels with other channels of the process would share that backoff too.
+        ("grpc.initial_reconnect_backoff_ms", int(config.backoff_initial_s * 1000)),
+        ("grpc.min_reconnect_backoff_ms", int(config.backoff_initial_s * 1000)),
+        ("grpc.max_reconnect_backoff_ms", int(config.backoff_max_s * 1000)),
+        ("grpc.use_local_subchannel_pool", 1),
+    ]
+    if address.startswith("https://"):
+        target = address.removeprefix("https://").rstrip("/")
+        return grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(), options=options)
+    return grpc.aio.insecure_channel(address.removeprefix("http://").rstrip("/"), options=options)
+
+
+class PeerLink:
+    """Everything this node does to get one peer's originated envelopes."""
+
+    def __init__(self, worker: ReplicationWorker, entry: NodeEntry) -> None:
+        self.entry = entry
+        self.unreachable = False
+        self._worker = worker
+        self._direct: asyncio.Task[None] | None = None
+        self._fallback: dict[int, asyncio.Task[None]] = {}
+        self._disabled_until: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._log = log.bind(peer=entry.node_id)
+
+    @property
+    def node_id(self) -> int:
+        return self.entry.node_id
+
+    @property
+    def fallback_peers(self) -> list[int]:
+        return sorted(self._fallback)
+
+    @property
+    def direct_running(self) -> bool:
+        return self._direct is not None
+
+    def update(self, entry: NodeEntry) -> None:
+        moved = entry.http_address != self.entry.http_address
+        self.entry = entry
+        if entry.enabled and not has_address(entry):
+            self._stop_direct()
+            self._disabled_until = None
+            self.unreachable = True  # nothing to connect to: its envelopes come via others
+            self._log.warning("peer_has_no_address")
+        elif entry.enabled:
+            self._disabled_until = None
+            if self._direct is None or moved:
+                self._stop_direct()
+                self._direct = self._worker.spawn(self._direct_stream(), f"direct-{self.node_id}")
+        else:
+            self._stop_direct()
+            self.unreachable = False
+            if self._disabled_until is None:
+                # XIP 3.2.6: fetch a disabled node's payloads through others for 6 hours.
+                wait = self._worker.config.disabled_fallback_s
+                loop = asyncio.get_running_loop()
+                self._disabled_until = loop.time() + wait
+                self._timer = loop.call_later(wait, self.sync_fallback)
+                self._log.info("peer_disabled", fallback_s=wait)
+        self.sync_fallback()
+
+    def _direct_stream(self) -> PeerStream:
+        hooks = Hooks(self._reachable, self._unreachable, self._worker.reports.record)
+        return self._worker.stream(self.entry, self.node_id, Mode.DIRECT, hooks)
+
+    def _reachable(self) -> None:
+        if self.unreachable:
+            self._log.info("peer_reachable_again")
+            self.unreachable = False
+            self._worker.sync_fallbacks()  # it may relay for others again
+
+    def _unreachable(self) -> None:
+        if not self.unreachable:
+            self.unreachable = True
+            self._worker.sync_fallbacks()  # it relays for nobody now
+
+    def _wants_fallback(self) -> bool:
+        if self.unreachable:
+            return True
+        until = self._disabled_until
+        return until is not None and asyncio.get_running_loop().time() < until
+
+    def sync_fallback(self) -> None:
+        """Starts or stops fallback streams; replaces fallback peers that left."""
+        before = set(self._fallback)
+        eligible = self._worker.fallback_candidates(self.node_id)
+        wanted = self._wants_fallback()
+        for peer in [p for p in self._fallback if not wanted or p not in eligible]:
+            self._fallback.pop(peer).cancel()
+        room = self._worker.config.fallback_peers - len(self._fallback)
+        fresh = [p for p in eligible if p not in self._fallback]
+        for peer in random.sample(fresh, min(room, len(fresh))) if wanted and room > 0 else []:
+            stream = self._worker.stream(eligible[peer], self.node_id, Mode.FALLBACK, None)
+            self._fallback[peer] = self._worker.spawn(stream, f"fallback-{self.node_id}-{peer}")
+        if set(self._fallback) != before:
+            self._log.info("peer_fallback", through=sorted(self._fallback))
+
+    def _stop_direct(self) -> None:
+        if self._direct is not None:
+            self._direct.cancel()
+            self._direct = None
+
+    def stop(self) -> None:
+        self._stop_direct()
+        for task in self._fallback.values():
+            task.cancel()
+        self._fallback.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class ReplicationWorker:
+    def __init__(
+        self,
+        node_id: int,
+        key: SigningKey,
+        source: RegistrySource,
+        store: EnvelopeStore,
+        reports: MisbehaviorLog,
+        on_stored: OnStored,
+        notice_token: str,
+        config: ReplicationConfig,
+    ) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.reports = reports
+        self._source = source
+        self._store = store
+        self._on_stored = on_stored
+        self._notice_token = notice_token
+        self._tokens = TokenProvider(key, node_id, time.time)
+        self._registry = source.current()
+        self._keys: Mapping[int, bytes] = {}
+        self._links: dict[int, PeerLink] = {}
+        self._logs: dict[int, OriginatorLog] = {}
+        self._channels: dict[int, tuple[str, grpc.aio.Channel]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._executor = ThreadPoolExecutor(config.verify_threads, thread_name_prefix="verify")
+        self._ctx = IngestContext(
+            store, reports, on_stored, notice_token, self._current_keys, self._executor,
+            config.verify_threads,
+        )  # fmt: skip
+        self._stopped = False
+
+    def _current_keys(self) -> Mapping[int, bytes]:
+        return self._keys
+
+    @property
+    def links(self) -> Mapping[int, PeerLink]:
+        return self._links
+
+    async def start(self) -> None:
+        positions = await newest_per_originator(self._store.pool)
+        self._logs = {o: OriginatorLog(o, p, self._ctx) for o, p in positions.items()}
+        self._source.on_change(self._apply)
+        self._apply(self._source.current())
+        log.info("replication_started", node_id=self.node_id, peers=sorted(self._links))
+
+    async def stop(self) -> None:
+        self._stopped = True
+        for link in self._links.values():
+            link.stop()
+        tasks = list(self._tasks)
+        for task in tasks:
+            if not task.cancelling():  # cancelled once only: a second cancel cuts cleanups
+                task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        for _, channel in self._channels.values():
+            await channel.close(None)
+        self._executor.shutdown(wait=True)
+
+    def _apply(self, registry: Registry) -> None:
+        if self._stopped:
+            return
+        self._registry = registry
+        self._keys = {n.node_id: n.public_key for n in registry.nodes.values()}
+        for entry in registry.nodes.values():
+            if entry.node_id == self.node_id:
+                continue
+            link = self._links.get(entry.node_id)
+            if link is None:
+                link = self._links[entry.node_id] = PeerLink(self, entry)
+            link.update(entry)
+        for node_id in [n for n in self._links if n not in registry.nodes]:
+            self._links.pop(node_id).stop()
+        self.sync_fallbacks()
+
+    def sync_fallbacks(self) -> None:
+        if self._stopped:
+            return
+        for link in self._links.values():
+            link.sync_fallback()
+
+    def fallback_candidates(self, originator: int) -> dict[int, NodeEntry]:
+        """Peers that can relay `originator`'s envelopes: enabled, and answering."""
+        found = {}
+        for entry in self._registry.nodes.values():
+            link = self._links.get(entry.node_id)
+            if entry.enabled and link is not None and not link.unreachable:
+                found[entry.node_id] = entry
+        found.pop(originator, None)
+        return found
+
+    def originator_log(self, originator: int) -> OriginatorLog:
+        found = self._logs.get(originator)
+        if found is None:
+            found = self._logs[originator] = OriginatorLog(originator, None, self._ctx)
+        return found
+
+    def _channel(self, entry: NodeEntry) -> grpc.aio.Channel:
+        cached = self._channels.get(entry.node_id)
+        if cached is not None and cached[0] == entry.http_address:
+            return cached[1]
+        if cached is not None:
+            self.spawn_coroutine(cached[1].close(1.0))
+        channel = open_channel(entry.http_address, self.config)
+        self._channels[entry.node_id] = (entry.http_address, channel)
+        return channel
+
+    def stream(
+        self, server: NodeEntry, originator: int, mode: Mode, hooks: Hooks | None
+    ) -> PeerStream:
+        backoff = Backoff(self.config.backoff_initial_s, self.config.backoff_max_s)
+        return PeerStream(
+            server.node_id,
+            self._channel(server),
+            self.originator_log(originator),
+            mode,
+            self._tokens,
+            self.config.timeouts,
+            backoff,
+            hooks,
+        )
+
+    def spawn(self, stream: PeerStream, name: str) -> asyncio.Task[None]:
+        return self.spawn_coroutine(stream.run(), name)
+
+    def spawn_coroutine(
+        self, coro: Coroutine[Any, Any, None], name: str | None = None
+    ) -> asyncio.Task[None]:
+        if self._stopped:  # a stream ending during stop() must not start others
+            coro.close()
+            coro = asyncio.sleep(0)
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task

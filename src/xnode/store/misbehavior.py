@@ -1,0 +1,85 @@
+"""Misbehavior reports this node hosts (XIP-49 3.2.8): its own and clients', each signed by
+this node when stored. `server_time_ns` grows strictly, so paging by `after_ns` never skips."""
+
+from __future__ import annotations
+
+import time
+
+import asyncpg
+import structlog
+
+from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode.crypto import SigningKey
+from xnode.misbehavior import sign_report, type_name
+from xnode.observability.metrics import MISBEHAVIOR_REPORTS
+
+log = structlog.get_logger(__name__)
+
+MAX_QUERY_REPORTS = 1000
+
+_INSERT = """
+INSERT INTO misbehavior_reports
+    (server_time_ns, misbehaving_node_id, type, submitted_by_node, report)
+VALUES ($1, $2, $3, $4, $5)
+"""
+
+
+class MisbehaviorStore:
+    def __init__(self, pool: asyncpg.Pool, key: SigningKey) -> None:
+        self._pool = pool
+        self._key = key
+
+    async def add(self, unsigned: mb.UnsignedMisbehaviorReport) -> mb.MisbehaviorReport:
+        async with self._pool.acquire() as conn, conn.transaction():
+            # Reports are rare; a table lock is the simplest way to keep times strictly
+            # increasing across processes sharing the database.
+            await conn.execute("LOCK TABLE misbehavior_reports IN SHARE ROW EXCLUSIVE MODE")
+            last = await conn.fetchval("SELECT max(server_time_ns) FROM misbehavior_reports")
+            server_ns = max(time.time_ns(), (last or 0) + 1)
+            report = sign_report(unsigned, self._key, server_ns)
+            await conn.execute(
+                _INSERT,
+                server_ns,
+                unsigned.misbehaving_node_id,
+                int(unsigned.type),
+                unsigned.submitted_by_node,
+                report.SerializeToString(),
+            )
+        source = "node" if unsigned.submitted_by_node else "client"
+        MISBEHAVIOR_REPORTS.labels(type_name(unsigned.type), source).inc()
+        return report
+
+    async def after(self, after_ns: int, limit: int = MAX_QUERY_REPORTS) -> list[bytes]:
+        """Serialized MisbehaviorReports stored after `after_ns`, oldest first."""
+        rows = await self._pool.fetch(
+            "SELECT report FROM misbehavior_reports WHERE server_time_ns > $1"
+            " ORDER BY server_time_ns LIMIT $2",
+            after_ns,
+            limit,
+        )
+        return [r[0] for r in rows]
+
+
+class MisbehaviorLog:
+    """Records this node's own reports; a report that cannot be stored is logged, never
+    raised, so replication carries on."""
+
+    def __init__(self, store: MisbehaviorStore) -> None:
+        self._store = store
+
+    async def record(self, unsigned: mb.UnsignedMisbehaviorReport, detail: str) -> None:
+        kind = type_name(unsigned.type)
+        try:
+            await self._store.add(unsigned)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            log.error(
+                "misbehavior_report_not_stored",
+                type=kind,
+                node_id=unsigned.misbehaving_node_id,
+                detail=detail,
+                error=repr(exc),
+            )
+            return
+        log.warning(
+            "misbehavior_reported", type=kind, node_id=unsigned.misbehaving_node_id, detail=detail
+        )

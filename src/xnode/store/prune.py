@@ -1,0 +1,115 @@
+"""Applies a retention plan to the envelope store, one short transaction per batch.
+
+Only rows inside the plan's ranges are touched, and among those only rows that are, by the
+store's own columns, expired at the plan's `as_of` and not identity updates: a plan made from
+another node's export, or a stale one, can only delete less, never more. Deleting again what
+is already gone deletes nothing, so applying a plan twice is harmless. The vector clock is left
+alone: a pruned range stays "seen", so replication does not fetch it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import asyncpg
+
+from xnode.export.plan import Plan, PlanRange, batches
+from xnode.retention import DEFAULT_RETENTION_DAYS
+from xnode.topics import TopicKind
+
+_DEFAULT_RETENTION_S = DEFAULT_RETENTION_DAYS * 86_400
+_IDENTITY_KIND = bytes([TopicKind.IDENTITY_UPDATES])
+
+# One primary-key range scan per named range. asyncpg prepares statements, and the generic plan
+# of a plain join (or a LATERAL the planner flattens into one) guesses the ranges are large and
+# scans the whole table; OFFSET 0 keeps the subquery apart, so it runs per range on the index.
+_IN_RANGES = """
+FROM unnest($1::int[], $2::bigint[], $3::bigint[]) AS r(node_id, first_id, last_id)
+CROSS JOIN LATERAL (
+    SELECT ctid, originator_node_id, topic, expiry_unixtime, originator_ns
+    FROM originator_envelopes x
+    WHERE x.originator_node_id = r.node_id
+      AND x.originator_sequence_id BETWEEN r.first_id AND r.last_id
+    OFFSET 0
+) AS e
+"""
+# An envelope's topic starts with its kind byte. NULL or 0 expiry falls back to the XIP's
+# default retention from the originator time, as spark_jobs.retention_expiry does.
+_IDENTITY = "substring(e.topic FROM 1 FOR 1) = $4"
+_EXPIRED = "coalesce(nullif(e.expiry_unixtime, 0), e.originator_ns / 1000000000 + $6) <= $5"
+
+# Deleting by the row ids found above is a TID scan, whatever the planner thinks of the ranges.
+_DELETE = f"""
+WITH deleted AS (
+    DELETE FROM originator_envelopes
+    WHERE ctid = ANY(ARRAY(SELECT e.ctid {_IN_RANGES} WHERE NOT {_IDENTITY} AND {_EXPIRED}))
+    RETURNING originator_node_id
+)
+SELECT originator_node_id, count(*) FROM deleted GROUP BY 1
+"""
+
+# Rows a batch leaves (or, in a dry run, would delete and leave), by reason.
+_CLASSIFY = f"""
+SELECT e.originator_node_id,
+       count(*) FILTER (WHERE NOT {_IDENTITY} AND {_EXPIRED}),
+       count(*) FILTER (WHERE {_IDENTITY}),
+       count(*) FILTER (WHERE NOT {_IDENTITY} AND NOT {_EXPIRED})
+{_IN_RANGES}
+GROUP BY 1
+"""
+
+
+@dataclass
+class PruneCounts:
+    deleted: int = 0  # or, in a dry run, would be deleted
+    kept_identity_updates: int = 0
+    kept_unexpired: int = 0
+
+
+PruneResult = dict[int, PruneCounts]
+
+
+def _arguments(batch: list[PlanRange], plan: Plan) -> list[object]:
+    return [
+        [r.originator_node_id for r in batch],
+        [r.first_sequence_id for r in batch],
+        [r.last_sequence_id for r in batch],
+        _IDENTITY_KIND,
+        plan.as_of_unixtime,
+        _DEFAULT_RETENTION_S,
+    ]
+
+
+async def _apply_batch(
+    conn: asyncpg.Connection, args: list[object], dry_run: bool, result: PruneResult
+) -> None:
+    async with conn.transaction():
+        deleted = [] if dry_run else await conn.fetch(_DELETE, *args)
+        left = await conn.fetch(_CLASSIFY, *args)
+    for node_id, count in deleted:
+        result[node_id].deleted += count
+    for node_id, prunable, identity, unexpired in left:
+        counts = result[node_id]
+        counts.deleted += prunable if dry_run else 0
+        counts.kept_identity_updates += identity
+        counts.kept_unexpired += unexpired
+
+
+async def prune(
+    conn: asyncpg.Connection,
+    plan: Plan,
+    batch_size: int,
+    dry_run: bool = False,
+    on_batch: Callable[[], None] | None = None,
+) -> PruneResult:
+    """Per originator: what was deleted and what the plan named but was kept."""
+    result: PruneResult = {r.originator_node_id: PruneCounts() for r in plan.ranges}
+    # Each batch is small; JIT compiling its plan (costed high for unknown arrays) took longer
+    # than running it.
+    await conn.execute("SET jit = off")
+    for batch in batches(plan.ranges, batch_size):
+        await _apply_batch(conn, _arguments(batch, plan), dry_run, result)
+        if on_batch is not None:
+            on_batch()
+    return dict(sorted(result.items()))

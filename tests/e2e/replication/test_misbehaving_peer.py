@@ -1,0 +1,156 @@
+"""A real node replicating from a misbehaving peer. The peer is a small gRPC server in the
+test (a test double for another operator's node, registered on the chain as node 200)
+serving re-signed, forged, out-of-order and conflicting envelopes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from tests.e2e.replication.conftest import ChainNetwork, eventually
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xmtp.xmtpv4.message_api import misbehavior_api_pb2_grpc
+from xnode import wire
+from xnode.api.client import group_message_envelope
+from xnode.auth import verify_token
+from xnode.crypto import SigningKey, misbehavior_digest, originator_digest, recover_public_key
+from xnode.envelopes import build_payer_envelope, originate, validate_payer_envelope
+from xnode.registry import NodeEntry, Registry
+
+PAYER = SigningKey.generate()
+STRANGER = SigningKey.generate()
+GROUP = bytes([7]) * 16
+METHOD = "/xmtp.xmtpv4.message_api.ReplicationApi/SubscribeOriginators"
+
+
+def signed(key: SigningKey, seq: int, text: bytes, ns: int) -> bytes:
+    payer = build_payer_envelope(group_message_envelope(GROUP, text), PAYER, 200)
+    return originate(validate_payer_envelope(payer, 200), 200, seq, ns, key).raw
+
+
+def forged(raw: bytes) -> bytes:
+    """Signed by the right key, then its payload swapped: the signature no longer matches."""
+    outer = envelopes_pb2.OriginatorEnvelope.FromString(raw)
+    unsigned = envelopes_pb2.UnsignedOriginatorEnvelope.FromString(
+        outer.unsigned_originator_envelope
+    )
+    payer = build_payer_envelope(group_message_envelope(GROUP, b"swapped"), PAYER, 200)
+    unsigned.payer_envelope_bytes = payer.SerializeToString()
+    outer.unsigned_originator_envelope = unsigned.SerializeToString()
+    assert recover_public_key(
+        outer.originator_signature.bytes, originator_digest(outer.unsigned_originator_envelope)
+    )
+    return outer.SerializeToString()
+
+
+class FakePeer:
+    """Serves one scripted batch per stream; the last stream stays open."""
+
+    def __init__(self, scripts: list[list[bytes]]) -> None:
+        self.scripts = scripts
+        self.requests: list[api.SubscribeOriginatorsRequest] = []
+        self.tokens: list[str] = []
+
+    async def subscribe(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
+        parsed = api.SubscribeOriginatorsRequest.FromString(request)
+        if list(parsed.filter.originator_node_ids) != [200]:
+            await asyncio.sleep(3600)  # asked to relay node 300's envelopes: has none
+        self.requests.append(parsed)
+        self.tokens += [v for k, v in context.invocation_metadata() if k == "node-authorization"]
+        script = self.scripts.pop(0) if self.scripts else []
+        yield wire.field(1, wire.repeated(1, script))
+        if not self.scripts:
+            await asyncio.sleep(3600)
+
+    async def serve(self, address: str) -> grpc.aio.Server:
+        server = grpc.aio.server()
+        handler = grpc.unary_stream_rpc_method_handler(
+            self.subscribe, request_deserializer=bytes, response_serializer=bytes
+        )
+        server.add_generic_rpc_handlers(
+            [
+                grpc.method_handlers_generic_handler(
+                    "xmtp.xmtpv4.message_api.ReplicationApi", {"SubscribeOriginators": handler}
+                )
+            ]
+        )
+        server.add_insecure_port(address)
+        await server.start()
+        return server
+
+
+def reports_of(got: mb.QueryMisbehaviorReportsResponse, node_id: int) -> dict[str, list[Any]]:
+    by_type: dict[str, list[Any]] = {}
+    for report in got.reports:
+        unsigned = mb.UnsignedMisbehaviorReport.FromString(report.unsigned_misbehavior_report)
+        if unsigned.misbehaving_node_id == node_id:
+            by_type.setdefault(mb.Misbehavior.Name(unsigned.type), []).append((report, unsigned))
+    return by_type
+
+
+async def test_forged_resigned_out_of_order_and_duplicate_envelopes_are_caught_and_reported(
+    chain_network: ChainNetwork,
+) -> None:
+    key = chain_network.spec.keys[200]
+    now = time.time_ns()
+    first = signed(key, 1, b"one", now)
+    resigned = signed(STRANGER, 2, b"two", now + 1)  # right shape, wrong signer
+    tampered = forged(signed(key, 2, b"two", now + 1))
+    third = signed(key, 3, b"three", now + 2)  # sequence id 2 never validly arrives
+    other_first = signed(key, 1, b"another one", now)  # a second sequence id 1
+    peer = FakePeer([[first, resigned, tampered, third], [other_first]])
+    server = await peer.serve(chain_network.addresses[200])
+    try:
+        chain_network.start(100)
+
+        async def two_requests() -> bool:
+            return len(peer.requests) >= 2
+
+        await eventually(two_requests)
+
+        async def reports() -> mb.QueryMisbehaviorReportsResponse:
+            async with grpc.aio.insecure_channel(chain_network.addresses[100]) as channel:
+                stub = misbehavior_api_pb2_grpc.MisbehaviorApiStub(channel)  # type: ignore[no-untyped-call]
+                return await stub.QueryMisbehaviorReports(mb.QueryMisbehaviorReportsRequest())
+
+        async def all_reported() -> bool:
+            found = reports_of(await reports(), 200)
+            return {"MISBEHAVIOR_INVALID_PAYLOAD", "MISBEHAVIOR_OUT_OF_ORDER"} <= set(
+                found
+            ) and "MISBEHAVIOR_DUPLICATE_SEQUENCE_ID" in found
+
+        await eventually(all_reported)
+    finally:
+        await server.stop(None)
+
+    # Only the validly signed envelopes were stored, the first sequence id 1 kept.
+    assert await chain_network.envelopes(100, [200]) == [first, third]
+    found = reports_of(await reports(), 200)
+    host = chain_network.spec.keys[100].public_key
+    for entries in found.values():
+        for report, _ in entries:
+            digest = misbehavior_digest(report.unsigned_misbehavior_report)
+            assert recover_public_key(report.signature.bytes, digest) == host
+
+    def proof(entry: tuple[Any, Any]) -> list[bytes]:
+        return [e.SerializeToString() for e in entry[1].safety.envelopes]
+
+    [invalid] = found["MISBEHAVIOR_INVALID_PAYLOAD"]
+    assert proof(invalid) == [resigned, tampered]
+    [out_of_order] = found["MISBEHAVIOR_OUT_OF_ORDER"]
+    assert proof(out_of_order) == [first, third]
+    [duplicate] = found["MISBEHAVIOR_DUPLICATE_SEQUENCE_ID"]
+    assert proof(duplicate) == [first, other_first]
+
+    # The node resumed after what it stored, and authenticated as node 100 for node 200.
+    assert dict(peer.requests[1].filter.last_seen.node_id_to_sequence_id) == {200: 3}
+    registry = Registry(
+        NodeEntry(n, k.public_key, "http://x") for n, k in chain_network.spec.keys.items()
+    )
+    assert verify_token(peer.tokens[0], registry, 200, int(time.time())).node_id == 100

@@ -1,0 +1,171 @@
+"""`xnode prune --plan`: deletes exactly what the plan names (and what is expired there),
+idempotently, in batches; refuses bad plans before deleting anything."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from tests.conftest import NodeSpec, node_settings
+from tests.integration.export.helpers import (
+    Item,
+    group,
+    publish,
+    run_cli_async,
+    table_rows,
+    write_plan,
+)
+from xnode.config import Settings
+from xnode.export.plan import PlanRange, batch_count, batches
+from xnode.export.pruning import PruneError, apply_plan
+from xnode.topics import TopicKind
+
+GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
+IDENTITY = Item(TopicKind.IDENTITY_UPDATES, group(4), b"sig")
+LATER = int(time.time()) + 400 * 86_400  # past every retention, the 183-day default included
+
+
+async def prune(dsn: str, plan: Path, **kwargs: Any) -> dict[int, Any]:
+    _, result = await apply_plan(Settings(database_dsn=dsn), plan, show_progress=False, **kwargs)
+    return result
+
+
+async def vector_clock(dsn: str) -> dict[int, int]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch("SELECT originator_node_id, sequence_id FROM vector_clock")
+    finally:
+        await conn.close()
+    return {r[0]: r[1] for r in rows}
+
+
+@pytest.fixture
+async def node_with_20(start_node: Any, database: str, node_spec: NodeSpec) -> str:
+    """Node 100 with sequence ids 1-20; 5 and 12 are identity updates."""
+    node = await start_node(**node_settings(database, node_spec))
+    items = [IDENTITY if seq in (5, 12) else GROUP for seq in range(1, 21)]
+    await publish(node.address, 100, items)
+    return database
+
+
+async def test_deletes_exactly_the_named_ranges_twice_is_a_no_op(
+    node_with_20: str, tmp_path: Path
+) -> None:
+    dsn = node_with_20
+    plan = write_plan(tmp_path / "plan.json", [(100, 2, 8), (100, 11, 11), (100, 15, 19)], LATER)
+    clock = await vector_clock(dsn)
+
+    first = await prune(dsn, plan, batch_size=3)
+
+    left = sorted(seq for _, seq in await table_rows(dsn))
+    assert left == [1, 5, 9, 10, 12, 13, 14, 20]  # 5 is named but an identity update
+    assert first[100].deleted == 12 and first[100].kept_identity_updates == 1
+    assert await vector_clock(dsn) == clock  # pruned ids stay "seen"
+
+    second = await prune(dsn, plan, batch_size=3)
+    assert second[100].deleted == 0
+    assert sorted(seq for _, seq in await table_rows(dsn)) == left
+
+
+async def test_never_deletes_identity_updates_or_unexpired_rows(
+    node_with_20: str, tmp_path: Path
+) -> None:
+    dsn = node_with_20
+    # As of now nothing published a moment ago is expired (default retention, 183 days).
+    now_plan = write_plan(tmp_path / "now.json", [(100, 1, 20)], int(time.time()))
+    result = await prune(dsn, now_plan)
+    assert (result[100].deleted, result[100].kept_unexpired) == (0, 18)
+
+    plan = write_plan(tmp_path / "all.json", [(100, 1, 20)], LATER)
+    dry = await prune(dsn, plan, dry_run=True)
+    assert (dry[100].deleted, dry[100].kept_identity_updates) == (18, 2)
+    assert len(await table_rows(dsn)) == 20  # a dry run deletes nothing
+
+    await prune(dsn, plan, batch_size=7)
+    assert sorted(seq for _, seq in await table_rows(dsn)) == [5, 12]
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"version": 2}, "plan version is 2"),
+        ({"version": "1"}, 'plan version is "1"'),
+        ({"version": True}, "plan version is true"),
+        ({"ranges": [[100, 1, 5]]}, "ranges[1] must be an object"),
+        (
+            {"ranges": [{"originator_node_id": 0, "first_sequence_id": 1, "last_sequence_id": 5}]},
+            "originator 0 (group-message commits",
+        ),
+        (
+            {"ranges": [{"originator_node_id": 1, "first_sequence_id": 1, "last_sequence_id": 5}]},
+            "originator 1 (identity updates",
+        ),
+        (
+            {
+                "ranges": [
+                    {"originator_node_id": 100, "first_sequence_id": 5, "last_sequence_id": 4}
+                ]
+            },
+            "last_sequence_id is 4, outside 5..",
+        ),
+        (
+            {"ranges": [{"originator_node_id": 100, "first_sequence_id": 1}]},
+            "lacks 'last_sequence_id'",
+        ),
+        ({"as_of_unixtime": None}, "as_of_unixtime must be an integer"),
+    ],
+)
+async def test_refuses_bad_plans_and_deletes_nothing(
+    node_with_20: str, tmp_path: Path, document: dict[str, Any], message: str
+) -> None:
+    good = {"originator_node_id": 100, "first_sequence_id": 1, "last_sequence_id": 20}
+    # A valid range first: a refusal must come before any batch is applied.
+    base = {"version": 1, "as_of_unixtime": LATER, "envelope_count": 20, "ranges": [good]}
+    if "ranges" in document:
+        document = {**document, "ranges": [good, *document["ranges"]]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(base | document))
+    with pytest.raises(PruneError, match="refusing the plan, nothing deleted") as refused:
+        await prune(node_with_20, path)
+    assert message in str(refused.value)
+    assert len(await table_rows(node_with_20)) == 20
+
+
+async def test_cli_prints_counts_and_refuses_with_exit_2(node_with_20: str, tmp_path: Path) -> None:
+    dsn = node_with_20
+    plan = write_plan(tmp_path / "plan.json", [(100, 1, 10)], LATER)
+    dry = await run_cli_async("prune", "--plan", str(plan), "--database-dsn", dsn, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "originator 100: would delete 9, kept 1 identity updates" in dry.stdout
+    done = await run_cli_async("prune", "--plan", str(plan), "--database-dsn", dsn)
+    assert done.returncode == 0, done.stderr
+    assert "originator 100: deleted 9, kept 1 identity updates" in done.stdout
+    assert "total: deleted 9 envelopes in 1 ranges" in done.stdout
+
+    bad = write_plan(tmp_path / "bad.json", [(1, 1, 3)], LATER)
+    refused = await run_cli_async("prune", "--plan", str(bad), "--database-dsn", dsn)
+    assert refused.returncode == 2
+    assert "xnode prune: refusing the plan, nothing deleted" in refused.stderr
+    missing = await run_cli_async("prune", "--plan", str(tmp_path / "nope.json"))
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+
+
+def test_batches_cut_long_ranges_and_pack_short_ones() -> None:
+    ranges = [PlanRange(100, 1, 7), PlanRange(100, 10, 10), PlanRange(200, 3, 4)]
+    got = [
+        [(r.originator_node_id, r.first_sequence_id, r.last_sequence_id) for r in b]
+        for b in batches(ranges, 3)
+    ]
+    assert got == [
+        [(100, 1, 3)],
+        [(100, 4, 6)],
+        [(100, 7, 7), (100, 10, 10), (200, 3, 3)],
+        [(200, 4, 4)],
+    ]
+    assert batch_count(ranges, 3) == len(got)
+    assert all(sum(e - f + 1 for _, f, e in b) <= 3 for b in got)
