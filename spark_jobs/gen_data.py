@@ -23,6 +23,7 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.crypto import SigningKey, keccak256, misbehavior_digest
 from xnode.envelopes import build_payer_envelope, originate, validate_payer_envelope
+from xnode.export.schema import REPORT_SCHEMA
 from xnode.topics import Topic, TopicKind
 
 NS_PER_S = 1_000_000_000
@@ -40,20 +41,7 @@ ENVELOPE_FILE_SCHEMA = pa.schema(
         ("originator_envelope", pa.binary()),
     ]
 )
-REPORT_FILE_SCHEMA = pa.schema(
-    [
-        ("report_id", pa.int64()),
-        ("server_time_ns", pa.int64()),
-        ("host_node_id", pa.int32()),
-        ("misbehaving_node_id", pa.int32()),
-        ("type", pa.int32()),
-        ("submitted_by_node", pa.bool_()),
-        ("report", pa.binary()),
-    ]
-)
-NODES_SCHEMA = pa.schema(
-    [("node_id", pa.int32()), ("public_key", pa.binary()), ("enabled", pa.bool_())]
-)
+REPORT_FILE_SCHEMA = REPORT_SCHEMA
 
 
 def node_dir(root: Path, node_id: int) -> Path:

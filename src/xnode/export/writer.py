@@ -24,6 +24,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from xnode.export.schema import (
+    ENVELOPE_SCHEMA,
+    NODES_SCHEMA,
+    PAYER_ADDRESS_LENGTH,
+    PAYLOAD_FIELD,
+    REPORT_SCHEMA,
+)
 from xnode.registry import NodeEntry
 from xnode.store.export import EnvelopePage, ReportPage
 
@@ -32,34 +39,6 @@ REPORTS_DIR = "misbehavior_reports"
 NODES_FILE = "nodes.parquet"
 STATE_FILE = "_export_state.json"
 _LOCK_FILE = ".export.lock"
-PAYER_ADDRESS_LENGTH = 20
-
-ENVELOPE_SCHEMA = pa.schema(
-    [
-        ("originator_sequence_id", pa.int64()),
-        ("originator_ns", pa.int64()),
-        ("topic", pa.binary()),
-        ("topic_kind", pa.int8()),
-        ("expiry_unixtime", pa.int64()),
-        ("payer_address", pa.binary(PAYER_ADDRESS_LENGTH)),
-        ("size_bytes", pa.int32()),
-    ]
-)
-PAYLOAD_FIELD = pa.field("originator_envelope", pa.binary())
-REPORT_SCHEMA = pa.schema(
-    [
-        ("report_id", pa.int64()),
-        ("server_time_ns", pa.int64()),
-        ("host_node_id", pa.int32()),
-        ("misbehaving_node_id", pa.int32()),
-        ("type", pa.int32()),
-        ("submitted_by_node", pa.bool_()),
-        ("report", pa.binary()),
-    ]
-)
-NODES_SCHEMA = pa.schema(
-    [("node_id", pa.int32()), ("public_key", pa.binary()), ("enabled", pa.bool_())]
-)
 
 # `<prefix>-<first key>-<last key>.parquet`; zero-padded so a listing sorts by key.
 _BATCH_NAME = re.compile(r"^(seq|id)-(\d+)-(\d+)\.parquet$")

@@ -1,0 +1,35 @@
+"""The Parquet schemas of an export (docs/export-format.md); pyarrow only, so the Spark
+jobs' data generator can share them without importing the daemon's store."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+PAYER_ADDRESS_LENGTH = 20
+
+ENVELOPE_SCHEMA = pa.schema(
+    [
+        ("originator_sequence_id", pa.int64()),
+        ("originator_ns", pa.int64()),
+        ("topic", pa.binary()),
+        ("topic_kind", pa.int8()),
+        ("expiry_unixtime", pa.int64()),
+        ("payer_address", pa.binary(PAYER_ADDRESS_LENGTH)),
+        ("size_bytes", pa.int32()),
+    ]
+)
+PAYLOAD_FIELD = pa.field("originator_envelope", pa.binary())
+REPORT_SCHEMA = pa.schema(
+    [
+        ("report_id", pa.int64()),
+        ("server_time_ns", pa.int64()),
+        ("host_node_id", pa.int32()),
+        ("misbehaving_node_id", pa.int32()),
+        ("type", pa.int32()),
+        ("submitted_by_node", pa.bool_()),
+        ("report", pa.binary()),
+    ]
+)
+NODES_SCHEMA = pa.schema(
+    [("node_id", pa.int32()), ("public_key", pa.binary()), ("enabled", pa.bool_())]
+)
