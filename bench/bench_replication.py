@@ -9,7 +9,8 @@
 2. Latency: publishes to node A at `--rate` envelopes/s (one envelope per request, sent on a
    fixed schedule whatever the answers do), each timed from the request to its arrival at a
    subscriber on node B (replicated: A -> stream -> verify -> store -> B's fan-out), and,
-   for reference, at a subscriber on A itself.
+   for reference, at a subscriber on A itself; also how long A took to answer, and the part
+   from A's originator timestamp to the arrival (the replication hop, for B).
 3. Catch-up: node A holds `--envelopes` envelopes (generated with real signatures, then
    COPYed in); node B starts on an empty database and is timed until it has stored and
    verified them all.

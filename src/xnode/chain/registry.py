@@ -7,14 +7,13 @@ missed (an RPC outage, a re-org that undid an event)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 import structlog
 
 from xnode.chain import abi
 from xnode.chain.rpc import ChainRpc, ChainRpcError, ChainUnavailable
-from xnode.registry import NodeEntry, Registry, RegistryListener
+from xnode.registry import NodeEntry, Registry, WatchedRegistry
 
 log = structlog.get_logger(__name__)
 
@@ -36,7 +35,9 @@ async def load_registry(rpc: ChainRpc, address: str) -> Registry:
         return Registry(entries)
 
 
-class ChainRegistrySource:
+class ChainRegistrySource(WatchedRegistry):
+    task_name = "chain-registry"
+
     def __init__(
         self,
         rpc: ChainRpc,
@@ -48,13 +49,11 @@ class ChainRegistrySource:
     ) -> None:
         self._rpc = rpc
         self._address = address
-        self._registry = registry
+        super().__init__(registry)
         self._block = block
         self._poll_s = poll_s
         self._refresh_s = refresh_s
         self._refreshed = time.monotonic()
-        self._listeners: list[RegistryListener] = []
-        self._task: asyncio.Task[None] | None = None
         self._failing = False
 
     @classmethod
@@ -63,21 +62,6 @@ class ChainRegistrySource:
     ) -> ChainRegistrySource:
         block = await rpc.block_number()
         return cls(rpc, address, await load_registry(rpc, address), block, poll_s, refresh_s)
-
-    def current(self) -> Registry:
-        return self._registry
-
-    def on_change(self, listener: RegistryListener) -> None:
-        self._listeners.append(listener)
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._watch(), name="chain-registry")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
 
     async def _watch(self) -> None:
         while True:
@@ -111,7 +95,5 @@ class ChainRegistrySource:
         self._refreshed = time.monotonic()
         if registry.nodes == self._registry.nodes:
             return
-        self._registry = registry
         log.info("registry_changed", source="chain", nodes=len(registry.nodes))
-        for listener in self._listeners:
-            listener(registry)
+        self._replace(registry)

@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xnode.crypto import SigningKey
-from xnode.devtools.postgres import PgCluster, free_port, start_cluster
+from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_cluster
 from xnode.registry import NodeEntry, Registry
 
 # Piped output (no terminal) is not cut to 80 columns: the table holds long DSNs.
@@ -192,7 +192,8 @@ def _describe(nodes: list[DevNode], cluster: PgCluster, chain: dict[str, object]
 
 
 def run_devnet(args: argparse.Namespace) -> int:
-    from xnode.devtools.devchain import DevChain  # web3 loads only for the devnet
+    from xnode.chain.anvil import AnvilError  # web3 loads only for the devnet
+    from xnode.devtools.devchain import DevChain
 
     state = Path(args.dir).resolve()
     state.mkdir(parents=True, exist_ok=True)
@@ -206,12 +207,20 @@ def run_devnet(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, request_stop)
     processes: list[subprocess.Popen[bytes]] = []
     chain: DevChain | None = None
-    with console.status("starting Postgres"):
-        cluster = start_cluster(state / "pg")
     try:
-        with console.status("starting anvil and the contracts"):
-            chain = DevChain.start(state, _port_or_free(ANVIL_PORT))
-        nodes = plan_nodes(state, cluster, args.nodes, args.base_port, chain.registered())
+        with console.status("starting Postgres"):
+            cluster = start_cluster(state / "pg")
+    except PostgresError as exc:
+        console.print(f"[red]xnode devnet: {exc}")
+        return 1
+    try:
+        try:
+            with console.status("starting anvil and the contracts"):
+                chain = DevChain.start(state, _port_or_free(ANVIL_PORT))
+            nodes = plan_nodes(state, cluster, args.nodes, args.base_port, chain.registered())
+        except (AnvilError, DevnetError) as exc:
+            console.print(f"[red]xnode devnet: {exc}")
+            return 1
         planned = [
             (n.node_id, bytes.fromhex(n.public_key[2:]), f"http://{n.address}") for n in nodes
         ]
