@@ -144,22 +144,27 @@ async def test_sigterm_drains_in_flight_publishes_and_closes_streams(
     assert set(acked) <= set(await all_stored(restarted.address))
 
 
-def test_unregistered_key_refuses_to_start(database: str, node_spec: Any) -> None:
+def run_refused(database: str, node_spec: Any, key: SigningKey) -> subprocess.CompletedProcess[str]:
+    """Runs `xnode run` with `key`, expecting it to refuse to start."""
     env = {
         **os.environ,
         "XNODE_DATABASE_DSN": database,
-        "XNODE_SIGNER_KEY": SigningKey.generate().hex(),
+        "XNODE_SIGNER_KEY": key.hex(),
         "XNODE_NODES_FILE": str(node_spec.nodes_file),
         "XNODE_LISTEN_ADDRESS": "127.0.0.1:0",
         "XNODE_METRICS_ADDRESS": "",
     }
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "xnode.cli", "run"],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_unregistered_key_refuses_to_start(database: str, node_spec: Any) -> None:
+    done = run_refused(database, node_spec, SigningKey.generate())
     assert done.returncode == 2
     assert "is not in the node registry" in done.stderr
 
@@ -168,20 +173,6 @@ def test_database_of_another_node_refuses_to_start(
     spawn_node: Any, database: str, node_spec: Any
 ) -> None:
     spawn_node(database, node_spec, node_id=100).terminate()
-    env = {
-        **os.environ,
-        "XNODE_DATABASE_DSN": database,
-        "XNODE_SIGNER_KEY": node_spec.keys[200].hex(),
-        "XNODE_NODES_FILE": str(node_spec.nodes_file),
-        "XNODE_LISTEN_ADDRESS": "127.0.0.1:0",
-        "XNODE_METRICS_ADDRESS": "",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "xnode.cli", "run"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_refused(database, node_spec, node_spec.keys[200])
     assert done.returncode == 2
     assert "this database belongs to node 100" in done.stderr
