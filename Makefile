@@ -34,6 +34,7 @@ lint: setup
 	$(VENV)/bin/ruff check src tests bench spark_jobs migrations
 	$(VENV)/bin/ruff format --check src tests bench spark_jobs migrations
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 proto: setup
 	bash scripts/gen_proto.sh

@@ -44,8 +44,8 @@ from xnode.chain.anvil import AnvilProcess, rpc_call, start_anvil
 from xnode.chain.contracts import deploy_all
 from xnode.chain.deployment import write_contracts_file
 from xnode.config import Settings
-from xnode.crypto import SigningKey
-from xnode.cursors import Cursor
+from xnode.core.crypto import SigningKey
+from xnode.core.cursors import Cursor
 from xnode.devtools.postgres import PgCluster, start_cluster
 from xnode.observability.logging import configure_logging
 from xnode.server import Node, start_node

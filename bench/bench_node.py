@@ -25,11 +25,11 @@ import asyncpg
 import grpc
 
 from xnode.api.client import NodeClient, group_message_envelope
-from xnode.crypto import SigningKey, keccak256
+from xnode.core.crypto import SigningKey, keccak256
+from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
+from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.devnet import wait_serving
 from xnode.devtools.postgres import PgCluster, free_port, start_cluster
-from xnode.envelopes import build_payer_envelope, originate, validate_payer_envelope
-from xnode.registry import NodeEntry, Registry
 from xnode.store.migrate import upgrade_to_head
 
 NODE = 100
@@ -222,7 +222,7 @@ async def delivery_latency(address: str, rate: int, seconds: float) -> list[floa
             async for response in responses:
                 now = time.perf_counter()
                 for env in response.envelopes:
-                    from xnode.envelopes import parse_originator_envelope
+                    from xnode.core.envelopes import parse_originator_envelope
 
                     key = parse_originator_envelope(
                         env.SerializeToString()

@@ -37,11 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.api.client import NodeClient, envelopes_of, group_message_envelope
-from xnode.crypto import SigningKey, keccak256, recover_public_key
+from xnode.core.crypto import SigningKey, keccak256, recover_public_key
+from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
+from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.devnet import wait_serving
 from xnode.devtools.postgres import PgCluster, free_port, start_cluster
-from xnode.envelopes import build_payer_envelope, originate, validate_payer_envelope
-from xnode.registry import NodeEntry, Registry
 from xnode.store.migrate import upgrade_to_head
 
 A, B = 100, 200

@@ -21,10 +21,10 @@ import pyarrow.parquet as pq
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.crypto import SigningKey, keccak256, misbehavior_digest
-from xnode.envelopes import build_payer_envelope, originate, validate_payer_envelope
+from xnode.core.crypto import SigningKey, keccak256, misbehavior_digest
+from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
+from xnode.core.topics import Topic, TopicKind
 from xnode.export.schema import REPORT_SCHEMA
-from xnode.topics import Topic, TopicKind
 
 NS_PER_S = 1_000_000_000
 S_PER_DAY = 86_400

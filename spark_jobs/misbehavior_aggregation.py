@@ -53,7 +53,7 @@ from spark_jobs.output import atomic_directory
 from spark_jobs.session import build_session
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.crypto import (
+from xnode.core.crypto import (
     SignatureError,
     blockchain_proof_digest,
     keccak256,

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from xnode.crypto import SigningKey
+from xnode.core.crypto import SigningKey
+from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.devnet import wait_serving
 from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_cluster
-from xnode.registry import NodeEntry, Registry
 from xnode.store.migrate import upgrade_to_head
 
 TEMPLATE = "xnode_template"
@@ -292,7 +292,7 @@ class Network:
 
     def set_enabled(self, node_id: int, enabled: bool) -> None:
         """Rewrites the registry file; nodes notice within their poll interval."""
-        from xnode.registry import Registry
+        from xnode.core.registry import Registry
 
         registry = Registry.from_json(self.spec.nodes_file.read_text())
         entry = registry.nodes[node_id]

@@ -38,7 +38,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
-    from xnode.crypto import SigningKey
+    from xnode.core.crypto import SigningKey
 
     key = SigningKey.generate()
     if args.out:

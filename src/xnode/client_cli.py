@@ -10,10 +10,10 @@ import grpc
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.api.client import NodeClient, envelopes_of
-from xnode.crypto import SigningKey
-from xnode.cursors import Cursor
-from xnode.envelopes import parse_originator_envelope
-from xnode.topics import Topic, TopicKind
+from xnode.core.crypto import SigningKey
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import parse_originator_envelope
+from xnode.core.topics import Topic, TopicKind
 
 
 def _parse_cursor(text: str) -> Cursor:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from xnode.crypto import SigningKey
+from xnode.core.crypto import SigningKey
 
 
 class Settings(BaseSettings):

@@ -28,15 +28,13 @@ from xnode.chain.node import (
     connect_chain,
 )
 from xnode.chain.verify import ChainSetupError
-from xnode.clock import NodeClock
 from xnode.config import Settings
-from xnode.crypto import SigningKey
-from xnode.envelopes import OriginatedEnvelope, ValidPayerEnvelope
-from xnode.fanout import Fanout
+from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope, ValidPayerEnvelope
+from xnode.core.registry import Registry, RegistryError
+from xnode.core.vector_clock import NodeClock
 from xnode.observability.logging import configure_logging
 from xnode.observability.metrics import observe_batch, serve_metrics
-from xnode.originator import BatchStats, Originator
-from xnode.registry import Registry, RegistryError, RegistrySource
 from xnode.replication.worker import ReplicationConfig, ReplicationWorker
 from xnode.static_registry import StaticRegistrySource
 from xnode.store.envelopes import EnvelopeStore
@@ -45,7 +43,9 @@ from xnode.store.migrate import upgrade_to_head
 from xnode.store.misbehavior import MisbehaviorLog, MisbehaviorStore
 from xnode.store.notifications import CommitListener
 from xnode.store.sequencer import Sequencer
-from xnode.store_types import StoredEnvelope
+from xnode.usecases.fanout import Fanout
+from xnode.usecases.originator import BatchStats, Originator
+from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
 
@@ -131,7 +131,7 @@ class Node:
         log.info("node_stopped", node_id=self.node_id)
 
 
-def _stored(envelopes: Sequence[OriginatedEnvelope]) -> list[StoredEnvelope]:
+def _stored(envelopes: Sequence[IndexedEnvelope]) -> list[StoredEnvelope]:
     return [
         StoredEnvelope(e.originator_node_id, e.sequence_id, e.topic, e.raw, e.expiry)
         for e in envelopes
@@ -177,10 +177,10 @@ async def start_node(settings: Settings) -> Node:
     sequencer = Sequencer(pool, node_id, key, token)
     await sequencer.prime()
 
-    async def append(batch: Sequence[ValidPayerEnvelope]) -> list[OriginatedEnvelope]:
+    async def append(batch: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
         return await sequencer.append(batch, time.time_ns())
 
-    async def committed(envelopes: list[OriginatedEnvelope]) -> None:
+    async def committed(envelopes: list[IndexedEnvelope]) -> None:
         clock.merge({node_id: envelopes[-1].sequence_id})
         await fanout.committed(_stored(envelopes))
 

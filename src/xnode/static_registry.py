@@ -9,7 +9,8 @@ from pathlib import Path
 
 import structlog
 
-from xnode.registry import Registry, WatchedRegistry
+from xnode.core.registry import Registry
+from xnode.usecases.registry_source import WatchedRegistry
 
 log = structlog.get_logger(__name__)
 

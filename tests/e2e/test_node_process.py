@@ -11,9 +11,9 @@ from typing import Any
 import grpc
 
 from xnode.api.client import NodeClient, envelopes_of
-from xnode.crypto import SigningKey
-from xnode.cursors import Cursor
-from xnode.envelopes import parse_originator_envelope
+from xnode.core.crypto import SigningKey
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import parse_originator_envelope
 
 GROUP = b"\x42" * 16
 TOPIC = b"\x00" + GROUP

@@ -13,7 +13,7 @@ import pytest
 
 from spark_jobs import gen_data as g
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode.crypto import SigningKey, blockchain_proof_digest
+from xnode.core.crypto import SigningKey, blockchain_proof_digest
 
 T0 = 1_800_000_000 * 10**9  # on an hour boundary
 MIN = 60 * 10**9

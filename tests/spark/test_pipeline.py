@@ -26,9 +26,9 @@ from tests.integration.export.helpers import (
 )
 from xnode.api.client import NodeClient
 from xnode.config import Settings
-from xnode.envelopes import parse_originator_envelope
+from xnode.core.envelopes import parse_originator_envelope
+from xnode.core.topics import Topic, TopicKind
 from xnode.export.run import export_node
-from xnode.topics import Topic, TopicKind
 
 G, W, K, ID = (
     TopicKind.GROUP_MESSAGES,

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xnode.crypto import (
+from xnode.core.crypto import (
     SECP256K1_ORDER,
     SignatureError,
     SigningKey,

@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xnode.cursors import Cursor
+from xnode.core.cursors import Cursor
 
 entries = st.dictionaries(st.integers(0, 1000), st.integers(0, 2**64 - 1), max_size=8)
 

@@ -10,16 +10,16 @@ from xmtp.identity.associations import association_pb2, signature_pb2
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.api.client import group_message_envelope
-from xnode.crypto import SigningKey
-from xnode.cursors import Cursor
-from xnode.envelopes import (
+from xnode.core.crypto import SigningKey
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import (
     build_payer_envelope,
     check_depends_on,
     originate,
     parse_originator_envelope,
     validate_payer_envelope,
 )
-from xnode.errors import Reason, Rejected
+from xnode.core.errors import Reason, Rejected
 
 NODE = 100
 PAYER = SigningKey((7).to_bytes(32, "big"))

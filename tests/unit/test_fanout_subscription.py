@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from xnode.cursors import Cursor
-from xnode.fanout import LIVE_QUEUE_BATCHES, Fanout
-from xnode.query import EnvelopeQuery
-from xnode.store_types import StoredEnvelope
-from xnode.subscription import Delivery, Phase, Subscription
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import StoredEnvelope
+from xnode.core.query import EnvelopeQuery
+from xnode.usecases.fanout import LIVE_QUEUE_BATCHES, Fanout
+from xnode.usecases.subscription import Delivery, Phase, Subscription
 
 TOPIC = b"\x00" + b"g" * 16
 

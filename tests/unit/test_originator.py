@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from xnode.envelopes import OriginatedEnvelope, ValidPayerEnvelope
-from xnode.errors import Reason, Rejected
-from xnode.originator import Originator
+from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope
+from xnode.core.errors import Reason, Rejected
+from xnode.usecases.originator import Originator
 
 
 class FakeLog:
@@ -19,20 +19,20 @@ class FakeLog:
         self.fail_times = fail_times
         self.committed: list[int] = []
 
-    async def append(self, batch: Sequence[ValidPayerEnvelope]) -> list[OriginatedEnvelope]:
+    async def append(self, batch: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
         await asyncio.sleep(0.01)  # a commit takes time, so requests pile up
         if self.fail_times:
             self.fail_times -= 1
             raise OSError("database went away")
         self.batches.append(len(batch))
         out = [
-            OriginatedEnvelope(100, self.next_seq + i, 0, b"t", 0, None, bytes([i % 256]))
+            IndexedEnvelope(100, self.next_seq + i, 0, b"t", 0, None, bytes([i % 256]))
             for i in range(len(batch))
         ]
         self.next_seq += len(batch)
         return out
 
-    async def on_committed(self, envelopes: list[OriginatedEnvelope]) -> None:
+    async def on_committed(self, envelopes: list[IndexedEnvelope]) -> None:
         self.committed += [e.sequence_id for e in envelopes]
 
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from xnode.retention import DEFAULT_RETENTION_DAYS, NEVER, expiry_unixtime, is_expired
-from xnode.topics import MAX_TOPIC_LENGTH, Topic, TopicError, TopicKind
+from xnode.core.retention import DEFAULT_RETENTION_DAYS, NEVER, expiry_unixtime, is_expired
+from xnode.core.topics import MAX_TOPIC_LENGTH, Topic, TopicError, TopicKind
 
 
 def test_topic_round_trip() -> None:

@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
-from xnode import wire
+from xnode.core import wire
 
 
 @given(st.lists(st.binary(max_size=300), max_size=20))

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, cast
 import grpc
 import structlog
 
-from xnode.auth import AuthError, NodeIdentity, token_from_metadata, verify_token
-from xnode.cursors import Cursor
-from xnode.envelopes import cursor_to_proto
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import cursor_to_proto
+from xnode.core.node_tokens import AuthError, NodeIdentity, token_from_metadata, verify_token
+from xnode.core.registry import Registry
 from xnode.observability.metrics import AUTH_REFUSED
-from xnode.registry import Registry
 
 log = structlog.get_logger(__name__)
 

@@ -11,10 +11,10 @@ from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import message_api_pb2_grpc
-from xnode.crypto import SigningKey
-from xnode.cursors import Cursor
-from xnode.envelopes import build_payer_envelope, cursor_to_proto
-from xnode.topics import Topic, TopicKind
+from xnode.core.crypto import SigningKey
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import build_payer_envelope, cursor_to_proto
+from xnode.core.topics import Topic, TopicKind
 
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 25 * 1024 * 1024),

@@ -10,8 +10,8 @@ import asyncpg
 import grpc
 import structlog
 
-from xnode.envelopes import cursor_to_proto
-from xnode.errors import Reason, Rejected
+from xnode.core.envelopes import cursor_to_proto
+from xnode.core.errors import Reason, Rejected
 from xnode.observability.metrics import PUBLISH_REJECTED
 
 log = structlog.get_logger(__name__)

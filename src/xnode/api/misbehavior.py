@@ -12,10 +12,10 @@ import grpc
 import structlog
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode import wire
 from xnode.api.errors import StoreErrors, abort_store
-from xnode.errors import Rejected
-from xnode.misbehavior import check_client_report, type_name
+from xnode.core import wire
+from xnode.core.errors import Rejected
+from xnode.core.misbehavior import check_client_report, type_name
 from xnode.store.misbehavior import MisbehaviorStore
 
 log = structlog.get_logger(__name__)

@@ -28,7 +28,7 @@ SERVICES = {
 MISBEHAVIOR_SERVICE = f"{PACKAGE}.MisbehaviorApi"
 
 
-# Handlers that frame stored envelopes themselves and return bytes (see xnode.wire).
+# Handlers that frame stored envelopes themselves and return bytes (see xnode.core.wire).
 RAW_RESPONSES = frozenset(
     {
         "PublishPayerEnvelopes",

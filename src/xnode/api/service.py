@@ -1,6 +1,6 @@
 """The envelope API: ReplicationApi, QueryApi and PublishApi share these handlers.
 
-Responses that carry stored envelopes are framed from the stored bytes (see xnode.wire),
+Responses that carry stored envelopes are framed from the stored bytes (see xnode.core.wire),
 so handlers return serialized messages."""
 
 from __future__ import annotations
@@ -14,25 +14,25 @@ import grpc
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
-from xnode import wire
 from xnode.api.errors import stream_errors, unary_errors
-from xnode.clock import NodeClock
-from xnode.envelopes import (
+from xnode.core import wire
+from xnode.core.envelopes import (
+    StoredEnvelope,
     ValidPayerEnvelope,
     check_depends_on,
     cursor_from_proto,
     validate_payer_envelope,
 )
-from xnode.errors import Reason, Rejected
-from xnode.fanout import Fanout
+from xnode.core.errors import Reason, Rejected
+from xnode.core.query import MAX_QUERY_TOPICS, EnvelopeQuery, effective_limit
+from xnode.core.topics import Topic, TopicError
+from xnode.core.vector_clock import NodeClock
 from xnode.observability.metrics import ENVELOPES_STORED, OPEN_SUBSCRIPTIONS, PUBLISH_LATENCY
-from xnode.originator import Originator
-from xnode.ports import ChainPublisher, InboxResolver
-from xnode.query import MAX_QUERY_TOPICS, EnvelopeQuery, effective_limit
 from xnode.store.envelopes import EnvelopeStore
-from xnode.store_types import StoredEnvelope
-from xnode.subscription import Delivery, Phase, Subscription
-from xnode.topics import Topic, TopicError
+from xnode.usecases.fanout import Fanout
+from xnode.usecases.originator import Originator
+from xnode.usecases.ports import ChainPublisher, InboxResolver
+from xnode.usecases.subscription import Delivery, Phase, Subscription
 
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_PUBLISH_ENVELOPES = 1000

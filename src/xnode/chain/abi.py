@@ -12,10 +12,10 @@ from typing import Any, Final
 from eth_abi.abi import decode, encode
 from eth_abi.exceptions import DecodingError
 
-from xnode.chain.payloads import ChainEvent, MalformedPayload
-from xnode.crypto import keccak256
-from xnode.envelopes import GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR
-from xnode.registry import NodeEntry
+from xnode.core.chain_payloads import ChainEvent, MalformedPayload
+from xnode.core.crypto import keccak256
+from xnode.core.envelopes import GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR
+from xnode.core.registry import NodeEntry
 
 
 def _topic(signature: str) -> bytes:

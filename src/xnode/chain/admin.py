@@ -20,7 +20,7 @@ from xnode.chain.contracts import (
     transact,
 )
 from xnode.chain.deployment import load_contracts_file, write_contracts_file
-from xnode.crypto import address_of
+from xnode.core.crypto import address_of
 
 
 class AdminError(RuntimeError):

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from xnode.crypto import SigningKey
+from xnode.core.crypto import SigningKey
 
 
 def _public_key(args: argparse.Namespace) -> bytes:

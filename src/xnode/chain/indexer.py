@@ -26,13 +26,13 @@ import structlog
 from xnode.chain import abi
 from xnode.chain.contracts import DeployedContracts
 from xnode.chain.logs import build_payloads, log_skipped
-from xnode.chain.payloads import ChainPayload, SkippedEvent
 from xnode.chain.rpc import BlockHeader, ChainRpc, ChainRpcError, ChainUnavailable, Log
 from xnode.chain.verify import ChainSetupError
-from xnode.crypto import SigningKey
+from xnode.core.chain_payloads import ChainPayload, SkippedEvent
+from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import StoredEnvelope
 from xnode.store.chain import ChainStore, IndexedRange
 from xnode.store.leader import LeaderLock
-from xnode.store_types import StoredEnvelope
 
 log = structlog.get_logger(__name__)
 

@@ -7,15 +7,15 @@ from collections.abc import Mapping, Sequence
 import structlog
 
 from xnode.chain import abi
-from xnode.chain.payloads import (
+from xnode.chain.rpc import Log
+from xnode.core.chain_payloads import (
     ChainEvent,
     ChainPayload,
     MalformedPayload,
     SkippedEvent,
     build_chain_payload,
 )
-from xnode.chain.rpc import Log
-from xnode.crypto import SigningKey
+from xnode.core.crypto import SigningKey
 
 log = structlog.get_logger(__name__)
 

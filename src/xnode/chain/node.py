@@ -18,8 +18,8 @@ from xnode.chain.rpc import ChainRpc, ChainRpcError, ChainUnavailable
 from xnode.chain.transactions import TxSender
 from xnode.chain.verify import ChainSetupError, verify_deployment
 from xnode.config import Settings
-from xnode.crypto import SigningKey
-from xnode.cursors import Cursor
+from xnode.core.crypto import SigningKey
+from xnode.core.cursors import Cursor
 from xnode.store.chain import ChainStore
 from xnode.store.leader import LeaderLock
 

@@ -13,7 +13,8 @@ import structlog
 
 from xnode.chain import abi
 from xnode.chain.rpc import ChainRpc, ChainRpcError, ChainUnavailable
-from xnode.registry import NodeEntry, Registry, WatchedRegistry
+from xnode.core.registry import NodeEntry, Registry
+from xnode.usecases.registry_source import WatchedRegistry
 
 log = structlog.get_logger(__name__)
 

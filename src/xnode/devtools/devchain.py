@@ -22,7 +22,7 @@ from xnode.chain.anvil import (
 )
 from xnode.chain.contracts import NODE_REGISTRY, contract_at
 from xnode.chain.deployment import ContractsFileError, load_contracts_file
-from xnode.registry import NodeEntry
+from xnode.core.registry import NodeEntry
 
 # (node id, public key, http address) of a node the network should have.
 PlannedNode = tuple[int, bytes, str]

@@ -26,9 +26,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from rich.console import Console
 from rich.table import Table
 
-from xnode.crypto import SigningKey
+from xnode.core.crypto import SigningKey
+from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_cluster
-from xnode.registry import NodeEntry, Registry
 
 # Piped output (no terminal) is not cut to 80 columns: the table holds long DSNs.
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from xnode.config import Settings
-from xnode.export.plan import Plan, PlanError, batch_count, load_plan
+from xnode.core.prune_plan import Plan, PlanError, batch_count, load_plan
 from xnode.store.prune import PruneResult, prune
 
 DEFAULT_BATCH_SIZE = 5000

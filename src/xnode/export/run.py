@@ -20,8 +20,8 @@ from rich.progress import (
 )
 
 from xnode.config import Settings
+from xnode.core.registry import NodeEntry
 from xnode.export.writer import ExportError, ExportState, ExportWriter
-from xnode.registry import NodeEntry
 from xnode.store.export import ExportSource, ExportSourceError, Pending
 
 DEFAULT_PAGE_ROWS = 10_000

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from xnode.core.registry import NodeEntry
 from xnode.export.schema import (
     ENVELOPE_SCHEMA,
     NODES_SCHEMA,
@@ -31,7 +32,6 @@ from xnode.export.schema import (
     PAYLOAD_FIELD,
     REPORT_SCHEMA,
 )
-from xnode.registry import NodeEntry
 from xnode.store.export import EnvelopePage, ReportPage
 
 ENVELOPES_DIR = "envelopes"
@@ -127,7 +127,7 @@ def envelope_table(page: EnvelopePage) -> pa.Table:
         pa.array(page.sequence_ids, pa.int64()),
         pa.array(page.originator_ns, pa.int64()),
         pa.array(page.topics, pa.binary()),
-        # The kind byte leads every topic (xnode.topics); stored topics are never empty.
+        # The kind byte leads every topic (xnode.core.topics); stored topics are never empty.
         pa.array([t[0] for t in page.topics], pa.int8()),
         pa.array([e or 0 for e in page.expiry_unixtime], pa.int64()),
         _payer_column(page),

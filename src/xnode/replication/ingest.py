@@ -17,25 +17,24 @@ import structlog
 from google.protobuf.message import DecodeError
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode import misbehavior
+from xnode.core import misbehavior
+from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope
+from xnode.core.verification import (
+    InvalidEnvelope,
+    Position,
+    Verdict,
+    order_problem,
+    verify_batch,
+)
 from xnode.observability.metrics import (
     REPLICATION_LAG_SECONDS,
     REPLICATION_LAG_SEQUENCE_IDS,
     REPLICATION_RECEIVED,
     REPLICATION_REJECTED,
 )
-from xnode.replication.verify import (
-    InvalidEnvelope,
-    Position,
-    Verdict,
-    VerifiedEnvelope,
-    order_problem,
-    verify_batch,
-)
 from xnode.store.envelopes import EnvelopeStore
 from xnode.store.misbehavior import MisbehaviorLog
 from xnode.store.replication import stored_envelopes
-from xnode.store_types import StoredEnvelope
 
 log = structlog.get_logger(__name__)
 
@@ -124,11 +123,11 @@ class OriginatorLog:
             fresh = await self._checked(valid, direct)
             await self._insert(fresh)
 
-    async def _rejected(self, verdicts: Sequence[Verdict], source: int) -> list[VerifiedEnvelope]:
-        valid: list[VerifiedEnvelope] = []
+    async def _rejected(self, verdicts: Sequence[Verdict], source: int) -> list[IndexedEnvelope]:
+        valid: list[IndexedEnvelope] = []
         blamed: dict[tuple[int, str], list[InvalidEnvelope]] = {}
         for v in verdicts:
-            if isinstance(v, VerifiedEnvelope):
+            if isinstance(v, IndexedEnvelope):
                 valid.append(v)
                 continue
             REPLICATION_REJECTED.labels(self._label, v.reason.value).inc()
@@ -146,9 +145,9 @@ class OriginatorLog:
             await self._ctx.reports.record(report, detail)
         return valid
 
-    async def _checked(self, valid: list[VerifiedEnvelope], direct: bool) -> list[VerifiedEnvelope]:
+    async def _checked(self, valid: list[IndexedEnvelope], direct: bool) -> list[IndexedEnvelope]:
         """Order checks (report, then store anyway) and duplicates within the batch."""
-        fresh: dict[int, VerifiedEnvelope] = {}
+        fresh: dict[int, IndexedEnvelope] = {}
         previous = self.position
         now = time.time_ns()
         for env in sorted(valid, key=lambda e: e.sequence_id):
@@ -175,16 +174,11 @@ class OriginatorLog:
         )
         await self._ctx.reports.record(report, "two different envelopes share a sequence id")
 
-    async def _insert(self, fresh: list[VerifiedEnvelope]) -> None:
+    async def _insert(self, fresh: list[IndexedEnvelope]) -> None:
         if not fresh:
             return
         ctx = self._ctx
-        inserted = {
-            seq
-            for _, seq in await ctx.store.insert_received(
-                [e.row() for e in fresh], ctx.notice_token
-            )
-        }
+        inserted = {seq for _, seq in await ctx.store.insert_received(fresh, ctx.notice_token)}
         known = [e for e in fresh if e.sequence_id not in inserted]
         conflicts = await self._conflicts(known) if known else set()
         kept = [e for e in fresh if e.sequence_id not in conflicts]
@@ -196,14 +190,9 @@ class OriginatorLog:
         stored = [e for e in fresh if e.sequence_id in inserted]
         if stored:
             REPLICATION_RECEIVED.labels(self._label).inc(len(stored))
-            await ctx.on_stored(
-                [
-                    StoredEnvelope(e.originator_node_id, e.sequence_id, e.topic, e.raw, e.expiry)
-                    for e in stored
-                ]
-            )
+            await ctx.on_stored([e.stored() for e in stored])
 
-    async def _conflicts(self, known: list[VerifiedEnvelope]) -> set[int]:
+    async def _conflicts(self, known: list[IndexedEnvelope]) -> set[int]:
         """Sequence ids already stored with other bytes: DUPLICATE_SEQUENCE_ID, both kept as
         proof (the stored one stays stored, the other lives in the report)."""
         existing = await stored_envelopes(

@@ -17,16 +17,17 @@ from typing import Any
 import grpc
 import structlog
 
-from xnode.auth import TokenProvider
 from xnode.config import Settings
-from xnode.crypto import SigningKey
-from xnode.registry import NodeEntry, Registry, RegistrySource
+from xnode.core.crypto import SigningKey
+from xnode.core.node_tokens import TokenProvider
+from xnode.core.registry import NodeEntry, Registry
 from xnode.replication.backoff import Backoff
 from xnode.replication.ingest import IngestContext, OnStored, OriginatorLog
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
 from xnode.store.envelopes import EnvelopeStore
 from xnode.store.misbehavior import MisbehaviorLog
 from xnode.store.replication import newest_per_originator
+from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
 

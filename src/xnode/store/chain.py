@@ -11,11 +11,14 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from xnode.chain.payloads import ChainPayload, SkippedEvent
-from xnode.envelopes import GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR
-from xnode.identity import association_changes, normalize_identifier
+from xnode.core.chain_payloads import ChainPayload, SkippedEvent
+from xnode.core.envelopes import (
+    GROUP_MESSAGES_ORIGINATOR,
+    IDENTITY_UPDATES_ORIGINATOR,
+    StoredEnvelope,
+)
+from xnode.core.identity import association_changes, normalize_identifier
 from xnode.store.envelopes import NOTIFY_CHANNEL
-from xnode.store_types import StoredEnvelope
 
 CHAIN_ORIGINATORS = (GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR)
 

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from xnode.cursors import Cursor
-from xnode.query import EnvelopeQuery
-from xnode.store_types import StoredEnvelope
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope
+from xnode.core.query import EnvelopeQuery
 
 NOTIFY_CHANNEL = "xnode_envelopes"
 
@@ -147,11 +147,19 @@ class EnvelopeStore:
 
     async def insert_received(
         self,
-        rows: Sequence[tuple[int, int, int, bytes, int | None, bytes | None, bytes]],
+        envelopes: Sequence[IndexedEnvelope],
         notice_token: str,
     ) -> list[tuple[int, int]]:
         """Idempotent insert of envelopes from other originators; returns the new keys."""
-        columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[]] * 7
+        columns = [
+            [e.originator_node_id for e in envelopes],
+            [e.sequence_id for e in envelopes],
+            [e.originator_ns for e in envelopes],
+            [e.topic for e in envelopes],
+            [e.expiry or None for e in envelopes],  # 0 = never = NULL
+            [e.payer_address for e in envelopes],
+            [e.raw for e in envelopes],
+        ]
         async with self.pool.acquire() as conn, conn.transaction():
             inserted = await conn.fetch(_INSERT_RECEIVED, *columns)
             if inserted:

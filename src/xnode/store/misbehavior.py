@@ -9,8 +9,8 @@ import asyncpg
 import structlog
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.crypto import SigningKey
-from xnode.misbehavior import sign_report, type_name
+from xnode.core.crypto import SigningKey
+from xnode.core.misbehavior import sign_report, type_name
 from xnode.observability.metrics import MISBEHAVIOR_REPORTS
 
 log = structlog.get_logger(__name__)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from xnode.export.plan import Plan, PlanRange, batches
-from xnode.retention import DEFAULT_RETENTION_DAYS
-from xnode.topics import TopicKind
+from xnode.core.prune_plan import Plan, PlanRange, batches
+from xnode.core.retention import DEFAULT_RETENTION_DAYS
+from xnode.core.topics import TopicKind
 
 _DEFAULT_RETENTION_S = DEFAULT_RETENTION_DAYS * 86_400
 _IDENTITY_KIND = bytes([TopicKind.IDENTITY_UPDATES])

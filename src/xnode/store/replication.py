@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from xnode.replication.verify import Position
+from xnode.core.verification import Position
 
 # The newest stored envelope of every originator: where each peer stream resumes, and what
 # the next envelope must follow.

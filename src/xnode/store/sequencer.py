@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from xnode.crypto import SigningKey
-from xnode.envelopes import OriginatedEnvelope, ValidPayerEnvelope, originate
+from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope, originate
 from xnode.store.envelopes import NOTIFY_CHANNEL
 
 _READ_CLOCK = "SELECT sequence_id, last_ns FROM vector_clock WHERE originator_node_id = $1"
@@ -69,10 +69,10 @@ async def _sign(
     last_ns: int,
     now_ns: int,
     key: SigningKey,
-) -> list[OriginatedEnvelope]:
+) -> list[IndexedEnvelope]:
     stamps = _timestamps(len(batch), last_ns, now_ns)
 
-    def sign_all() -> list[OriginatedEnvelope]:
+    def sign_all() -> list[IndexedEnvelope]:
         return [
             originate(payer, node_id, last_seq + 1 + i, stamps[i], key)
             for i, payer in enumerate(batch)
@@ -83,7 +83,7 @@ async def _sign(
     return sign_all()
 
 
-def _arguments(signed: list[OriginatedEnvelope], node_id: int, notice: str) -> tuple[object, ...]:
+def _arguments(signed: list[IndexedEnvelope], node_id: int, notice: str) -> tuple[object, ...]:
     last = signed[-1]
     return (
         [e.originator_node_id for e in signed],
@@ -108,7 +108,7 @@ async def append_originated(
     batch: Sequence[ValidPayerEnvelope],
     now_ns: int,
     notice_token: str,
-) -> list[OriginatedEnvelope]:
+) -> list[IndexedEnvelope]:
     """The locked path; the caller owns the transaction."""
     row = await conn.fetchrow(_LOCK_CLOCK, node_id)
     if row is None:
@@ -134,7 +134,7 @@ class Sequencer:
 
     async def append(
         self, batch: Sequence[ValidPayerEnvelope], now_ns: int
-    ) -> list[OriginatedEnvelope]:
+    ) -> list[IndexedEnvelope]:
         try:
             signed = await self._append_fast(batch, now_ns) if self._last else None
             if signed is None:
@@ -153,7 +153,7 @@ class Sequencer:
 
     async def _append_fast(
         self, batch: Sequence[ValidPayerEnvelope], now_ns: int
-    ) -> list[OriginatedEnvelope] | None:
+    ) -> list[IndexedEnvelope] | None:
         assert self._last is not None
         last_seq, last_ns = self._last
         signed = await _sign(batch, self._node_id, last_seq, last_ns, now_ns, self._key)

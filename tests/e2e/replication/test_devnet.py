@@ -18,7 +18,7 @@ import pytest
 
 from tests.e2e.replication.conftest import eventually
 from xnode.api.client import NodeClient
-from xnode.crypto import SigningKey
+from xnode.core.crypto import SigningKey
 from xnode.devtools.postgres import free_port
 
 GROUP = bytes([9]) * 16

@@ -16,12 +16,12 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2_grpc
-from xnode import wire
 from xnode.api.client import group_message_envelope
-from xnode.auth import verify_token
-from xnode.crypto import SigningKey, misbehavior_digest, originator_digest, recover_public_key
-from xnode.envelopes import build_payer_envelope, originate, validate_payer_envelope
-from xnode.registry import NodeEntry, Registry
+from xnode.core import wire
+from xnode.core.crypto import SigningKey, misbehavior_digest, originator_digest, recover_public_key
+from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
+from xnode.core.node_tokens import verify_token
+from xnode.core.registry import NodeEntry, Registry
 
 PAYER = SigningKey.generate()
 STRANGER = SigningKey.generate()

@@ -10,7 +10,7 @@ import grpc
 
 from tests.e2e.replication.conftest import ChainNetwork, eventually
 from xnode.api.client import NodeClient
-from xnode.crypto import SigningKey
+from xnode.core.crypto import SigningKey
 
 NODES = (100, 200, 300)
 PAYER = SigningKey.generate()

@@ -10,8 +10,8 @@ import pytest
 
 from tests.e2e.replication.conftest import ChainNetwork
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
-from xnode.auth import issue_token
-from xnode.crypto import SigningKey
+from xnode.core.crypto import SigningKey
+from xnode.core.node_tokens import issue_token
 
 METHOD = "/xmtp.xmtpv4.message_api.ReplicationApi/SubscribeOriginators"
 

@@ -8,8 +8,8 @@ import grpc
 import pytest
 
 from xnode.api.client import NodeClient
-from xnode.crypto import SigningKey
-from xnode.envelopes import parse_originator_envelope
+from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import parse_originator_envelope
 
 GROUP = bytes(range(16))
 TOPIC = b"\x00" + GROUP

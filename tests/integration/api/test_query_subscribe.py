@@ -19,9 +19,9 @@ from xmtp.xmtpv4.message_api import (
     query_api_pb2_grpc,
 )
 from xnode.api.client import NodeClient, group_message_envelope
-from xnode.crypto import SigningKey
-from xnode.cursors import Cursor
-from xnode.envelopes import build_payer_envelope, parse_originator_envelope
+from xnode.core.crypto import SigningKey
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import build_payer_envelope, parse_originator_envelope
 
 PAYER = SigningKey.generate()
 GROUPS = [bytes([g]) * 16 for g in range(3)]

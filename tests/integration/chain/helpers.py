@@ -15,12 +15,12 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.api.client import NodeClient, group_message_envelope
 from xnode.chain import abi
 from xnode.chain.anvil import rpc_call
-from xnode.crypto import SigningKey, blockchain_proof_digest, recover_public_key
-from xnode.cursors import Cursor
-from xnode.envelopes import ReceivedEnvelope, build_payer_envelope, parse_originator_envelope
-from xnode.envelopes import cursor_to_proto as cursor_proto
-from xnode.mls import ContentType, WireFormat, encode_framing
-from xnode.topics import Topic, TopicKind
+from xnode.core.crypto import SigningKey, blockchain_proof_digest, recover_public_key
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import ReceivedEnvelope, build_payer_envelope, parse_originator_envelope
+from xnode.core.envelopes import cursor_to_proto as cursor_proto
+from xnode.core.mls import ContentType, WireFormat, encode_framing
+from xnode.core.topics import Topic, TopicKind
 
 T = TypeVar("T")
 

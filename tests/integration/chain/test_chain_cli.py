@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.conftest import ChainEnv
 from xnode.chain import abi
 from xnode.chain.anvil import rpc_call
-from xnode.crypto import SigningKey
+from xnode.core.crypto import SigningKey
 
 
 def _xnode(chain: ChainEnv, *args: str) -> subprocess.CompletedProcess[str]:

@@ -29,7 +29,7 @@ from tests.integration.chain.helpers import (
 )
 from xnode.api.client import NodeClient, group_message_envelope
 from xnode.chain import abi
-from xnode.cursors import Cursor
+from xnode.core.cursors import Cursor
 from xnode.server import StartupError
 
 GROUP = bytes(range(16))

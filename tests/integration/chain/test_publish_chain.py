@@ -22,8 +22,8 @@ from tests.integration.chain.helpers import (
     publish,
 )
 from xnode.api.client import NodeClient, group_message_envelope
-from xnode.cursors import Cursor
-from xnode.envelopes import parse_originator_envelope
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import parse_originator_envelope
 
 GROUP = bytes(range(16))
 INBOX = bytes(range(32))

@@ -17,8 +17,8 @@ from xmtp.identity.associations import association_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.api.client import NodeClient
 from xnode.chain.admin import add_node, set_node_status
-from xnode.crypto import SigningKey
-from xnode.cursors import Cursor
+from xnode.core.crypto import SigningKey
+from xnode.core.cursors import Cursor
 
 ALICE = "0x" + "a1" * 20
 BOB = "0x" + "b0" * 20

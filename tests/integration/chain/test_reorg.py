@@ -24,7 +24,7 @@ from tests.integration.chain.helpers import (
 )
 from xnode.api.client import NodeClient, envelopes_of
 from xnode.chain import abi
-from xnode.cursors import Cursor
+from xnode.core.cursors import Cursor
 
 GROUP = bytes(range(16))
 INBOX = bytes(range(32))

@@ -4,6 +4,7 @@ API, or stored as if received from another originator (for timestamps in the pas
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import subprocess
 import sys
@@ -20,16 +21,17 @@ from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.api.client import NodeClient
-from xnode.crypto import SigningKey
-from xnode.envelopes import (
+from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import (
+    IndexedEnvelope,
     build_payer_envelope,
     originate,
     parse_originator_envelope,
     validate_payer_envelope,
 )
+from xnode.core.topics import Topic, TopicKind
 from xnode.store.envelopes import EnvelopeStore
 from xnode.store.misbehavior import MisbehaviorStore
-from xnode.topics import Topic, TopicKind
 
 PAYER = SigningKey.generate()
 NS_PER_S = 1_000_000_000
@@ -92,8 +94,8 @@ async def publish(address: str, node_id: int, items: Sequence[Item]) -> list[byt
 
 def received_row(
     originator: int, key: SigningKey, seq: int, originator_ns: int, item: Item
-) -> tuple[int, int, int, bytes, int | None, bytes | None, bytes]:
-    """A row as EnvelopeStore.insert_received takes it: signed by `originator` itself."""
+) -> IndexedEnvelope:
+    """An envelope as EnvelopeStore.insert_received takes it: signed by `originator` itself."""
     payer = build_payer_envelope(
         client_envelope(item.kind, item.identifier, item.data),
         PAYER,
@@ -101,28 +103,17 @@ def received_row(
         item.retention_days,
     )
     valid = validate_payer_envelope(payer, originator)
-    env = originate(valid, originator, seq, originator_ns, key)
-    return (
-        originator,
-        seq,
-        originator_ns,
-        env.topic,
-        env.expiry or None,
-        env.payer_address,
-        env.raw,
-    )
+    return originate(valid, originator, seq, originator_ns, key)
 
 
-def chain_row(
-    originator: int, seq: int, originator_ns: int, item: Item
-) -> tuple[int, int, int, bytes, int | None, bytes | None, bytes]:
-    """A row as the chain indexer stores it for originator 0 or 1: no payer, no expiry. The
-    proof here is a signature, not a blockchain proof: only the columns matter to the tests."""
-    row = received_row(originator, SigningKey.generate(), seq, originator_ns, item)
-    return (*row[:4], None, None, row[6])
+def chain_row(originator: int, seq: int, originator_ns: int, item: Item) -> IndexedEnvelope:
+    """An envelope as the chain indexer stores it for originator 0 or 1: no payer, no expiry.
+    The proof here is a signature, not a blockchain proof: only the columns matter here."""
+    env = received_row(originator, SigningKey.generate(), seq, originator_ns, item)
+    return dataclasses.replace(env, expiry=0, payer_address=None)
 
 
-async def store_received(dsn: str, rows: Sequence[tuple[Any, ...]], token: str = "test") -> None:
+async def store_received(dsn: str, rows: Sequence[IndexedEnvelope], token: str = "test") -> None:
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
     try:
         await EnvelopeStore(pool).insert_received(rows, token)

@@ -19,8 +19,8 @@ from tests.integration.export.helpers import (
     table_rows,
 )
 from xnode.api.client import NodeClient
-from xnode.cursors import Cursor
-from xnode.topics import Topic, TopicKind
+from xnode.core.cursors import Cursor
+from xnode.core.topics import Topic, TopicKind
 
 ITEM = Item(TopicKind.GROUP_MESSAGES, group(3))
 TOPIC = Topic(ITEM.kind, ITEM.identifier).raw

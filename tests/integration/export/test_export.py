@@ -29,9 +29,9 @@ from tests.integration.export.helpers import (
 )
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.config import Settings
+from xnode.core.topics import TopicKind
 from xnode.export.run import export_node
 from xnode.export.writer import ExportError, ExportWriter
-from xnode.topics import TopicKind
 
 # docs/export-format.md, written out here rather than imported: this is the contract.
 ENVELOPE_SCHEMA = pa.schema(

@@ -21,9 +21,9 @@ from tests.integration.export.helpers import (
     write_plan,
 )
 from xnode.config import Settings
-from xnode.export.plan import PlanRange, batch_count, batches
+from xnode.core.prune_plan import PlanRange, batch_count, batches
+from xnode.core.topics import TopicKind
 from xnode.export.pruning import PruneError, apply_plan
-from xnode.topics import TopicKind
 
 GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
 IDENTITY = Item(TopicKind.IDENTITY_UPDATES, group(4), b"sig")

@@ -14,9 +14,9 @@ from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2_grpc
 from xnode.api.client import NodeClient
-from xnode.auth import issue_token
-from xnode.crypto import SigningKey, misbehavior_digest, recover_public_key
-from xnode.replication.frames import originator_envelopes
+from xnode.core.crypto import SigningKey, misbehavior_digest, recover_public_key
+from xnode.core.node_tokens import issue_token
+from xnode.core.wire import originator_envelopes
 
 GROUP = bytes(range(16))
 SUBSCRIBE_ORIGINATORS = "/xmtp.xmtpv4.message_api.ReplicationApi/SubscribeOriginators"

@@ -13,7 +13,7 @@ import grpc
 from tests.conftest import Network
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode import wire
+from xnode.core import wire
 
 Behavior = Callable[[Any], Awaitable[None]]
 

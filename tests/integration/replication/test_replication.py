@@ -14,10 +14,10 @@ from prometheus_client import REGISTRY
 
 from tests.conftest import Network
 from xnode.api.client import NodeClient, envelopes_of, group_message_envelope
-from xnode.crypto import SigningKey
-from xnode.cursors import Cursor
-from xnode.envelopes import build_payer_envelope, parse_originator_envelope
-from xnode.registry import Registry
+from xnode.core.crypto import SigningKey
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import build_payer_envelope, parse_originator_envelope
+from xnode.core.registry import Registry
 
 PAYER = SigningKey.generate()
 GROUP = bytes(range(16))

@@ -10,8 +10,8 @@ import asyncpg
 import pytest
 
 from xnode.api.client import group_message_envelope
-from xnode.crypto import SigningKey
-from xnode.envelopes import ValidPayerEnvelope, build_payer_envelope, validate_payer_envelope
+from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import ValidPayerEnvelope, build_payer_envelope, validate_payer_envelope
 from xnode.store.identity import WrongNodeError, claim_database
 from xnode.store.sequencer import Sequencer, append_originated
 

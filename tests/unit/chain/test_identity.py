@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from xmtp.identity.associations import association_pb2 as pb
-from xnode.identity import (
+from xnode.core.identity import (
     AssociationChange,
     AssociationEvent,
     IdentifierKind,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xnode.mls import (
+from xnode.core.mls import (
     ContentType,
     MlsError,
     WireFormat,

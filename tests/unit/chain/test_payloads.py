@@ -13,11 +13,11 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.api.client import group_message_envelope
 from xnode.chain import abi
 from xnode.chain.contracts import load_artifact
-from xnode.chain.payloads import ChainEvent, MalformedPayload, build_chain_payload
-from xnode.crypto import SigningKey, blockchain_proof_digest, recover_public_key
-from xnode.envelopes import parse_originator_envelope
-from xnode.mls import ContentType, WireFormat, encode_framing
-from xnode.topics import Topic, TopicKind
+from xnode.core.chain_payloads import ChainEvent, MalformedPayload, build_chain_payload
+from xnode.core.crypto import SigningKey, blockchain_proof_digest, recover_public_key
+from xnode.core.envelopes import parse_originator_envelope
+from xnode.core.mls import ContentType, WireFormat, encode_framing
+from xnode.core.topics import Topic, TopicKind
 
 KEY = SigningKey((5).to_bytes(32, "big"))
 GROUP = bytes(range(16))

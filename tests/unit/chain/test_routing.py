@@ -10,10 +10,10 @@ from xnode.api.client import group_message_envelope
 from xnode.chain.indexer import ChainIndexer, Tip
 from xnode.chain.publisher import needs_chain
 from xnode.chain.rpc import BlockHeader
-from xnode.crypto import SigningKey
-from xnode.envelopes import build_payer_envelope, validate_payer_envelope
-from xnode.mls import ContentType, WireFormat, encode_framing
-from xnode.topics import Topic, TopicKind
+from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import build_payer_envelope, validate_payer_envelope
+from xnode.core.mls import ContentType, WireFormat, encode_framing
+from xnode.core.topics import Topic, TopicKind
 
 GROUP = bytes(range(16))
 PAYER = SigningKey((3).to_bytes(32, "big"))

@@ -9,15 +9,15 @@ import re
 import jwt
 import pytest
 
-from xnode.auth import (
+from xnode.core.crypto import SigningKey, jwt_digest, recover_public_key
+from xnode.core.node_tokens import (
     AuthError,
     TokenProvider,
     issue_token,
     token_from_metadata,
     verify_token,
 )
-from xnode.crypto import SigningKey, jwt_digest, recover_public_key
-from xnode.registry import NodeEntry, Registry
+from xnode.core.registry import NodeEntry, Registry
 
 NOW = 1_800_000_000
 KEYS = {n: SigningKey.generate() for n in (100, 200, 300)}

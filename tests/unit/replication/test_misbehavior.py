@@ -7,9 +7,9 @@ import pytest
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode import misbehavior
-from xnode.crypto import SigningKey, misbehavior_digest, recover_public_key
-from xnode.errors import Rejected
+from xnode.core import misbehavior
+from xnode.core.crypto import SigningKey, misbehavior_digest, recover_public_key
+from xnode.core.errors import Rejected
 
 HOST = SigningKey.generate()
 ENVELOPE = envelopes_pb2.OriginatorEnvelope(unsigned_originator_envelope=b"x").SerializeToString()

@@ -9,20 +9,23 @@ import pytest
 from xmtp.identity.associations import signature_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.api.client import group_message_envelope
-from xnode.crypto import SigningKey, originator_digest
-from xnode.envelopes import build_payer_envelope, originate, validate_payer_envelope
-from xnode.replication.backoff import Backoff
-from xnode.replication.frames import FrameError, originator_envelopes
-from xnode.replication.verify import (
+from xnode.core.crypto import SigningKey, originator_digest
+from xnode.core.envelopes import (
+    IndexedEnvelope,
+    build_payer_envelope,
+    originate,
+    validate_payer_envelope,
+)
+from xnode.core.verification import (
     InvalidEnvelope,
     Position,
     RejectReason,
-    VerifiedEnvelope,
     order_problem,
     verify_batch,
     verify_envelope,
 )
-from xnode.wire import field, repeated
+from xnode.core.wire import FrameError, field, originator_envelopes, repeated
+from xnode.replication.backoff import Backoff
 
 KEY = SigningKey.generate()
 OTHER = SigningKey.generate()
@@ -51,7 +54,7 @@ def resigned(unsigned: envelopes_pb2.UnsignedOriginatorEnvelope, key: SigningKey
 def test_a_good_envelope_is_verified_with_its_columns() -> None:
     raw = envelope(seq=7)
     got = verify_envelope(raw, KEYS, 100)
-    assert isinstance(got, VerifiedEnvelope)
+    assert isinstance(got, IndexedEnvelope)
     assert (got.originator_node_id, got.sequence_id, got.originator_ns) == (100, 7, NOW)
     assert got.topic == b"\x00" + GROUP
     assert got.payer_address == PAYER.address
@@ -120,15 +123,15 @@ def test_batches_keep_their_order() -> None:
     raws = [envelope(seq=s) for s in (1, 2, 3)]
     got = verify_batch([raws[0], b"junk", *raws[1:]], KEYS, 100)
     assert [type(v).__name__ for v in got] == [
-        "VerifiedEnvelope",
+        "IndexedEnvelope",
         "InvalidEnvelope",
-        "VerifiedEnvelope",
-        "VerifiedEnvelope",
+        "IndexedEnvelope",
+        "IndexedEnvelope",
     ]
 
 
-def verified(seq: int, ns: int = NOW) -> VerifiedEnvelope:
-    return VerifiedEnvelope(100, seq, ns, b"\x00" + GROUP, 0, b"", b"")
+def verified(seq: int, ns: int = NOW) -> IndexedEnvelope:
+    return IndexedEnvelope(100, seq, ns, b"\x00" + GROUP, 0, b"", b"")
 
 
 PREVIOUS = Position(5, NOW, b"prev")
@@ -151,7 +154,7 @@ PREVIOUS = Position(5, NOW, b"prev")
     ],
 )
 def test_order_rules(
-    previous: Position | None, env: VerifiedEnvelope, direct: bool, problem: str | None
+    previous: Position | None, env: IndexedEnvelope, direct: bool, problem: str | None
 ) -> None:
     got = order_problem(previous, env, NOW, check_sequence=direct)
     if problem is None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 PLAN_VERSION = 1
-# Reserved originators of chain payloads (xnode.envelopes): never pruned.
+# Reserved originators of chain payloads (xnode.core.envelopes): never pruned.
 CHAIN_ORIGINATORS = {0: "group-message commits", 1: "identity updates"}
 _MAX_NODE_ID = 2**31 - 1
 _MAX_SEQUENCE_ID = 2**63 - 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xnode.topics import TopicKind
+from xnode.core.topics import TopicKind
 
 DEFAULT_RETENTION_DAYS = 183  # "6 months", rounded up so no payload leaves early
 NEVER = 0

@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from xnode.cursors import Cursor
-from xnode.store_types import StoredEnvelope
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import StoredEnvelope
 
 FetchRange = Callable[[int, int, int], Awaitable[list[StoredEnvelope]]]
 

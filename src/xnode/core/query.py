@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from xnode.cursors import Cursor
-from xnode.errors import Reason, Rejected
-from xnode.topics import Topic, TopicError
+from xnode.core.cursors import Cursor
+from xnode.core.errors import Reason, Rejected
+from xnode.core.topics import Topic, TopicError
 
 MAX_QUERY_TOPICS = 1024
 MAX_QUERY_ORIGINATORS = 1024

@@ -2,7 +2,7 @@
 GetInboxIds (XIP-49 3.3.3).
 
 What the node checks: the update names an inbox id that is 32 bytes of hex and matches its
-topic (see xnode.envelopes), and each identifier is well formed (an Ethereum address is
+topic (see xnode.core.envelopes), and each identifier is well formed (an Ethereum address is
 0x + 40 hex digits, compared case-insensitively; a passkey is its public key, hex). What it
 does not check: any XIP-46 signature (ERC-191, ERC-1271, installation or passkey), that the
 signer of an action is a current member or the recovery identifier, that an inbox id derives

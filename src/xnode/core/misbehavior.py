@@ -12,8 +12,8 @@ from xmtp.identity.associations import signature_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.crypto import SigningKey, misbehavior_digest, recover_public_key
-from xnode.errors import Reason, Rejected
+from xnode.core.crypto import SigningKey, misbehavior_digest, recover_public_key
+from xnode.core.errors import Reason, Rejected
 
 Misbehavior = mb.Misbehavior
 UNRESPONSIVE_NODE = mb.MISBEHAVIOR_UNRESPONSIVE_NODE

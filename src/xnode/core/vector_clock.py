@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from xnode.cursors import Cursor
+from xnode.core.cursors import Cursor
 
 
 class NodeClock:

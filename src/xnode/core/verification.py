@@ -13,10 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from xnode.crypto import SignatureError
-from xnode.envelopes import parse_originator_envelope, validate_payer_envelope
-from xnode.errors import Rejected
-from xnode.retention import DEFAULT_RETENTION_DAYS
+from xnode.core.crypto import SignatureError
+from xnode.core.envelopes import (
+    IndexedEnvelope,
+    parse_originator_envelope,
+    validate_payer_envelope,
+)
+from xnode.core.errors import Rejected
+from xnode.core.retention import DEFAULT_RETENTION_DAYS
 
 MAX_FUTURE_NS = 5 * 60 * 1_000_000_000
 RETENTION_NS = DEFAULT_RETENTION_DAYS * 86_400 * 1_000_000_000
@@ -31,29 +35,6 @@ class RejectReason(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class VerifiedEnvelope:
-    originator_node_id: int
-    sequence_id: int
-    originator_ns: int
-    topic: bytes
-    expiry: int
-    payer_address: bytes
-    raw: bytes
-
-    def row(self) -> tuple[int, int, int, bytes, int | None, bytes | None, bytes]:
-        """The columns EnvelopeStore.insert_received takes (expiry 0 = never = NULL)."""
-        return (
-            self.originator_node_id,
-            self.sequence_id,
-            self.originator_ns,
-            self.topic,
-            self.expiry or None,
-            self.payer_address,
-            self.raw,
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class InvalidEnvelope:
     raw: bytes
     reason: RejectReason
@@ -63,7 +44,7 @@ class InvalidEnvelope:
     signed_by_originator: bool = False
 
 
-Verdict = VerifiedEnvelope | InvalidEnvelope
+Verdict = IndexedEnvelope | InvalidEnvelope
 
 
 def verify_envelope(raw: bytes, keys: Mapping[int, bytes], expected_originator: int) -> Verdict:
@@ -103,7 +84,7 @@ def verify_envelope(raw: bytes, keys: Mapping[int, bytes], expected_originator: 
             f"sequence id {env.sequence_id}: {exc.detail}",
             signed_by_originator=True,
         )
-    return VerifiedEnvelope(
+    return IndexedEnvelope(
         origin,
         env.sequence_id,
         env.originator_ns,
@@ -130,7 +111,7 @@ class Position:
 
 
 def order_problem(
-    previous: Position | None, env: VerifiedEnvelope, now_ns: int, check_sequence: bool
+    previous: Position | None, env: IndexedEnvelope, now_ns: int, check_sequence: bool
 ) -> str | None:
     """Why `env` breaks its originator's log (XIP-49 3.2.7 OUT_OF_ORDER), or None.
 

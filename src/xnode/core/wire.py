@@ -1,9 +1,31 @@
-"""Reads SubscribeOriginatorsResponse frames without re-serializing the envelopes inside, so
-each envelope is stored byte for byte as its originator signed and served it."""
+"""Protobuf wire framing of already-serialized messages, both ways.
+
+Stored envelopes are already serialized: responses are built by framing those bytes rather
+than parsing and re-serializing each one, and SubscribeOriginatorsResponse frames are read
+without re-serializing the envelopes inside, so each envelope is stored byte for byte as its
+originator signed and served it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """One length-delimited field (wire type 2)."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def repeated(number: int, payloads: Iterable[bytes]) -> bytes:
+    return b"".join(field(number, p) for p in payloads)
 
 
 class FrameError(ValueError):

@@ -10,17 +10,17 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from xnode.envelopes import OriginatedEnvelope, ValidPayerEnvelope
-from xnode.errors import Reason, Rejected
+from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope
+from xnode.core.errors import Reason, Rejected
 
-Append = Callable[[Sequence[ValidPayerEnvelope]], Awaitable[list[OriginatedEnvelope]]]
-Committed = Callable[[list[OriginatedEnvelope]], Awaitable[None]]
+Append = Callable[[Sequence[ValidPayerEnvelope]], Awaitable[list[IndexedEnvelope]]]
+Committed = Callable[[list[IndexedEnvelope]], Awaitable[None]]
 
 
 @dataclass(slots=True)
 class _Request:
     envelopes: Sequence[ValidPayerEnvelope]
-    result: asyncio.Future[list[OriginatedEnvelope]]
+    result: asyncio.Future[list[IndexedEnvelope]]
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Originator:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="originator")
 
-    async def publish(self, envelopes: Sequence[ValidPayerEnvelope]) -> list[OriginatedEnvelope]:
+    async def publish(self, envelopes: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
         if self._closing:
             raise Rejected(Reason.UNAVAILABLE, "node is shutting down; publish to another node")
         request = _Request(envelopes, asyncio.get_running_loop().create_future())

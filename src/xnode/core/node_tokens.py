@@ -16,9 +16,9 @@ import jwt
 from jwt.algorithms import Algorithm
 from jwt.exceptions import InvalidKeyError
 
-from xnode.crypto import PUBLIC_KEY_LENGTH, SignatureError, SigningKey, jwt_digest
-from xnode.crypto import recover_public_key as _recover
-from xnode.registry import Registry
+from xnode.core.crypto import PUBLIC_KEY_LENGTH, SignatureError, SigningKey, jwt_digest
+from xnode.core.crypto import recover_public_key as _recover
+from xnode.core.registry import Registry
 
 ALGORITHM = "ES256K"
 TOKEN_LIFETIME_S = 3600

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from xnode.envelopes import ValidPayerEnvelope
+from xnode.core.envelopes import ValidPayerEnvelope
 
 
 class ChainPublisher(Protocol):

@@ -9,7 +9,7 @@ from google.protobuf.message import DecodeError
 
 from xmtp.identity.associations import signature_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode.crypto import (
+from xnode.core.crypto import (
     SignatureError,
     SigningKey,
     address_of,
@@ -17,10 +17,10 @@ from xnode.crypto import (
     payer_digest,
     recover_public_key,
 )
-from xnode.cursors import Cursor
-from xnode.errors import Reason, Rejected
-from xnode.retention import expiry_unixtime
-from xnode.topics import KIND_OF_PAYLOAD, Topic, TopicError, TopicKind
+from xnode.core.cursors import Cursor
+from xnode.core.errors import Reason, Rejected
+from xnode.core.retention import expiry_unixtime
+from xnode.core.topics import KIND_OF_PAYLOAD, Topic, TopicError, TopicKind
 
 MAX_CURSOR_ENTRIES = 1024
 
@@ -178,8 +178,20 @@ def check_depends_on(envelope: ValidPayerEnvelope, node_cursor: Cursor) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class OriginatedEnvelope:
-    """An envelope this node signed, with the columns the store indexes."""
+class StoredEnvelope:
+    """An envelope as the store and live delivery carry it: its keys and its signed bytes."""
+
+    originator_node_id: int
+    sequence_id: int
+    topic: bytes
+    raw: bytes
+    expiry: int = 0  # unix seconds, 0 = never; live delivery drops what has expired
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedEnvelope:
+    """A signed originator envelope with the columns the store indexes: one this node
+    originated, or one received from a peer and verified (xnode.core.verification)."""
 
     originator_node_id: int
     sequence_id: int
@@ -189,10 +201,15 @@ class OriginatedEnvelope:
     payer_address: bytes | None
     raw: bytes
 
+    def stored(self) -> StoredEnvelope:
+        return StoredEnvelope(
+            self.originator_node_id, self.sequence_id, self.topic, self.raw, self.expiry
+        )
+
 
 def originate(
     payer: ValidPayerEnvelope, node_id: int, sequence_id: int, originator_ns: int, key: SigningKey
-) -> OriginatedEnvelope:
+) -> IndexedEnvelope:
     expiry = payer.expiry(originator_ns)
     unsigned = envelopes_pb2.UnsignedOriginatorEnvelope(
         originator_node_id=node_id,
@@ -206,7 +223,7 @@ def originate(
         unsigned_originator_envelope=unsigned,
         originator_signature=signature_pb2.RecoverableEcdsaSignature(bytes=signature),
     ).SerializeToString()
-    return OriginatedEnvelope(
+    return IndexedEnvelope(
         node_id, sequence_id, originator_ns, payer.topic.raw, expiry, payer.payer_address, raw
     )
 

@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from xnode.cursors import Cursor
-from xnode.fanout import Fanout, Listener
-from xnode.query import EnvelopeQuery
-from xnode.store_types import StoredEnvelope
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import StoredEnvelope
+from xnode.core.query import EnvelopeQuery
+from xnode.usecases.fanout import Fanout, Listener
 
 Fetch = Callable[[EnvelopeQuery, int], Awaitable[list[StoredEnvelope]]]
 

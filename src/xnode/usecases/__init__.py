@@ -1,0 +1,1 @@
+"""Use cases between the API and the store: publishing, querying, subscribing, live delivery."""
