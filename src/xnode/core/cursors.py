@@ -7,6 +7,20 @@ from dataclasses import dataclass, field
 
 MAX_UINT32 = 2**32 - 1
 MAX_UINT64 = 2**64 - 1
+# The wire allows uint32 node ids and uint64 sequence ids; the store keeps them as Postgres
+# integer and bigint. Client input beyond these is refused before any query (no id is ever
+# assigned that high), so the database never sees an out-of-range parameter.
+MAX_NODE_ID = 2**31 - 1
+MAX_SEQUENCE_ID = 2**63 - 1
+
+
+def out_of_range(node_id: int, sequence_id: int = 0) -> str | None:
+    """Why (node_id, sequence_id) cannot name a stored envelope, or None."""
+    if node_id > MAX_NODE_ID:
+        return f"node id {node_id} is beyond the largest node id {MAX_NODE_ID}"
+    if sequence_id > MAX_SEQUENCE_ID:
+        return f"sequence id {sequence_id} is beyond the largest sequence id {MAX_SEQUENCE_ID}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from xnode.core.crypto import (
     payer_digest,
     recover_public_key,
 )
-from xnode.core.cursors import Cursor
+from xnode.core.cursors import Cursor, out_of_range
 from xnode.core.errors import Reason, Rejected
 from xnode.core.retention import expiry_unixtime
 from xnode.core.topics import KIND_OF_PAYLOAD, Topic, TopicError, TopicKind
@@ -29,13 +29,18 @@ GROUP_MESSAGES_ORIGINATOR = 0
 IDENTITY_UPDATES_ORIGINATOR = 1
 
 
-def cursor_from_proto(message: envelopes_pb2.Cursor) -> Cursor:
+def cursor_from_proto(message: envelopes_pb2.Cursor, where: str = "cursor") -> Cursor:
+    """`where` names the field for the client (e.g. `query.last_seen`)."""
     entries = message.node_id_to_sequence_id
     if len(entries) > MAX_CURSOR_ENTRIES:
         raise Rejected(
             Reason.LIMIT_EXCEEDED,
-            f"cursor has {len(entries)} entries, the limit is {MAX_CURSOR_ENTRIES}",
+            f"{where}: cursor has {len(entries)} entries, the limit is {MAX_CURSOR_ENTRIES}",
         )
+    for node_id, sequence_id in entries.items():
+        problem = out_of_range(node_id, sequence_id)
+        if problem:
+            raise Rejected(Reason.MALFORMED, f"{where}: {problem}")
     return Cursor(dict(entries))
 
 
@@ -151,7 +156,7 @@ def validate_payer_envelope(payer: envelopes_pb2.PayerEnvelope, node_id: int) ->
     except TopicError as exc:
         raise Rejected(Reason.BAD_TOPIC, f"target_topic: {exc}") from None
     payload = _check_payload(client, topic)
-    depends_on = cursor_from_proto(aad.depends_on)
+    depends_on = cursor_from_proto(aad.depends_on, "aad.depends_on")
     return ValidPayerEnvelope(
         raw=payer.SerializeToString(deterministic=True),
         topic=topic,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from xnode.core.cursors import Cursor
+from xnode.core.cursors import Cursor, out_of_range
 from xnode.core.errors import Reason, Rejected
 from xnode.core.topics import Topic, TopicError
 
@@ -41,6 +41,10 @@ class EnvelopeQuery:
                 Reason.LIMIT_EXCEEDED,
                 f"query has {len(originators)} originators, the limit is {MAX_QUERY_ORIGINATORS}",
             )
+        for i, node_id in enumerate(originators):
+            problem = out_of_range(node_id)
+            if problem:
+                raise Rejected(Reason.MALFORMED, f"originator_node_ids[{i}]: {problem}")
         for i, topic in enumerate(topics):
             try:
                 Topic.parse(topic)
