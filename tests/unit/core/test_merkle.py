@@ -1,0 +1,124 @@
+"""The log accumulator against its reference definition (RFC 9162 MTH), with properties:
+every honest proof verifies, and no proof verifies for another leaf, index, size or root."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xnode.core.crypto import keccak256
+from xnode.core.merkle import (
+    EMPTY_ROOT,
+    Frontier,
+    PerfectHashes,
+    ProofError,
+    consistency_proof,
+    inclusion_proof,
+    leaf_hash,
+    perfect_nodes_for_consistency,
+    perfect_nodes_for_inclusion,
+    perfect_nodes_for_root,
+    range_hash,
+    root_of,
+    verify_consistency,
+    verify_inclusion,
+)
+
+
+def leaves(n: int) -> list[bytes]:
+    return [leaf_hash(i.to_bytes(8, "big")) for i in range(n)]
+
+
+def built(n: int) -> tuple[Frontier, dict[tuple[int, int], bytes]]:
+    frontier = Frontier()
+    stored: dict[tuple[int, int], bytes] = {}
+    for leaf in leaves(n):
+        for level, index, digest in frontier.append(leaf):
+            stored[(level, index)] = digest
+    return frontier, stored
+
+
+sizes = st.integers(1, 300)
+
+
+def lookup(nodes: dict[tuple[int, int], bytes]) -> PerfectHashes:
+    return lambda level, index: nodes[(level, index)]
+
+
+def test_known_shapes() -> None:
+    a, b, c = leaves(3)
+    assert root_of([]) == EMPTY_ROOT == Frontier().root()
+    assert root_of([a]) == a
+    assert root_of([a, b, c]) == keccak256(b"\x01", keccak256(b"\x01", a, b), c)
+    assert leaf_hash(b"x") == keccak256(b"\x00x")
+
+
+@settings(max_examples=150, deadline=None)
+@given(sizes)
+def test_frontier_root_and_range_hash_match_the_reference(n: int) -> None:
+    frontier, stored = built(n)
+    assert frontier.root() == root_of(leaves(n))
+    assert range_hash(0, n, lookup(stored)) == frontier.root()
+    assert Frontier.restored(n, lookup(stored)).root() == frontier.root()
+    # Each leaf completes at most log2(n) + 1 subtrees; 2n - 1 nodes in all for a power of 2.
+    assert len(stored) < 2 * n
+
+
+@settings(max_examples=150, deadline=None)
+@given(sizes, st.data())
+def test_every_inclusion_proof_verifies_and_only_for_its_leaf(n: int, data: st.DataObject) -> None:
+    frontier, stored = built(n)
+    root = frontier.root()
+    index = data.draw(st.integers(0, n - 1))
+    needed = perfect_nodes_for_inclusion(index, n)
+    proof = inclusion_proof(index, n, lookup({k: stored[k] for k in needed}))
+    assert len(proof) <= n.bit_length()
+    leaf = leaves(n)[index]
+    verify_inclusion(leaf, index, n, proof, root)
+    with pytest.raises(ProofError):
+        verify_inclusion(leaf_hash(b"other"), index, n, proof, root)
+    if n > 1:
+        other = (index + 1) % n
+        with pytest.raises(ProofError):
+            verify_inclusion(leaf, other, n, proof, root)
+    with pytest.raises(ProofError):
+        verify_inclusion(leaf, index, n, proof, leaf_hash(b"another root"))
+    if proof:
+        tampered = [*proof[:-1], bytes(32)]
+        with pytest.raises(ProofError):
+            verify_inclusion(leaf, index, n, tampered, root)
+
+
+@settings(max_examples=150, deadline=None)
+@given(sizes, st.data())
+def test_every_consistency_proof_verifies_and_forks_do_not(n: int, data: st.DataObject) -> None:
+    first = data.draw(st.integers(1, n))
+    old, _ = built(first)
+    new, stored = built(n)
+    needed = perfect_nodes_for_consistency(first, n)
+    proof = consistency_proof(first, n, lookup({k: stored[k] for k in needed}))
+    verify_consistency(first, n, proof, old.root(), new.root())
+    # A log that rewrote any earlier leaf (a fork) is not consistent with the old root.
+    forked = leaves(n)
+    forked[data.draw(st.integers(0, first - 1))] = leaf_hash(b"rewritten")
+    with pytest.raises(ProofError):
+        verify_consistency(first, n, proof, old.root(), root_of(forked))
+    if first < n:
+        with pytest.raises(ProofError):
+            verify_consistency(first, n, proof, root_of(forked[:first]), new.root())
+
+
+def test_nodes_for_root_are_the_peaks() -> None:
+    assert perfect_nodes_for_root(0) == []
+    assert perfect_nodes_for_root(13) == Frontier.peaks_of(13) == [(3, 0), (2, 2), (0, 12)]
+
+
+def test_impossible_requests_are_refused() -> None:
+    _, stored = built(4)
+    with pytest.raises(ProofError):
+        inclusion_proof(4, 4, lookup(stored))
+    with pytest.raises(ProofError):
+        consistency_proof(5, 4, lookup(stored))
+    with pytest.raises(ProofError):
+        verify_consistency(0, 4, [], EMPTY_ROOT, EMPTY_ROOT)
