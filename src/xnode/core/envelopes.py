@@ -24,10 +24,6 @@ from xnode.core.topics import KIND_OF_PAYLOAD, Topic, TopicError, TopicKind
 
 MAX_CURSOR_ENTRIES = 1024
 
-# Reserved originator ids for payloads read from the chain (wire-facts.md).
-GROUP_MESSAGES_ORIGINATOR = 0
-IDENTITY_UPDATES_ORIGINATOR = 1
-
 
 def cursor_from_proto(message: envelopes_pb2.Cursor) -> Cursor:
     entries = message.node_id_to_sequence_id
