@@ -2,7 +2,7 @@
 
 Small hand-made fixtures (tests) and large vectorized ones (bench) share the writers below.
 Misbehavior reports carry real host signatures (or deliberately wrong ones), and safety proofs
-carry real originator-signed envelopes built with xnode.envelopes.
+carry real originator-signed envelopes built with xnode.core.envelopes.
 """
 
 from __future__ import annotations

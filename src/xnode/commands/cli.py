@@ -1,4 +1,5 @@
-"""`xnode export` and `xnode prune`: the daemon's side of the Spark data pipeline."""
+"""The command line of `xnode export` and `xnode prune`: the daemon's side of the Spark data
+pipeline."""
 
 from __future__ import annotations
 
