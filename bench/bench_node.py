@@ -24,6 +24,7 @@ from pathlib import Path
 import asyncpg
 import grpc
 
+from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.api.client import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey, keccak256
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
@@ -171,7 +172,7 @@ def start_node_process(
     return proc, address
 
 
-def payer_envelopes(n: int, group: bytes) -> list:  # type: ignore[type-arg]
+def payer_envelopes(n: int, group: bytes) -> list[envelopes_pb2.PayerEnvelope]:
     return [
         build_payer_envelope(group_message_envelope(group, os.urandom(160)), PAYER, NODE)
         for _ in range(n)

@@ -225,9 +225,11 @@ async def latency(nodes: Nodes, rate: float, seconds: float) -> None:
 # --- catch-up -------------------------------------------------------------------------------
 
 
-def _generate(
-    args: tuple[str, int, int, int],
-) -> list[tuple[int, int, int, bytes, int, bytes, bytes]]:
+# An originator_envelopes row: node, sequence id, time, topic, expiry, payer address, envelope.
+EnvelopeRow = tuple[int, int, int, bytes, int, bytes | None, bytes]
+
+
+def _generate(args: tuple[str, int, int, int]) -> list[EnvelopeRow]:
     key_hex, first, count, base_ns = args
     key, payer = SigningKey.from_hex(key_hex), SigningKey.generate()
     rows = []

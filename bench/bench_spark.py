@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from spark_jobs import gen_data as g
 from spark_jobs import misbehavior_aggregation, retention_expiry
 from spark_jobs.session import build_session
+from xnode.core.constants import NS_PER_SECOND, SECONDS_PER_DAY
 
 AS_OF = 1_790_000_000
-DAY = 86_400
 ORIGINATORS = (0, 1, 100, 200, 300, 400)
 HOSTS = tuple(range(100, 1100, 100))
 SPAN_DAYS = 240
@@ -46,8 +46,9 @@ def timed(fn: Callable[[], T]) -> tuple[T, float]:
 def generate_envelopes(root: Path, rows: int) -> int:
     """Node 100: every id minus 1%; node 200: the first two thirds minus 1%."""
     per_originator = round(rows / (len(ORIGINATORS) * (0.99 + 0.66)))
-    start_ns = (AS_OF - SPAN_DAYS * DAY) * 10**9
-    step = SPAN_DAYS * DAY * 10**9 // per_originator
+    span_ns = SPAN_DAYS * SECONDS_PER_DAY * NS_PER_SECOND
+    start_ns = AS_OF * NS_PER_SECOND - span_ns
+    step = span_ns // per_originator
     written = 0
     for i, originator in enumerate(ORIGINATORS):
         full = g.synthetic_envelopes(originator, 1, per_originator, start_ns, step, seed=i * 10)
@@ -61,7 +62,8 @@ def generate_envelopes(root: Path, rows: int) -> int:
 
 def generate_reports(root: Path, count: int) -> int:
     keys = {h: g.node_key(h) for h in HOSTS}
-    mix = g.ReportMix(HOSTS, count, (AS_OF - 7 * DAY) * 10**9, 7 * DAY * 10**9)
+    week_ns = 7 * SECONDS_PER_DAY * NS_PER_SECOND
+    mix = g.ReportMix(HOSTS, count, AS_OF * NS_PER_SECOND - week_ns, week_ns)
     tables = g.synthetic_reports(mix, keys)
     for host, table in tables.items():
         g.write_reports(g.node_dir(root, host), table)

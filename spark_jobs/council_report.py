@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from xnode.core.constants import NS_PER_SECOND
+
 Row = dict[str, Any]
 
-_NS = 1_000_000_000
 _COLORS = {1: "#1f77b4", 2: "#ff7f0e", 3: "#9467bd"}  # one per liveness type
 _PROOF_COLOR = "#d62728"
 _MAX_PROOFS_LISTED = 20
@@ -49,7 +50,7 @@ class CouncilData:
 def _time(ns: int | None) -> str:
     if ns is None:
         return "-"
-    return datetime.fromtimestamp(ns / _NS, UTC).strftime("%Y-%m-%d %H:%M")
+    return datetime.fromtimestamp(ns / NS_PER_SECOND, UTC).strftime("%Y-%m-%d %H:%M")
 
 
 def _summary_rows(data: CouncilData) -> list[tuple[str, str]]:
@@ -87,7 +88,10 @@ def _node_liveness(data: CouncilData, node: int) -> list[tuple[str, int, int, in
         agg[1] += 1
         agg[2] += int(bool(r["flagged"]))
         agg[3] = max(agg[3], int(r["distinct_reporters"]))
-    return [(name, *vals) for name, vals in sorted(out.items())]  # type: ignore[misc]
+    return [
+        (name, reports, windows, flagged, reporters)
+        for name, (reports, windows, flagged, reporters) in sorted(out.items())
+    ]
 
 
 def _node_status(data: CouncilData, node: int) -> str:
@@ -274,7 +278,7 @@ def node_chart(data: CouncilData, node: int) -> str:
         return ""
     y_max = max([data.threshold + 1] + [int(r["distinct_reporters"]) + 1 for r in rows])
     f = _Frame(min(times), max(times), y_max)
-    body = _axes(f, data.threshold) + _bars(f, rows, data.window_minutes * 60 * _NS)
+    body = _axes(f, data.threshold) + _bars(f, rows, data.window_minutes * 60 * NS_PER_SECOND)
     body += _proof_marks(f, proofs)
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{f.width}" height="{f.height}" '

@@ -2,7 +2,7 @@
 
 Small hand-made fixtures (tests) and large vectorized ones (bench) share the writers below.
 Misbehavior reports carry real host signatures (or deliberately wrong ones), and safety proofs
-carry real originator-signed envelopes built with xnode.envelopes.
+carry real originator-signed envelopes built with xnode.core.envelopes.
 """
 
 from __future__ import annotations
@@ -21,13 +21,16 @@ import pyarrow.parquet as pq
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode.core.constants import (
+    CHAIN_ORIGINATORS,
+    IDENTITY_UPDATES_ORIGINATOR,
+    NS_PER_SECOND,
+    SECONDS_PER_DAY,
+)
 from xnode.core.crypto import SigningKey, keccak256, misbehavior_digest
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
 from xnode.core.topics import Topic, TopicKind
 from xnode.export.schema import REPORT_SCHEMA
-
-NS_PER_S = 1_000_000_000
-S_PER_DAY = 86_400
 
 ENVELOPE_FILE_SCHEMA = pa.schema(
     [
@@ -110,7 +113,7 @@ class Envelope:
 
 def envelope_table(envelopes: Iterable[Envelope]) -> pa.Table:
     rows = list(envelopes)
-    chain = [e.originator in (0, 1) for e in rows]
+    chain = [e.originator in CHAIN_ORIGINATORS for e in rows]
     return pa.table(
         {
             "originator_sequence_id": pa.array([e.sequence_id for e in rows], pa.int64()),
@@ -143,8 +146,9 @@ _TOPICS_PER_KIND = 8
 
 
 def _expiry(ns: pa.Array, kind: pa.Array, days: pa.Array) -> pa.Array:
-    expiry = pc.add(pc.divide(ns, NS_PER_S), pc.multiply(days, S_PER_DAY))  # integer division
-    never = pc.or_(pc.equal(kind, 2), pc.equal(days, 0))
+    # Integer division, as the job's `div`: a float would be off by one at the boundary.
+    expiry = pc.add(pc.divide(ns, NS_PER_SECOND), pc.multiply(days, SECONDS_PER_DAY))
+    never = pc.or_(pc.equal(kind, int(TopicKind.IDENTITY_UPDATES)), pc.equal(days, 0))
     return pc.if_else(never, pa.scalar(0, pa.int64()), expiry)
 
 
@@ -162,14 +166,20 @@ def synthetic_envelopes(
 ) -> pa.Table:
     """`count` consecutive sequence ids of one originator, vectorized with pyarrow.compute.
     Originator 0 carries group messages and 1 identity updates, never expiring and unpaid."""
-    chain = originator in (0, 1)
+    chain = originator in CHAIN_ORIGINATORS
 
     def draws(offset: int) -> pa.Array:
         return pc.random(count, initializer=seed + offset)
 
     seq = pa.array(range(first_seq, first_seq + count), pa.int64())
     ns = pc.add(pc.multiply(pc.subtract(seq, first_seq), step_ns), start_ns)
-    kind = _pick([2] if originator == 1 else [0] if chain else _KINDS, draws(0), pa.int8())
+    if originator == IDENTITY_UPDATES_ORIGINATOR:
+        kinds = [int(TopicKind.IDENTITY_UPDATES)]
+    elif chain:
+        kinds = [int(TopicKind.GROUP_MESSAGES)]
+    else:
+        kinds = _KINDS
+    kind = _pick(kinds, draws(0), pa.int8())
     if chain:
         expiry = pa.repeat(pa.scalar(0, pa.int64()), count)
         payer = pa.nulls(count, pa.binary())
@@ -224,7 +234,7 @@ def liveness_report(
     return mb.UnsignedMisbehaviorReport(
         reporter_time_ns=reporter_time_ns,
         misbehaving_node_id=misbehaving,
-        type=kind,  # type: ignore[arg-type]
+        type=mb.Misbehavior.Name(kind),  # the stubs type the enum field as names or members
         liveness=mb.LivenessFailure(response_time_ns=response_time_ns % (1 << 32)),
         submitted_by_node=submitted_by_node,
     )
@@ -241,7 +251,7 @@ def safety_report(
     return mb.UnsignedMisbehaviorReport(
         reporter_time_ns=reporter_time_ns,
         misbehaving_node_id=misbehaving,
-        type=kind,  # type: ignore[arg-type]
+        type=mb.Misbehavior.Name(kind),  # the stubs type the enum field as names or members
         safety=mb.SafetyFailure(envelopes=parsed),
         submitted_by_node=submitted_by_node,
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]  # py4j has no hints
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T

@@ -53,6 +53,7 @@ from spark_jobs.output import atomic_directory
 from spark_jobs.session import build_session
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import (
     SignatureError,
     blockchain_proof_digest,
@@ -61,10 +62,8 @@ from xnode.core.crypto import (
     originator_digest,
     recover_public_key,
 )
+from xnode.core.misbehavior import DUPLICATE_SEQUENCE_ID, LIVENESS_TYPES, SAFETY_TYPES
 
-LIVENESS_TYPES = (1, 2, 3)  # UNRESPONSIVE_NODE, SLOW_NODE, FAILED_REQUEST
-SAFETY_TYPES = (4, 5, 6, 7, 8)  # OUT_OF_ORDER ... BLOCKCHAIN_INCONSISTENCY
-DUPLICATE_SEQUENCE_ID = 5
 DEFAULT_THRESHOLD = 2
 DEFAULT_WINDOW_MINUTES = 60
 # Unsigned protobuf fields wider than the columns they land in. A host signs whatever a client
@@ -339,7 +338,7 @@ def verified_reports(raw: DataFrame, registry: DataFrame) -> DataFrame:
 
 # --- aggregation ------------------------------------------------------------------------------
 
-_NS_PER_MINUTE = 60_000_000_000
+_NS_PER_MINUTE = 60 * NS_PER_SECOND
 
 
 def _type_name_column(column: str = "type") -> Column:

@@ -36,14 +36,12 @@ from spark_jobs.inputs import (
 )
 from spark_jobs.output import write_json_atomic
 from spark_jobs.session import build_session
+from xnode.core.constants import CHAIN_ORIGINATORS, NS_PER_SECOND
+from xnode.core.prune_plan import PLAN_VERSION
+from xnode.core.retention import DEFAULT_RETENTION_DAYS, DEFAULT_RETENTION_SECONDS
+from xnode.core.topics import TopicKind
 
-PLAN_VERSION = 1
-# Chain contracts: group-message commits (0) and identity updates (1); never pruned.
-CHAIN_ORIGINATORS = (0, 1)
-IDENTITY_UPDATES_KIND = 2
-# XIP-49 3.2.4's "6 months", as xnode.retention.DEFAULT_RETENTION_DAYS rounds it.
-DEFAULT_RETENTION_DAYS = 183
-_SECONDS_PER_DAY = 86_400
+_IDENTITY_UPDATES_KIND = int(TopicKind.IDENTITY_UPDATES)
 _KEY = ["originator_node_id", "originator_sequence_id"]
 
 
@@ -51,11 +49,11 @@ def expired(as_of: int) -> Column:
     """Whether one exported row is past retention at `as_of` (unix seconds)."""
     expiry = F.col("expiry_unixtime")
     never = F.col("originator_node_id").isin(*CHAIN_ORIGINATORS) | (
-        F.col("topic_kind") == IDENTITY_UPDATES_KIND
+        F.col("topic_kind") == _IDENTITY_UPDATES_KIND
     )
     # expiry 0 on anything else: the XIP default from the originator timestamp (exact integer
     # division: a float would be off by one second at the boundary).
-    default = F.expr("originator_ns div 1000000000") + DEFAULT_RETENTION_DAYS * _SECONDS_PER_DAY
+    default = F.expr(f"originator_ns div {NS_PER_SECOND}") + DEFAULT_RETENTION_SECONDS
     effective = F.when(expiry > 0, expiry).otherwise(default)
     return F.coalesce(~never & (effective <= F.lit(as_of)), F.lit(False))
 
@@ -66,7 +64,7 @@ def ids_with_status(envelopes: DataFrame, as_of: int) -> DataFrame:
     rows = envelopes.where(~F.col("originator_node_id").isin(*CHAIN_ORIGINATORS)).select(
         *_KEY,
         expired(as_of).alias("expired"),
-        (F.col("topic_kind") == IDENTITY_UPDATES_KIND).alias("identity_update"),
+        (F.col("topic_kind") == _IDENTITY_UPDATES_KIND).alias("identity_update"),
     )
     return rows.groupBy(*_KEY).agg(
         F.bool_and("expired").alias("expired"),

@@ -11,8 +11,8 @@ from pathlib import Path
 import uvloop
 
 from xnode.chain.cli import add_chain_parser
+from xnode.commands.cli import add_export_parsers
 from xnode.config import add_settings_flags, settings_from_args, settings_table
-from xnode.export.cli import add_export_parsers
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

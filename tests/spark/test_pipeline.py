@@ -25,10 +25,10 @@ from tests.integration.export.helpers import (
     table_rows,
 )
 from xnode.api.client import NodeClient
+from xnode.commands.export import export_node
 from xnode.config import Settings
 from xnode.core.envelopes import parse_originator_envelope
 from xnode.core.topics import Topic, TopicKind
-from xnode.export.run import export_node
 
 G, W, K, ID = (
     TopicKind.GROUP_MESSAGES,

@@ -228,7 +228,10 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
     root = write_fixture(tmp_path / "export")
     out = tmp_path / "plans" / "plan.json"
     args = ["--input", str(root), "--out", str(out), "--as-of", str(AS_OF), "--master", "local[1]"]
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    # The repository root for spark_jobs, plus the inherited path (it may name the checkout's
+    # src/ for xnode), as spark_jobs.session passes both on to the workers.
+    paths = [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
     done = subprocess.run(
         [sys.executable, "-m", "spark_jobs.retention_expiry", *args],
         capture_output=True,

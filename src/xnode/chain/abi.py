@@ -13,8 +13,8 @@ from eth_abi.abi import decode, encode
 from eth_abi.exceptions import DecodingError
 
 from xnode.core.chain_payloads import ChainEvent, MalformedPayload
+from xnode.core.constants import GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR
 from xnode.core.crypto import keccak256
-from xnode.core.envelopes import GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR
 from xnode.core.registry import NodeEntry
 
 

@@ -26,12 +26,9 @@ from xnode.chain.contracts import DeployedContracts
 from xnode.chain.indexer import ChainIndexer
 from xnode.chain.rpc import ChainRpc, ChainRpcError, ChainUnavailable, revert_data
 from xnode.chain.transactions import SentTransaction, TxSender
+from xnode.core.constants import GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR
 from xnode.core.cursors import Cursor
-from xnode.core.envelopes import (
-    GROUP_MESSAGES_ORIGINATOR,
-    IDENTITY_UPDATES_ORIGINATOR,
-    ValidPayerEnvelope,
-)
+from xnode.core.envelopes import ValidPayerEnvelope
 from xnode.core.errors import Reason, Rejected
 from xnode.core.mls import is_commit
 from xnode.store.chain import ChainStore

@@ -17,8 +17,8 @@ from google.protobuf.message import DecodeError
 from xmtp.identity.associations import association_pb2, signature_pb2
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xnode.core.constants import GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR
 from xnode.core.crypto import SigningKey, blockchain_proof_digest
-from xnode.core.envelopes import GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR
 from xnode.core.mls import is_mls_message
 from xnode.core.topics import Topic, TopicKind
 

@@ -24,10 +24,6 @@ from xnode.core.topics import KIND_OF_PAYLOAD, Topic, TopicError, TopicKind
 
 MAX_CURSOR_ENTRIES = 1024
 
-# Reserved originator ids for payloads read from the chain (wire-facts.md).
-GROUP_MESSAGES_ORIGINATOR = 0
-IDENTITY_UPDATES_ORIGINATOR = 1
-
 
 def cursor_from_proto(message: envelopes_pb2.Cursor, where: str = "cursor") -> Cursor:
     """`where` names the field for the client (e.g. `query.last_seen`)."""

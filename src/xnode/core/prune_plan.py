@@ -9,9 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xnode.core.constants import GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR
+
 PLAN_VERSION = 1
-# Reserved originators of chain payloads (xnode.core.envelopes): never pruned.
-CHAIN_ORIGINATORS = {0: "group-message commits", 1: "identity updates"}
+# Originators of chain payloads, never pruned, as a refusal names them.
+_CHAIN_PAYLOADS = {
+    GROUP_MESSAGES_ORIGINATOR: "group-message commits",
+    IDENTITY_UPDATES_ORIGINATOR: "identity updates",
+}
 _MAX_NODE_ID = 2**31 - 1
 _MAX_SEQUENCE_ID = 2**63 - 1
 
@@ -60,9 +65,9 @@ def _range(item: Any, index: int) -> PlanRange:
     except KeyError as exc:
         raise PlanError(f"{where} lacks {exc.args[0]!r}") from None
     node = _integer(node, f"{where}.originator_node_id", 0, _MAX_NODE_ID)
-    if node in CHAIN_ORIGINATORS:
+    if node in _CHAIN_PAYLOADS:
         raise PlanError(
-            f"{where} names originator {node} ({CHAIN_ORIGINATORS[node]} from the chain), "
+            f"{where} names originator {node} ({_CHAIN_PAYLOADS[node]} from the chain), "
             "which is never pruned"
         )
     first = _integer(first, f"{where}.first_sequence_id", 1, _MAX_SEQUENCE_ID)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from xnode.core.constants import NS_PER_SECOND, SECONDS_PER_DAY
 from xnode.core.topics import TopicKind
 
 DEFAULT_RETENTION_DAYS = 183  # "6 months", rounded up so no payload leaves early
+DEFAULT_RETENTION_SECONDS = DEFAULT_RETENTION_DAYS * SECONDS_PER_DAY
 NEVER = 0
-_NS_PER_S = 1_000_000_000
-_S_PER_DAY = 86_400
 
 
 def expiry_unixtime(kind: TopicKind, retention_days: int, originator_ns: int) -> int:
@@ -15,7 +15,7 @@ def expiry_unixtime(kind: TopicKind, retention_days: int, originator_ns: int) ->
     if kind is TopicKind.IDENTITY_UPDATES:
         return NEVER
     days = retention_days or DEFAULT_RETENTION_DAYS
-    return originator_ns // _NS_PER_S + days * _S_PER_DAY
+    return originator_ns // NS_PER_SECOND + days * SECONDS_PER_DAY
 
 
 def is_expired(expiry: int, now_unix: int) -> bool:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import SignatureError
 from xnode.core.envelopes import (
     IndexedEnvelope,
@@ -20,10 +21,10 @@ from xnode.core.envelopes import (
     validate_payer_envelope,
 )
 from xnode.core.errors import Rejected
-from xnode.core.retention import DEFAULT_RETENTION_DAYS
+from xnode.core.retention import DEFAULT_RETENTION_SECONDS
 
-MAX_FUTURE_NS = 5 * 60 * 1_000_000_000
-RETENTION_NS = DEFAULT_RETENTION_DAYS * 86_400 * 1_000_000_000
+MAX_FUTURE_NS = 5 * 60 * NS_PER_SECOND
+RETENTION_NS = DEFAULT_RETENTION_SECONDS * NS_PER_SECOND
 
 
 class RejectReason(StrEnum):

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from xnode.core.registry import NodeEntry
+from xnode.export.ports import EnvelopeRows, ReportRows
 from xnode.export.schema import (
     ENVELOPE_SCHEMA,
     NODES_SCHEMA,
@@ -32,7 +33,6 @@ from xnode.export.schema import (
     PAYLOAD_FIELD,
     REPORT_SCHEMA,
 )
-from xnode.store.export import EnvelopePage, ReportPage
 
 ENVELOPES_DIR = "envelopes"
 REPORTS_DIR = "misbehavior_reports"
@@ -122,7 +122,7 @@ def _days(ns: pa.Array) -> pa.Array:
     return pc.strftime(pc.cast(ns, pa.timestamp("ns")), format="%Y-%m-%d")
 
 
-def envelope_table(page: EnvelopePage) -> pa.Table:
+def envelope_table(page: EnvelopeRows) -> pa.Table:
     columns: list[pa.Array] = [
         pa.array(page.sequence_ids, pa.int64()),
         pa.array(page.originator_ns, pa.int64()),
@@ -140,7 +140,7 @@ def envelope_table(page: EnvelopePage) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _payer_column(page: EnvelopePage) -> pa.Array:
+def _payer_column(page: EnvelopeRows) -> pa.Array:
     """Fixed 20 bytes in the contract: a stored address of another length is corrupt data,
     named here rather than failing deep inside pyarrow."""
     for seq, payer in zip(page.sequence_ids, page.payer_addresses, strict=True):
@@ -152,7 +152,7 @@ def _payer_column(page: EnvelopePage) -> pa.Array:
     return pa.array(page.payer_addresses, pa.binary(PAYER_ADDRESS_LENGTH))
 
 
-def report_table(page: ReportPage, host_node_id: int) -> pa.Table:
+def report_table(page: ReportRows, host_node_id: int) -> pa.Table:
     columns = [
         pa.array(page.ids, pa.int64()),
         pa.array(page.server_time_ns, pa.int64()),
@@ -234,12 +234,12 @@ class ExportWriter:
             removed += _remove_if_past(path, state.reports)
         return removed
 
-    def write_envelopes(self, page: EnvelopePage) -> list[Path]:
+    def write_envelopes(self, page: EnvelopeRows) -> list[Path]:
         table = envelope_table(page)
         base = self.directory / ENVELOPES_DIR / f"originator_node_id={page.originator_node_id}"
         return self._write_days(table, base, "originator_ns", "seq", "originator_sequence_id")
 
-    def write_reports(self, page: ReportPage) -> list[Path]:
+    def write_reports(self, page: ReportRows) -> list[Path]:
         table = report_table(page, self.node_id)
         base = self.directory / REPORTS_DIR
         return self._write_days(table, base, "server_time_ns", "id", "report_id")

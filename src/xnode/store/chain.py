@@ -12,15 +12,10 @@ from dataclasses import dataclass
 import asyncpg
 
 from xnode.core.chain_payloads import ChainPayload, SkippedEvent
-from xnode.core.envelopes import (
-    GROUP_MESSAGES_ORIGINATOR,
-    IDENTITY_UPDATES_ORIGINATOR,
-    StoredEnvelope,
-)
+from xnode.core.constants import CHAIN_ORIGINATORS, IDENTITY_UPDATES_ORIGINATOR
+from xnode.core.envelopes import StoredEnvelope
 from xnode.core.identity import association_changes, normalize_identifier
 from xnode.store.envelopes import NOTIFY_CHANNEL
-
-CHAIN_ORIGINATORS = (GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR)
 
 _INSERT_PAYLOADS = """
 WITH rows AS (

@@ -19,7 +19,8 @@ class ExportSourceError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class EnvelopePage:
-    """Consecutive rows of one originator, in sequence order, as columns."""
+    """Consecutive rows of one originator, in sequence order, as columns (the shape the
+    Parquet writer takes: xnode.export.ports.EnvelopeRows)."""
 
     originator_node_id: int
     sequence_ids: list[int]
@@ -33,6 +34,8 @@ class EnvelopePage:
 
 @dataclass(frozen=True, slots=True)
 class ReportPage:
+    """Consecutive misbehavior reports, in id order (xnode.export.ports.ReportRows)."""
+
     ids: list[int]
     server_time_ns: list[int]
     misbehaving_node_ids: list[int]

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from xnode.core.constants import NS_PER_SECOND
 from xnode.core.prune_plan import Plan, PlanRange, batches
-from xnode.core.retention import DEFAULT_RETENTION_DAYS
+from xnode.core.retention import DEFAULT_RETENTION_SECONDS
 from xnode.core.topics import TopicKind
 
-_DEFAULT_RETENTION_S = DEFAULT_RETENTION_DAYS * 86_400
 _IDENTITY_KIND = bytes([TopicKind.IDENTITY_UPDATES])
 
 # One primary-key range scan per named range. asyncpg prepares statements, and the generic plan
@@ -37,7 +37,7 @@ CROSS JOIN LATERAL (
 # An envelope's topic starts with its kind byte. NULL or 0 expiry falls back to the XIP's
 # default retention from the originator time, as spark_jobs.retention_expiry does.
 _IDENTITY = "substring(e.topic FROM 1 FOR 1) = $4"
-_EXPIRED = "coalesce(nullif(e.expiry_unixtime, 0), e.originator_ns / 1000000000 + $6) <= $5"
+_EXPIRED = f"coalesce(nullif(e.expiry_unixtime, 0), e.originator_ns / {NS_PER_SECOND} + $6) <= $5"
 
 # Deleting by the row ids found above is a TID scan, whatever the planner thinks of the ranges.
 _DELETE = f"""
@@ -77,7 +77,7 @@ def _arguments(batch: list[PlanRange], plan: Plan) -> list[object]:
         [r.last_sequence_id for r in batch],
         _IDENTITY_KIND,
         plan.as_of_unixtime,
-        _DEFAULT_RETENTION_S,
+        DEFAULT_RETENTION_SECONDS,
     ]
 
 

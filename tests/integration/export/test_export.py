@@ -28,9 +28,10 @@ from tests.integration.export.helpers import (
     table_rows,
 )
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode.commands.export import export_node
 from xnode.config import Settings
 from xnode.core.topics import TopicKind
-from xnode.export.run import export_node
+from xnode.devtools.postgres import free_port
 from xnode.export.writer import ExportError, ExportWriter
 
 # docs/export-format.md, written out here rather than imported: this is the contract.
@@ -310,6 +311,9 @@ async def test_refusals_are_clear(
     state.write_text('{"node_id": 200, "envelopes": {}, "reports": 0}')
     with pytest.raises(ExportError, match="belongs to node 200"):
         await export(database, tmp_path)
+    nobody = f"postgresql://postgres@127.0.0.1:{free_port()}/xnode"  # nothing listens there
+    with pytest.raises(ExportError, match=r"^cannot connect to the database: "):
+        await export(nobody, tmp_path)
 
 
 async def test_cli_exports_and_reports_errors(

@@ -20,10 +20,11 @@ from tests.integration.export.helpers import (
     table_rows,
     write_plan,
 )
+from xnode.commands.prune import PruneError, apply_plan
 from xnode.config import Settings
 from xnode.core.prune_plan import PlanRange, batch_count, batches
 from xnode.core.topics import TopicKind
-from xnode.export.pruning import PruneError, apply_plan
+from xnode.devtools.postgres import free_port
 
 GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
 IDENTITY = Item(TopicKind.IDENTITY_UPDATES, group(4), b"sig")
@@ -153,6 +154,13 @@ async def test_cli_prints_counts_and_refuses_with_exit_2(node_with_20: str, tmp_
     assert "xnode prune: refusing the plan, nothing deleted" in refused.stderr
     missing = await run_cli_async("prune", "--plan", str(tmp_path / "nope.json"))
     assert missing.returncode == 2 and "cannot read" in missing.stderr
+
+
+async def test_an_unreachable_database_is_a_prune_error(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "plan.json", [(100, 1, 10)], LATER)
+    nobody = f"postgresql://postgres@127.0.0.1:{free_port()}/xnode"  # nothing listens there
+    with pytest.raises(PruneError, match=r"^cannot connect to the database: "):
+        await prune(nobody, plan)
 
 
 def test_batches_cut_long_ranges_and_pack_short_ones() -> None:

@@ -1,4 +1,5 @@
-"""`xnode export` and `xnode prune`: the daemon's side of the Spark data pipeline."""
+"""The command line of `xnode export` and `xnode prune`: the daemon's side of the Spark data
+pipeline."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def _positive(text: str) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from xnode.export.run import export_node
+    from xnode.commands.export import export_node
     from xnode.export.writer import ExportError
 
     settings = settings_from_args(args)
@@ -34,7 +35,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
-    from xnode.export.pruning import PruneError, apply_plan, describe
+    from xnode.commands.prune import PruneError, apply_plan, describe
 
     settings = settings_from_args(args)
     try:

@@ -8,6 +8,7 @@ import asyncpg
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from xnode.commands.database import DATABASE_ERRORS, connection
 from xnode.config import Settings
 from xnode.core.prune_plan import Plan, PlanError, batch_count, load_plan
 from xnode.store.prune import PruneResult, prune
@@ -32,14 +33,8 @@ async def apply_plan(
         plan = load_plan(plan_path)  # all of it, before the first delete
     except PlanError as exc:
         raise PruneError(f"refusing the plan, nothing deleted: {exc}") from None
-    try:
-        conn = await asyncpg.connect(settings.database_dsn)
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        raise PruneError(f"cannot connect to the database: {exc}") from None
-    try:
+    async with connection(settings.database_dsn, PruneError) as conn:
         return plan, await _prune_with_progress(conn, plan, batch_size, dry_run, show_progress)
-    finally:
-        await conn.close()
 
 
 async def _prune_with_progress(
@@ -67,7 +62,7 @@ async def _prune_with_progress(
         )
         try:
             return await prune(conn, plan, batch_size, dry_run, advance)
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        except DATABASE_ERRORS as exc:
             raise PruneError(
                 f"stopped after {done} committed batches: {exc}; applying the plan again is safe"
             ) from None

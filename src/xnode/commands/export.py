@@ -1,4 +1,7 @@
-"""`xnode export`: incremental, crash-safe export of one node's database to Parquet."""
+"""`xnode export`: incremental, crash-safe export of one node's database to Parquet.
+
+Joins three adapters: the store's pages (xnode.store.export), the Parquet writer
+(xnode.export.writer) and the registry the node itself would use (xnode.server, xnode.chain)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncpg
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -19,9 +21,13 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from xnode.chain.node import ChainConnection, connect_chain
+from xnode.chain.verify import ChainSetupError
+from xnode.commands.database import connection
 from xnode.config import Settings
 from xnode.core.registry import NodeEntry
 from xnode.export.writer import ExportError, ExportState, ExportWriter
+from xnode.server import StartupError, open_registry
 from xnode.store.export import ExportSource, ExportSourceError, Pending
 
 DEFAULT_PAGE_ROWS = 10_000
@@ -50,11 +56,6 @@ class ExportSummary:
 
 async def registry_entries(settings: Settings, node_id: int, public_key: bytes) -> list[NodeEntry]:
     """The registry the node itself would use (file or chain); without one, just this node."""
-    # Imported here: the server module pulls in gRPC, only needed when a registry is set.
-    from xnode.chain.node import ChainConnection, connect_chain
-    from xnode.chain.verify import ChainSetupError
-    from xnode.server import StartupError, open_registry
-
     chain: ChainConnection | None = None
     try:
         if settings.chain_enabled:
@@ -70,13 +71,6 @@ async def registry_entries(settings: Settings, node_id: int, public_key: bytes) 
     return list(source.current().nodes.values())
 
 
-async def _connect(dsn: str) -> asyncpg.Connection:
-    try:
-        return await asyncpg.connect(dsn)
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        raise ExportError(f"cannot connect to the database: {exc}") from None
-
-
 async def export_node(
     settings: Settings,
     out: Path,
@@ -84,8 +78,7 @@ async def export_node(
     page_rows: int = DEFAULT_PAGE_ROWS,
     show_progress: bool = True,
 ) -> ExportSummary:
-    conn = await _connect(settings.database_dsn)
-    try:
+    async with connection(settings.database_dsn, ExportError) as conn:
         source = ExportSource(conn)
         try:
             node_id, public_key = await source.node_identity()
@@ -101,8 +94,6 @@ async def export_node(
             with _progress(pending, show_progress) as bar:
                 files = await _copy(source, writer, state, pending, bar, page_rows, with_payloads)
             writer.save_state(state)  # also when nothing was new: records when it ran
-    finally:
-        await conn.close()
     return ExportSummary(
         node_id,
         writer.directory,
