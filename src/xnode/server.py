@@ -213,6 +213,8 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
         Query(store, chain_parts.store if chain_parts else None),
         subscribe,
     )
+    if settings.metrics_address:
+        stack.callback(serve_metrics(settings.metrics_address, node_id).stop)
     reports = MisbehaviorStore(pool, key)
     auth = NodeAuthInterceptor(
         node_id, registry.current if registry else _no_registry, state.vector_clock
@@ -220,7 +222,8 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
     server, health_servicer, address = _grpc_server(
         settings, service, MisbehaviorService(reports), auth
     )
-    stack.push_async_callback(_stop_serving, server, subscribe, settings.shutdown_grace_seconds)
+    serving = GrpcServing(server, subscribe, settings.shutdown_grace_seconds)
+    stack.push_async_callback(serving.stop)
     health = HealthMonitor(
         GrpcHealthBoard(health_servicer),
         health_dependencies(chain_parts is not None),
@@ -229,7 +232,7 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
     )
     stack.push_async_callback(health.stop)
     await health.start()
-    await server.start()
+    await serving.start()
 
     replication = None
     if registry is not None:
@@ -245,8 +248,6 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
         )
         stack.push_async_callback(replication.stop)
         await replication.start()
-    if settings.metrics_address:
-        stack.callback(serve_metrics(settings.metrics_address, node_id).stop)
     # Runs first when the node stops: health says NOT_SERVING before anything drains.
     stack.push_async_callback(_enter_drain, health, health_servicer)
     return Node(node_id, address, state, pool, registry, replication, chain_parts, health)
@@ -263,9 +264,27 @@ async def create_pool(settings: Settings) -> asyncpg.Pool:
     )
 
 
-async def _stop_serving(server: grpc.aio.Server, subscribe: Subscribe, grace_s: float) -> None:
-    subscribe.close_all()
-    await server.stop(grace_s)  # in-flight publishes finish within the grace
+@dataclass
+class GrpcServing:
+    """The gRPC server's start and its release (subscriptions end, then in-flight requests
+    finish within the grace)."""
+
+    server: grpc.aio.Server
+    subscribe: Subscribe
+    grace_s: float
+    started: bool = False
+
+    async def start(self) -> None:
+        await self.server.start()
+        self.started = True
+
+    async def stop(self) -> None:
+        self.subscribe.close_all()
+        if not self.started:
+            # A grpc.aio server that bound its port but never started holds the port until
+            # it has started and stopped.
+            await self.server.start()
+        await self.server.stop(self.grace_s)
 
 
 async def _enter_drain(monitor: HealthMonitor, servicer: health.HealthServicer) -> None:
