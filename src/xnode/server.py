@@ -168,27 +168,18 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
         stack.push_async_callback(chain.close)
     registry = await open_registry(settings, chain)
     node_id = resolve_node_id(settings, key, registry)
-    if settings.migrate_on_start:
-        await asyncio.to_thread(upgrade_to_head, settings.database_dsn)
-    pool = await create_pool(settings)
-    stack.push_async_callback(pool.close)
-    await claim_database(pool, node_id, key.public_key)
+    pool = await _open_database(settings, node_id, key, stack)
     store = EnvelopeStore(pool)
     state = NodeState(node_id, await store.vector_clock(), store.originator_range)
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     sequencer = Sequencer(pool, node_id, key, token)
     await sequencer.prime()
-
     chain_parts = None
     if chain is not None:
         chain_parts = chain_services(
             chain, settings, pool, key, token, state.stored, state.rewound, state.vector_clock
         )
-        stack.push_async_callback(chain_parts.stop)
-        try:
-            await chain_parts.start()
-        except ChainSetupError as exc:
-            raise StartupError(str(exc)) from exc
+        await _start_chain(chain_parts, stack)
     if registry is not None:
         stack.push_async_callback(registry.stop)
         await registry.start()
@@ -200,40 +191,9 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
     )
     stack.push_async_callback(originator.close)  # accepted publishes commit before the pool
     originator.start()
-
-    subscribe = Subscribe(store, state.fanout, keepalive_s=settings.keepalive_seconds)
-    service = EnvelopeService(
-        Publish(
-            node_id,
-            state.clock,
-            store,
-            originator,
-            chain_parts.publisher if chain_parts else None,
-        ),
-        Query(store, chain_parts.store if chain_parts else None),
-        subscribe,
-    )
-    if settings.metrics_address:
-        stack.callback(serve_metrics(settings.metrics_address, node_id).stop)
     reports = MisbehaviorStore(pool, key)
-    auth = NodeAuthInterceptor(
-        node_id, registry.current if registry else _no_registry, state.vector_clock
-    )
-    server, health_servicer, address = _grpc_server(
-        settings, service, MisbehaviorService(reports), auth
-    )
-    serving = GrpcServing(server, subscribe, settings.shutdown_grace_seconds)
-    stack.push_async_callback(serving.stop)
-    health = HealthMonitor(
-        GrpcHealthBoard(health_servicer),
-        health_dependencies(chain_parts is not None),
-        PoolProbe(pool),
-        chain_parts,
-    )
-    stack.push_async_callback(health.stop)
-    await health.start()
-    await serving.start()
-
+    parts = NodeParts(store, state, originator, reports, registry, chain_parts)
+    address, health = await _serve(settings, node_id, parts, stack)
     replication = None
     if registry is not None:
         replication = ReplicationWorker(
@@ -249,8 +209,73 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
         stack.push_async_callback(replication.stop)
         await replication.start()
     # Runs first when the node stops: health says NOT_SERVING before anything drains.
-    stack.push_async_callback(_enter_drain, health, health_servicer)
-    return Node(node_id, address, state, pool, registry, replication, chain_parts, health)
+    stack.push_async_callback(health.drain)
+    return Node(node_id, address, state, pool, registry, replication, chain_parts, health.monitor)
+
+
+async def _open_database(
+    settings: Settings, node_id: int, key: SigningKey, stack: AsyncExitStack
+) -> asyncpg.Pool:
+    """Migrated, pooled and claimed for this node."""
+    if settings.migrate_on_start:
+        await asyncio.to_thread(upgrade_to_head, settings.database_dsn)
+    pool = await create_pool(settings)
+    stack.push_async_callback(pool.close)
+    await claim_database(pool, node_id, key.public_key)
+    return pool
+
+
+async def _start_chain(parts: ChainServices, stack: AsyncExitStack) -> None:
+    stack.push_async_callback(parts.stop)
+    try:
+        await parts.start()
+    except ChainSetupError as exc:
+        raise StartupError(str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class NodeParts:
+    """What the servicers are built from."""
+
+    store: EnvelopeStore
+    state: NodeState
+    originator: Originator
+    reports: MisbehaviorStore
+    registry: RegistrySource | None
+    chain: ChainServices | None
+
+
+async def _serve(
+    settings: Settings, node_id: int, parts: NodeParts, stack: AsyncExitStack
+) -> tuple[str, NodeHealth]:
+    """Metrics, then the gRPC server with its health following the dependencies."""
+    if settings.metrics_address:
+        stack.callback(serve_metrics(settings.metrics_address, node_id).stop)
+    chain, store = parts.chain, parts.store
+    subscribe = Subscribe(store, parts.state.fanout, keepalive_s=settings.keepalive_seconds)
+    publish = Publish(
+        node_id, parts.state.clock, store, parts.originator, chain.publisher if chain else None
+    )
+    service = EnvelopeService(publish, Query(store, chain.store if chain else None), subscribe)
+    registry = parts.registry
+    auth = NodeAuthInterceptor(
+        node_id, registry.current if registry else _no_registry, parts.state.vector_clock
+    )
+    server, health_servicer, address = _grpc_server(
+        settings, service, MisbehaviorService(parts.reports), auth
+    )
+    serving = GrpcServing(server, subscribe, settings.shutdown_grace_seconds)
+    stack.push_async_callback(serving.stop)
+    monitor = HealthMonitor(
+        GrpcHealthBoard(health_servicer),
+        health_dependencies(chain is not None),
+        PoolProbe(store.pool),
+        chain,
+    )
+    stack.push_async_callback(monitor.stop)
+    await monitor.start()
+    await serving.start()
+    return address, NodeHealth(monitor, health_servicer)
 
 
 async def create_pool(settings: Settings) -> asyncpg.Pool:
@@ -287,9 +312,15 @@ class GrpcServing:
         await self.server.stop(self.grace_s)
 
 
-async def _enter_drain(monitor: HealthMonitor, servicer: health.HealthServicer) -> None:
-    await monitor.drain()
-    servicer.enter_graceful_shutdown()
+@dataclass(frozen=True)
+class NodeHealth:
+    monitor: HealthMonitor
+    servicer: health.HealthServicer
+
+    async def drain(self) -> None:
+        """Every service NOT_SERVING from now on."""
+        await self.monitor.drain()
+        self.servicer.enter_graceful_shutdown()
 
 
 def _grpc_server(
