@@ -43,7 +43,7 @@ from xnode.store.identity import claim_database
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.misbehavior import MisbehaviorLog, MisbehaviorStore
 from xnode.store.notifications import CommitListener
-from xnode.store.probe import PoolProbe
+from xnode.store.probe import PostgresProbe
 from xnode.store.sequencer import Sequencer
 from xnode.usecases.health import HealthMonitor
 from xnode.usecases.node_state import NodeState
@@ -266,10 +266,12 @@ async def _serve(
     )
     serving = GrpcServing(server, subscribe, settings.shutdown_grace_seconds)
     stack.push_async_callback(serving.stop)
+    probe = PostgresProbe(settings.database_dsn)
+    stack.callback(probe.close)
     monitor = HealthMonitor(
         GrpcHealthBoard(health_servicer),
         health_dependencies(chain is not None),
-        PoolProbe(store.pool),
+        probe,
         chain,
     )
     stack.push_async_callback(monitor.stop)
