@@ -8,7 +8,8 @@ import signal
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 
 import asyncpg
 import grpc
@@ -17,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from xnode.api.auth import NodeAuthInterceptor
+from xnode.api.health import GrpcHealthBoard, health_dependencies
 from xnode.api.misbehavior import MisbehaviorService
 from xnode.api.registration import envelope_handlers, misbehavior_handlers, service_names
 from xnode.api.service import EnvelopeService
@@ -30,9 +32,8 @@ from xnode.chain.node import (
 from xnode.chain.verify import ChainSetupError
 from xnode.config import Settings
 from xnode.core.crypto import SigningKey
-from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope, ValidPayerEnvelope
+from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope
 from xnode.core.registry import Registry, RegistryError
-from xnode.core.vector_clock import NodeClock
 from xnode.observability.logging import configure_logging
 from xnode.observability.metrics import observe_batch, serve_metrics
 from xnode.replication.worker import ReplicationConfig, ReplicationWorker
@@ -42,10 +43,15 @@ from xnode.store.identity import claim_database
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.misbehavior import MisbehaviorLog, MisbehaviorStore
 from xnode.store.notifications import CommitListener
+from xnode.store.probe import PostgresProbe
 from xnode.store.sequencer import Sequencer
-from xnode.usecases.fanout import Fanout
+from xnode.usecases.health import HealthMonitor
+from xnode.usecases.node_state import NodeState
 from xnode.usecases.originator import BatchStats, Originator
+from xnode.usecases.publish import Publish
+from xnode.usecases.query import Query
 from xnode.usecases.registry_source import RegistrySource
+from xnode.usecases.subscribe import Subscribe
 
 log = structlog.get_logger(__name__)
 
@@ -99,139 +105,95 @@ def resolve_node_id(settings: Settings, key: SigningKey, source: RegistrySource 
 
 @dataclass
 class Node:
-    """A started node; `stop()` drains it."""
+    """A started node; `stop()` drains it: every part started registered its own cleanup
+    in `cleanup`, which runs them in reverse start order (the drain order)."""
 
     node_id: int
     address: str
-    server: grpc.aio.Server
-    service: EnvelopeService
-    originator: Originator
-    listener: CommitListener
+    state: NodeState
     pool: asyncpg.Pool
-    health: health.HealthServicer
-    grace_s: float
     registry: RegistrySource | None
-    replication: ReplicationWorker | None = None
-    chain: ChainServices | None = None
+    replication: ReplicationWorker | None
+    chain: ChainServices | None
+    health: HealthMonitor
+    cleanup: AsyncExitStack = field(default_factory=AsyncExitStack)
 
     async def stop(self) -> None:
         log.info("node_stopping", node_id=self.node_id)
-        self.health.enter_graceful_shutdown()
-        if self.replication is not None:
-            await self.replication.stop()
-        self.service.close_subscriptions()
-        await self.server.stop(self.grace_s)  # in-flight publishes finish within the grace
-        await self.originator.close()
-        await self.listener.stop()
-        if self.registry is not None:
-            await self.registry.stop()
-        if self.chain is not None:
-            await self.chain.stop()
-        await self.pool.close()
+        await self.cleanup.aclose()
         log.info("node_stopped", node_id=self.node_id)
 
 
-def _stored(envelopes: Sequence[IndexedEnvelope]) -> list[StoredEnvelope]:
-    return [
-        StoredEnvelope(e.originator_node_id, e.sequence_id, e.topic, e.raw, e.expiry)
-        for e in envelopes
-    ]
+@dataclass
+class TimedAppend:
+    """The originator's Append: the sequencer stamps each batch with the wall clock."""
+
+    sequencer: Sequencer
+
+    async def __call__(self, batch: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
+        return await self.sequencer.append(batch, time.time_ns())
 
 
-def _tops(envelopes: Sequence[StoredEnvelope]) -> dict[int, int]:
-    tops: dict[int, int] = {}
-    for e in envelopes:
-        tops[e.originator_node_id] = max(e.sequence_id, tops.get(e.originator_node_id, 0))
-    return tops
+_NO_REGISTRY = Registry([])
+
+
+def _no_registry() -> Registry:
+    return _NO_REGISTRY
 
 
 async def start_node(settings: Settings) -> Node:
+    """Starts every part of the node; when a step fails, what started before it is released
+    (connections closed, tasks ended, ports freed) before the error propagates."""
     try:
         key = settings.signing_key()
     except (OSError, ValueError) as exc:
         raise StartupError(f"signer key: {exc}") from exc
-    chain = await _connect_chain(settings)
-    try:
-        registry = await open_registry(settings, chain)
-        node_id = resolve_node_id(settings, key, registry)
-    except BaseException:
-        if chain is not None:
-            await chain.close()
-        raise
-    if settings.migrate_on_start:
-        await asyncio.to_thread(upgrade_to_head, settings.database_dsn)
-    pool = await asyncpg.create_pool(
-        settings.database_dsn,
-        min_size=2,
-        max_size=settings.db_pool_size,
-        # Our queries are short index scans; JIT compiling them costs ~10 ms each time the
-        # planner's estimate crosses jit_above_cost.
-        server_settings={"jit": "off"},
+    async with AsyncExitStack() as stack:
+        node = await _start(settings, key, stack)
+        node.cleanup = stack.pop_all()
+    log.info(
+        "node_listening",
+        node_id=node.node_id,
+        address=node.address,
+        metrics=settings.metrics_address or None,
+        public_key="0x" + key.public_key.hex(),
+        vector_clock=node.state.vector_clock().to_dict(),
     )
-    await claim_database(pool, node_id, key.public_key)
-    store = EnvelopeStore(pool)
-    clock = NodeClock(await store.vector_clock())
-    fanout = Fanout(store.originator_range, clock.value)
-    token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return node
 
+
+async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> Node:
+    chain = await _connect_chain(settings)
+    if chain is not None:
+        stack.push_async_callback(chain.close)
+    registry = await open_registry(settings, chain)
+    node_id = resolve_node_id(settings, key, registry)
+    pool = await _open_database(settings, node_id, key, stack)
+    store = EnvelopeStore(pool)
+    state = NodeState(node_id, await store.vector_clock(), store.originator_range)
+    token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     sequencer = Sequencer(pool, node_id, key, token)
     await sequencer.prime()
-
-    async def append(batch: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
-        return await sequencer.append(batch, time.time_ns())
-
-    async def committed(envelopes: list[IndexedEnvelope]) -> None:
-        clock.merge({node_id: envelopes[-1].sequence_id})
-        await fanout.committed(_stored(envelopes))
-
-    async def foreign_commit(tops: dict[int, int]) -> None:
-        clock.merge(tops)
-        await fanout.caught_up_to(tops)
-
-    async def replicated(envelopes: list[StoredEnvelope]) -> None:
-        clock.merge(_tops(envelopes))
-        await fanout.committed(envelopes)
-
-    async def chain_rewound(tops: dict[int, int]) -> None:
-        clock.rewind(tops)
-        await fanout.rewind(tops)
-
     chain_parts = None
     if chain is not None:
         chain_parts = chain_services(
-            chain, settings, pool, key, token, replicated, chain_rewound, lambda: clock.value
+            chain, settings, pool, key, token, state.stored, state.rewound, state.vector_clock
         )
-        try:
-            await chain_parts.start()
-        except ChainSetupError as exc:
-            await chain.close()
-            raise StartupError(str(exc)) from exc
-    originator = Originator(
-        append, committed, settings.max_batch, BatchStats(on_batch=[observe_batch])
-    )
-    originator.start()
+        await _start_chain(chain_parts, stack)
     if registry is not None:
+        stack.push_async_callback(registry.stop)
         await registry.start()
-    listener = CommitListener(settings.database_dsn, token, foreign_commit)
+    listener = CommitListener(settings.database_dsn, token, state.committed_elsewhere)
+    stack.push_async_callback(listener.stop)
     listener.start()
-    service = EnvelopeService(
-        node_id,
-        store,
-        originator,
-        fanout,
-        clock,
-        keepalive_s=settings.keepalive_seconds,
-        chain_publisher=chain_parts.publisher if chain_parts else None,
-        inbox_resolver=chain_parts.store if chain_parts else None,
+    originator = Originator(
+        TimedAppend(sequencer), state.originated, settings.max_batch, BatchStats([observe_batch])
     )
+    stack.push_async_callback(originator.close)  # accepted publishes commit before the pool
+    originator.start()
     reports = MisbehaviorStore(pool, key)
-    auth = NodeAuthInterceptor(
-        node_id, lambda: registry.current() if registry else Registry([]), lambda: clock.value
-    )
-    server, health_servicer, address = _grpc_server(
-        settings, service, MisbehaviorService(reports), auth
-    )
-    await server.start()
+    parts = NodeParts(store, state, originator, reports, registry, chain_parts)
+    address, health = await _serve(settings, node_id, parts, stack)
     replication = None
     if registry is not None:
         replication = ReplicationWorker(
@@ -240,35 +202,127 @@ async def start_node(settings: Settings) -> Node:
             registry,
             store,
             MisbehaviorLog(reports),
-            replicated,
+            state.stored,
             token,
             ReplicationConfig.from_settings(settings),
         )
+        stack.push_async_callback(replication.stop)
         await replication.start()
+    # Runs first when the node stops: health says NOT_SERVING before anything drains.
+    stack.push_async_callback(health.drain)
+    return Node(node_id, address, state, pool, registry, replication, chain_parts, health.monitor)
+
+
+async def _open_database(
+    settings: Settings, node_id: int, key: SigningKey, stack: AsyncExitStack
+) -> asyncpg.Pool:
+    """Migrated, pooled and claimed for this node."""
+    if settings.migrate_on_start:
+        await asyncio.to_thread(upgrade_to_head, settings.database_dsn)
+    pool = await create_pool(settings)
+    stack.push_async_callback(pool.close)
+    await claim_database(pool, node_id, key.public_key)
+    return pool
+
+
+async def _start_chain(parts: ChainServices, stack: AsyncExitStack) -> None:
+    stack.push_async_callback(parts.stop)
+    try:
+        await parts.start()
+    except ChainSetupError as exc:
+        raise StartupError(str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class NodeParts:
+    """What the servicers are built from."""
+
+    store: EnvelopeStore
+    state: NodeState
+    originator: Originator
+    reports: MisbehaviorStore
+    registry: RegistrySource | None
+    chain: ChainServices | None
+
+
+async def _serve(
+    settings: Settings, node_id: int, parts: NodeParts, stack: AsyncExitStack
+) -> tuple[str, NodeHealth]:
+    """Metrics, then the gRPC server with its health following the dependencies."""
     if settings.metrics_address:
-        serve_metrics(settings.metrics_address)
-    log.info(
-        "node_listening",
-        node_id=node_id,
-        address=address,
-        metrics=settings.metrics_address or None,
-        public_key="0x" + key.public_key.hex(),
-        vector_clock=clock.value.to_dict(),
+        stack.callback(serve_metrics(settings.metrics_address, node_id).stop)
+    chain, store = parts.chain, parts.store
+    subscribe = Subscribe(store, parts.state.fanout, keepalive_s=settings.keepalive_seconds)
+    publish = Publish(
+        node_id, parts.state.clock, store, parts.originator, chain.publisher if chain else None
     )
-    return Node(
-        node_id,
-        address,
-        server,
-        service,
-        originator,
-        listener,
-        pool,
-        health_servicer,
-        settings.shutdown_grace_seconds,
-        registry,
-        replication,
-        chain_parts,
+    service = EnvelopeService(publish, Query(store, chain.store if chain else None), subscribe)
+    registry = parts.registry
+    auth = NodeAuthInterceptor(
+        node_id, registry.current if registry else _no_registry, parts.state.vector_clock
     )
+    server, health_servicer, address = _grpc_server(
+        settings, service, MisbehaviorService(parts.reports), auth
+    )
+    serving = GrpcServing(server, subscribe, settings.shutdown_grace_seconds)
+    stack.push_async_callback(serving.stop)
+    probe = PostgresProbe(settings.database_dsn)
+    stack.callback(probe.close)
+    monitor = HealthMonitor(
+        GrpcHealthBoard(health_servicer),
+        health_dependencies(chain is not None),
+        probe,
+        chain,
+    )
+    stack.push_async_callback(monitor.stop)
+    await monitor.start()
+    await serving.start()
+    return address, NodeHealth(monitor, health_servicer)
+
+
+async def create_pool(settings: Settings) -> asyncpg.Pool:
+    return await asyncpg.create_pool(
+        settings.database_dsn,
+        min_size=2,
+        max_size=settings.db_pool_size,
+        # Our queries are short index scans; JIT compiling them costs ~10 ms each time the
+        # planner's estimate crosses jit_above_cost.
+        server_settings={"jit": "off"},
+    )
+
+
+@dataclass
+class GrpcServing:
+    """The gRPC server's start and its release (subscriptions end, then in-flight requests
+    finish within the grace)."""
+
+    server: grpc.aio.Server
+    subscribe: Subscribe
+    grace_s: float
+    started: bool = False
+
+    async def start(self) -> None:
+        await self.server.start()
+        self.started = True
+
+    async def stop(self) -> None:
+        self.subscribe.close_all()
+        if not self.started:
+            # A grpc.aio server that bound its port but never started holds the port until
+            # it has started and stopped.
+            await self.server.start()
+        await self.server.stop(self.grace_s)
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    monitor: HealthMonitor
+    servicer: health.HealthServicer
+
+    async def drain(self) -> None:
+        """Every service NOT_SERVING from now on."""
+        await self.monitor.drain()
+        self.servicer.enter_graceful_shutdown()
 
 
 def _grpc_server(
@@ -293,8 +347,6 @@ def _grpc_server(
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = service_names()
-    for name in ["", *names]:
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     reflection.enable_server_reflection(
         [
             *names,

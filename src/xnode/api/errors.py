@@ -1,8 +1,8 @@
-"""Maps the core's refusals to gRPC statuses, and store failures to UNAVAILABLE."""
+"""Maps the core's refusals to gRPC statuses, and store failures to UNAVAILABLE; counts
+refusals per API, method and reason."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -12,7 +12,7 @@ import structlog
 
 from xnode.core.envelopes import cursor_to_proto
 from xnode.core.errors import Reason, Rejected
-from xnode.observability.metrics import PUBLISH_REJECTED
+from xnode.observability.metrics import REQUESTS_REJECTED
 
 log = structlog.get_logger(__name__)
 
@@ -35,11 +35,16 @@ STATUS_OF = {
 CURSOR_TRAILER = "xnode-cursor-bin"
 
 T = TypeVar("T")
+Context = grpc.aio.ServicerContext[Any, Any]
 StoreErrors = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 
 
-async def abort_rejected(context: grpc.aio.ServicerContext[Any, Any], exc: Rejected) -> None:
-    PUBLISH_REJECTED.labels(exc.reason.value).inc()
+def count_rejected(api: str, method: str, reason: str) -> None:
+    REQUESTS_REJECTED.labels(api, method, reason).inc()
+
+
+async def abort_rejected(context: Context, exc: Rejected, api: str, method: str) -> None:
+    count_rejected(api, method, exc.reason.value)
     if exc.cursor is not None:
         context.set_trailing_metadata(
             ((CURSOR_TRAILER, cursor_to_proto(exc.cursor).SerializeToString()),)
@@ -47,9 +52,7 @@ async def abort_rejected(context: grpc.aio.ServicerContext[Any, Any], exc: Rejec
     await context.abort(STATUS_OF[exc.reason], str(exc))
 
 
-async def abort_store(
-    context: grpc.aio.ServicerContext[Any, Any], method: str, exc: BaseException
-) -> None:
+async def abort_store(context: Context, method: str, exc: BaseException) -> None:
     log.error("store_unavailable", method=method, error=repr(exc))
     await context.abort(
         grpc.StatusCode.UNAVAILABLE, "the envelope store is unavailable; retry shortly"
@@ -57,34 +60,33 @@ async def abort_store(
 
 
 def unary_errors(
-    fn: Callable[[Any, Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[T]],
-) -> Callable[[Any, Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[T]]:
-    @functools.wraps(fn)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> T:
+    fn: Callable[[Any, Context], Awaitable[T]], api: str, method: str
+) -> Callable[[Any, Context], Awaitable[T]]:
+    """`fn` with refusals and store failures turned into statuses; `api` is the short name
+    of the service it is called under (publish, query, replication)."""
+
+    async def handler(request: Any, context: Context) -> T:
         try:
-            return await fn(self, request, context)
+            return await fn(request, context)
         except Rejected as exc:
-            await abort_rejected(context, exc)
+            await abort_rejected(context, exc, api, method)
         except StoreErrors as exc:
-            await abort_store(context, fn.__name__, exc)
+            await abort_store(context, method, exc)
         raise AssertionError("unreachable: abort raises")
 
-    return wrapper
+    return handler
 
 
 def stream_errors(
-    fn: Callable[[Any, Any, grpc.aio.ServicerContext[Any, Any]], AsyncIterator[T]],
-) -> Callable[[Any, Any, grpc.aio.ServicerContext[Any, Any]], AsyncIterator[T]]:
-    @functools.wraps(fn)
-    async def wrapper(
-        self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[T]:
+    fn: Callable[[Any, Context], AsyncIterator[T]], api: str, method: str
+) -> Callable[[Any, Context], AsyncIterator[T]]:
+    async def handler(request: Any, context: Context) -> AsyncIterator[T]:
         try:
-            async for item in fn(self, request, context):
+            async for item in fn(request, context):
                 yield item
         except Rejected as exc:
-            await abort_rejected(context, exc)
+            await abort_rejected(context, exc, api, method)
         except StoreErrors as exc:
-            await abort_store(context, fn.__name__, exc)
+            await abort_store(context, method, exc)
 
-    return wrapper
+    return handler

@@ -12,11 +12,11 @@ import grpc
 import structlog
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.api.errors import StoreErrors, abort_store
+from xnode.api.errors import StoreErrors, abort_store, count_rejected
 from xnode.core import wire
 from xnode.core.errors import Rejected
 from xnode.core.misbehavior import check_client_report, type_name
-from xnode.store.misbehavior import MisbehaviorStore
+from xnode.usecases.ports import MisbehaviorReports
 
 log = structlog.get_logger(__name__)
 
@@ -24,7 +24,7 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class MisbehaviorService:
-    def __init__(self, store: MisbehaviorStore) -> None:
+    def __init__(self, store: MisbehaviorReports) -> None:
         self._store = store
 
     async def SubmitMisbehaviorReport(
@@ -33,6 +33,7 @@ class MisbehaviorService:
         try:
             check_client_report(request.report)
         except Rejected as exc:
+            count_rejected("misbehavior", "SubmitMisbehaviorReport", exc.reason.value)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         try:
             await self._store.add(request.report)

@@ -16,8 +16,10 @@ from xmtp.xmtpv4.message_api import (
     publish_api_pb2,
     query_api_pb2,
 )
+from xnode.api.errors import count_rejected, stream_errors, unary_errors
 from xnode.api.misbehavior import MisbehaviorService
 from xnode.api.service import EnvelopeService
+from xnode.core.errors import Reason
 
 PACKAGE = "xmtp.xmtpv4.message_api"
 SERVICES = {
@@ -26,6 +28,8 @@ SERVICES = {
     "PublishApi": publish_api_pb2,
 }
 MISBEHAVIOR_SERVICE = f"{PACKAGE}.MisbehaviorApi"
+# Short names: the `api` label of xnode_requests_rejected_total and health service names.
+SHORT_NAMES = {"ReplicationApi": "replication", "QueryApi": "query", "PublishApi": "publish"}
 
 
 # Handlers that frame stored envelopes themselves and return bytes (see xnode.core.wire).
@@ -50,12 +54,16 @@ def _serialize(message: Message) -> bytes:
 
 
 async def _decode(
-    message_type: type[Message], data: bytes, context: grpc.aio.ServicerContext[Any, Any]
+    message_type: type[Message],
+    data: bytes,
+    context: grpc.aio.ServicerContext[Any, Any],
+    called: tuple[str, str],
 ) -> Message:
     """Decodes here rather than in grpc, so a corrupt request is INVALID_ARGUMENT."""
     try:
         return message_type.FromString(data)
     except DecodeError as exc:
+        count_rejected(*called, Reason.MALFORMED.value)
         await context.abort(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"request does not decode as {message_type.DESCRIPTOR.full_name}: {exc}",
@@ -63,23 +71,30 @@ async def _decode(
     raise AssertionError("unreachable: abort raises")
 
 
-def method_handler(service: Any, method: Any, module: Any) -> grpc.RpcMethodHandler[Any, Any]:
-    """A handler for `method` (a MethodDescriptor) calling the same-named method of service."""
-    behavior = getattr(service, method.name)
+def method_handler(
+    service: Any, method: Any, module: Any, api: str
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """A handler for `method` (a MethodDescriptor) calling the same-named method of service,
+    called under the API named `api`."""
     message_type = getattr(module, method.input_type.name)
     serialize: Callable[[Any], bytes] = _identity if method.name in RAW_RESPONSES else _serialize
     if method.server_streaming:
+        streaming = stream_errors(getattr(service, method.name), api, method.name)
 
         async def stream(data: bytes, context: Any) -> AsyncIterator[Any]:
-            async for item in behavior(await _decode(message_type, data, context), context):
+            request = await _decode(message_type, data, context, (api, method.name))
+            async for item in streaming(request, context):
                 yield item
 
         return grpc.unary_stream_rpc_method_handler(
             stream, request_deserializer=_identity, response_serializer=serialize
         )
 
+    behavior = unary_errors(getattr(service, method.name), api, method.name)
+
     async def unary(data: bytes, context: Any) -> Any:
-        return await behavior(await _decode(message_type, data, context), context)
+        request = await _decode(message_type, data, context, (api, method.name))
+        return await behavior(request, context)
 
     return grpc.unary_unary_rpc_method_handler(
         unary, request_deserializer=_identity, response_serializer=serialize
@@ -90,7 +105,10 @@ def envelope_handlers(service: EnvelopeService) -> list[grpc.GenericRpcHandler[A
     handlers = []
     for name, module in SERVICES.items():
         descriptor = module.DESCRIPTOR.services_by_name[name]
-        methods = {m.name: method_handler(service, m, message_api_pb2) for m in descriptor.methods}
+        methods = {
+            m.name: method_handler(service, m, message_api_pb2, SHORT_NAMES[name])
+            for m in descriptor.methods
+        }
         handlers.append(grpc.method_handlers_generic_handler(f"{PACKAGE}.{name}", methods))
     return handlers
 

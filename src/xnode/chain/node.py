@@ -70,13 +70,22 @@ class ChainServices:
     store: ChainStore
     indexer: ChainIndexer
     publisher: ChainPublisher
+    running: bool = False
 
     async def start(self) -> None:
         await self.indexer.start()
+        self.running = True
 
     async def stop(self) -> None:
+        self.running = False
         await self.indexer.stop()
         await self.connection.close()
+
+    def unhealthy_reason(self) -> str | None:
+        """For the health monitor: why chain publishes cannot be served now, or None."""
+        if not self.running:
+            return "the chain indexer is stopped"
+        return self.indexer.unavailable_reason()
 
 
 def chain_services(

@@ -1,8 +1,22 @@
-"""Prometheus metrics, served on their own port."""
+"""Prometheus metrics, served on their own port.
+
+Every xnode_* series carries a `node` label with the node id. It is added when the metrics
+are served (NodeLabelled), not at each call site: the metrics are process-wide, and several
+nodes started in one process (tests) share them."""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.samples import Sample
+
+PREFIX = "xnode_"
 
 _FAST = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.0, 2.0)
 
@@ -11,8 +25,10 @@ PUBLISH_LATENCY = Histogram(
     "Publish request latency, receipt to durable answer",
     buckets=_FAST,
 )
-PUBLISH_REJECTED = Counter(
-    "xnode_publish_rejected_total", "Payer envelopes refused, by reason", ["reason"]
+REQUESTS_REJECTED = Counter(
+    "xnode_requests_rejected_total",
+    "Requests refused, by API (publish, query, replication, misbehavior), method and reason",
+    ["api", "method", "reason"],
 )
 BATCH_SIZE = Histogram(
     "xnode_publish_batch_envelopes",
@@ -33,9 +49,40 @@ def observe_batch(size: int, seconds: float) -> None:
     COMMIT_LATENCY.observe(seconds)
 
 
-def serve_metrics(address: str) -> None:
+class NodeLabelled(Collector):
+    """The metrics of `source`, with node=<node_id> added to every xnode_* sample."""
+
+    def __init__(self, node_id: int, source: CollectorRegistry = REGISTRY) -> None:
+        self._node = str(node_id)
+        self._source = source
+
+    def collect(self) -> Iterable[Metric]:
+        for metric in self._source.collect():
+            if metric.name.startswith(PREFIX):
+                metric.samples = [
+                    Sample(s.name, {**s.labels, "node": self._node}, *s[2:]) for s in metric.samples
+                ]
+            yield metric
+
+
+@dataclass
+class MetricsServer:
+    server: WSGIServer
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        """Frees the port."""
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+def serve_metrics(address: str, node_id: int) -> MetricsServer:
     host, _, port = address.rpartition(":")
-    start_http_server(int(port), addr=host or "127.0.0.1")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeLabelled(node_id))
+    server, thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
+    return MetricsServer(server, thread)
 
 
 # --- replication (XIP-49 3.2) ---------------------------------------------------------------

@@ -1,11 +1,49 @@
-"""Extension points the API calls but the chain side implements (XIP-49 3.3.4 step 4, 3.3.3)."""
+"""What the use cases need from the adapters (store, chain), as Protocols: the adapters
+implement them, server.py wires them (XIP-49 3.3.3, 3.3.4 step 4, 3.2.8)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
 
-from xnode.core.envelopes import ValidPayerEnvelope
+from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope, ValidPayerEnvelope
+from xnode.core.query import EnvelopeQuery
+
+
+class EnvelopeReader(Protocol):
+    """The envelope store as the query, subscribe and publish use cases read it."""
+
+    async def query(self, query: EnvelopeQuery, limit: int) -> list[StoredEnvelope]:
+        """Envelopes past the query's cursor, in (originator, sequence id) order."""
+        ...
+
+    async def newest(self, topics: Sequence[bytes]) -> list[bytes | None]:
+        """The newest stored envelope of each topic, serialized; None when there is none."""
+        ...
+
+    async def vector_clock(self) -> Cursor:
+        """What the store holds per originator, committed by any process."""
+        ...
+
+
+class Originate(Protocol):
+    """Signs, sequences and commits payer envelopes as this node (the group commit)."""
+
+    async def publish(self, envelopes: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]: ...
+
+
+class MisbehaviorReports(Protocol):
+    """The misbehavior reports this node hosts (XIP-49 3.2.8)."""
+
+    async def add(self, unsigned: mb.UnsignedMisbehaviorReport) -> mb.MisbehaviorReport:
+        """Stores the report signed by this node."""
+        ...
+
+    async def after(self, after_ns: int) -> list[bytes]:
+        """Serialized reports stored after `after_ns`, oldest first, a page at most."""
+        ...
 
 
 class ChainPublisher(Protocol):
@@ -27,3 +65,22 @@ class InboxResolver(Protocol):
     async def inbox_ids(self, identifiers: Sequence[tuple[str, int]]) -> list[str | None]:
         """One answer per (identifier, IdentifierKind); None when no inbox is associated."""
         ...
+
+
+class DatabaseProbe(Protocol):
+    async def reachable(self) -> bool:
+        """True when a trivial query answers within a short timeout."""
+        ...
+
+
+class ChainStatus(Protocol):
+    def unhealthy_reason(self) -> str | None:
+        """Why chain publishes cannot be served now (the indexer stopped, or trailing the
+        head by more than chain_max_lag_blocks), or None."""
+        ...
+
+
+class HealthBoard(Protocol):
+    """Where serving status is published (the gRPC health service)."""
+
+    def set_serving(self, service: str, serving: bool) -> None: ...

@@ -61,7 +61,7 @@ async def test_published_envelopes_reach_the_peer_byte_for_byte(
 
     await eventually(b_has_them)
     assert await stored(b.address, 100) == [e.SerializeToString() for e in sent]
-    assert b.service._clock.value[100] == 3
+    assert b.state.clock.value[100] == 3
 
     # Both nodes run in this process, so they share the metrics registry; the counters move
     # just after the rows commit.

@@ -1,0 +1,84 @@
+"""Serving status follows the node's dependencies: a service is NOT_SERVING while one it
+depends on is down (the database unreachable, the chain indexer stopped or trailing the head
+by more than chain_max_lag_blocks), and every service is NOT_SERVING while the node drains."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+
+import structlog
+
+from xnode.usecases.ports import ChainStatus, DatabaseProbe, HealthBoard
+
+log = structlog.get_logger(__name__)
+
+DATABASE = "database"
+CHAIN = "chain"
+PROBE_INTERVAL_S = 1.0
+
+
+class HealthMonitor:
+    def __init__(
+        self,
+        board: HealthBoard,
+        depends_on: Mapping[str, frozenset[str]],
+        database: DatabaseProbe,
+        chain: ChainStatus | None = None,
+        interval_s: float = PROBE_INTERVAL_S,
+    ) -> None:
+        """`depends_on` maps each health service name to the dependencies (DATABASE, CHAIN)
+        it needs."""
+        self._board = board
+        self._depends_on = depends_on
+        self._database = database
+        self._chain = chain
+        self._interval_s = interval_s
+        self._down: dict[str, str] = {}  # dependency -> why it is down
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def down(self) -> Mapping[str, str]:
+        return dict(self._down)
+
+    async def start(self) -> None:
+        """Publishes the status once before returning, then every `interval_s`."""
+        await self.check()
+        self._task = asyncio.create_task(self._run(), name="health-monitor")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def drain(self) -> None:
+        """The node is shutting down: nothing serves any more."""
+        await self.stop()
+        for service in self._depends_on:
+            self._board.set_serving(service, False)
+
+    async def check(self) -> None:
+        down: dict[str, str] = {}
+        if not await self._database.reachable():
+            down[DATABASE] = "the database does not answer"
+        if self._chain is not None and (reason := self._chain.unhealthy_reason()) is not None:
+            down[CHAIN] = reason
+        self._log_changes(down)
+        self._down = down
+        for service, needs in self._depends_on.items():
+            self._board.set_serving(service, not needs & down.keys())
+
+    def _log_changes(self, down: dict[str, str]) -> None:
+        for dependency, reason in down.items():
+            if dependency not in self._down:
+                log.warning("dependency_down", dependency=dependency, reason=reason)
+        for dependency in self._down.keys() - down.keys():
+            log.info("dependency_up", dependency=dependency)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            await self.check()

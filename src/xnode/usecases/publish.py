@@ -1,0 +1,111 @@
+"""Publishing payer envelopes (XIP-49 3.3.4): validate each, check `depends_on` against the
+node's vector clock, send chain-bound payloads to the chain, originate the rest.
+
+Answers come in request order; a refusal names the request index (`payer_envelopes[3]`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Sequence
+
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xnode.core.envelopes import ValidPayerEnvelope, check_depends_on, validate_payer_envelope
+from xnode.core.errors import Reason, Rejected
+from xnode.core.vector_clock import NodeClock
+from xnode.observability.metrics import ENVELOPES_STORED, PUBLISH_LATENCY
+from xnode.usecases.ports import ChainPublisher, EnvelopeReader, Originate
+
+MAX_PUBLISH_ENVELOPES = 1000
+# Batches this large are validated in a worker thread: signature recovery releases the GIL.
+THREAD_VALIDATION_MIN = 32
+
+
+def validate_all(
+    envelopes: Sequence[envelopes_pb2.PayerEnvelope], node_id: int
+) -> list[ValidPayerEnvelope]:
+    valid = []
+    for i, payer in enumerate(envelopes):
+        try:
+            valid.append(validate_payer_envelope(payer, node_id))
+        except Rejected as exc:
+            raise exc.at(i) from None
+    return valid
+
+
+async def _in_request(publish: Awaitable[list[bytes]], positions: list[int]) -> list[bytes]:
+    """The chain publisher names envelopes by their place among the chain-bound ones; the
+    client needs their place in its request."""
+    try:
+        return await publish
+    except Rejected as exc:
+        if exc.index is None:
+            raise
+        raise exc.at(positions[exc.index]) from None
+
+
+class Publish:
+    def __init__(
+        self,
+        node_id: int,
+        clock: NodeClock,
+        store: EnvelopeReader,
+        originator: Originate,
+        chain: ChainPublisher | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self._clock = clock
+        self._store = store
+        self._originator = originator
+        self._chain = chain
+
+    async def __call__(self, envelopes: Sequence[envelopes_pb2.PayerEnvelope]) -> list[bytes]:
+        """The serialized OriginatorEnvelopes, one per payer envelope, in request order."""
+        started = time.perf_counter()
+        if not envelopes:
+            raise Rejected(Reason.MALFORMED, "payer_envelopes is empty")
+        if len(envelopes) > MAX_PUBLISH_ENVELOPES:
+            raise Rejected(
+                Reason.LIMIT_EXCEEDED,
+                f"{len(envelopes)} payer envelopes in one request, the limit is "
+                f"{MAX_PUBLISH_ENVELOPES}",
+            )
+        if len(envelopes) >= THREAD_VALIDATION_MIN:
+            valid = await asyncio.to_thread(validate_all, envelopes, self.node_id)
+        else:
+            valid = validate_all(envelopes, self.node_id)
+        await self._check_depends_on(valid)
+        answers = await self._route(valid)
+        PUBLISH_LATENCY.observe(time.perf_counter() - started)
+        return answers
+
+    async def _check_depends_on(self, valid: list[ValidPayerEnvelope]) -> None:
+        for i, envelope in enumerate(valid):
+            if self._clock.value.covers(envelope.depends_on):
+                continue
+            # The in-memory clock may trail commits of other processes: ask the store once.
+            self._clock.merge(await self._store.vector_clock())
+            try:
+                check_depends_on(envelope, self._clock.value)
+            except Rejected as exc:
+                raise exc.at(i) from None
+
+    async def _route(self, valid: list[ValidPayerEnvelope]) -> list[bytes]:
+        """Chain-bound payloads go to the chain, the rest are originated. The chain part goes
+        first: when it is refused (a stale depends_on, the chain unreachable), nothing of the
+        request has been stored."""
+        chain = self._chain
+        to_chain = [i for i, e in enumerate(valid) if chain is not None and chain.handles(e)]
+        if chain is None or not to_chain:
+            return await self._originate(valid)
+        chain_set = set(to_chain)
+        local = [e for i, e in enumerate(valid) if i not in chain_set]
+        chain_raw = await _in_request(chain.publish([valid[i] for i in to_chain]), to_chain)
+        local_raw = await self._originate(local) if local else []
+        chain_iter, local_iter = iter(chain_raw), iter(local_raw)
+        return [next(chain_iter) if i in chain_set else next(local_iter) for i in range(len(valid))]
+
+    async def _originate(self, valid: list[ValidPayerEnvelope]) -> list[bytes]:
+        originated = await self._originator.publish(valid)
+        ENVELOPES_STORED.labels(str(self.node_id)).inc(len(originated))
+        return [e.raw for e in originated]
