@@ -14,6 +14,7 @@ import structlog
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.api.errors import StoreErrors, abort_store, count_rejected
 from xnode.core import wire
+from xnode.core.cursors import MAX_SEQUENCE_ID
 from xnode.core.errors import Rejected
 from xnode.core.misbehavior import check_client_report, type_name
 from xnode.usecases.ports import MisbehaviorReports
@@ -50,7 +51,8 @@ class MisbehaviorService:
         self, request: mb.QueryMisbehaviorReportsRequest, context: Context
     ) -> bytes:
         try:
-            reports = await self._store.after(request.after_ns)
+            # Server times are int64 nanoseconds: nothing is stored after a later uint64.
+            reports = await self._store.after(min(request.after_ns, MAX_SEQUENCE_ID))
         except StoreErrors as exc:
             await abort_store(context, "QueryMisbehaviorReports", exc)
             raise

@@ -73,7 +73,9 @@ def _topics_frames(delivery: Delivery) -> Iterable[bytes]:
 
 def _query_of(query: api.EnvelopesQuery) -> EnvelopeQuery:
     return EnvelopeQuery.validated(
-        list(query.topics), list(query.originator_node_ids), cursor_from_proto(query.last_seen)
+        list(query.topics),
+        list(query.originator_node_ids),
+        cursor_from_proto(query.last_seen, "query.last_seen"),
     )
 
 
@@ -135,7 +137,9 @@ class EnvelopeService:
         flt = request.filter
         groups = [
             EnvelopeQuery.validated(
-                [], list(flt.originator_node_ids), cursor_from_proto(flt.last_seen)
+                [],
+                list(flt.originator_node_ids),
+                cursor_from_proto(flt.last_seen, "filter.last_seen"),
             )
         ]
         async for frame in self._stream(groups, "SubscribeOriginators", _originators_frames):
@@ -144,7 +148,12 @@ class EnvelopeService:
     async def SubscribeTopics(
         self, request: api.SubscribeTopicsRequest, context: Context
     ) -> AsyncIterator[bytes]:
-        groups = topic_groups([(f.topic, cursor_from_proto(f.last_seen)) for f in request.filters])
+        groups = topic_groups(
+            [
+                (f.topic, cursor_from_proto(f.last_seen, f"filters[{i}].last_seen"))
+                for i, f in enumerate(request.filters)
+            ]
+        )
         yield _topics_status(_TOPICS_STATUS.SUBSCRIPTION_STATUS_STARTED)
         async for frame in self._stream(groups, "SubscribeTopics", _topics_frames):
             yield frame

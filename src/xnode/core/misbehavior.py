@@ -13,6 +13,7 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.crypto import SigningKey, misbehavior_digest, recover_public_key
+from xnode.core.cursors import out_of_range
 from xnode.core.errors import Reason, Rejected
 
 Misbehavior = mb.Misbehavior
@@ -110,6 +111,9 @@ def check_client_report(report: mb.UnsignedMisbehaviorReport) -> None:
         raise Rejected(
             Reason.MALFORMED, "submitted_by_node must be false: only nodes file node reports"
         )
+    problem = out_of_range(report.misbehaving_node_id)
+    if problem:
+        raise Rejected(Reason.MALFORMED, f"misbehaving_node_id: {problem}")
     kind = int(report.type)
     failure = report.WhichOneof("failure")
     if kind in LIVENESS_TYPES and failure != "liveness":

@@ -123,3 +123,25 @@ async def test_misbehavior_api_refuses_node_flagged_client_reports_and_serves_si
         )
         # The node keeps reporting its absent peers, so newer reports may follow.
         assert [r.server_time_ns for r in later.reports][: len(times) - 1] == times[1:]
+
+
+async def test_misbehavior_numbers_beyond_the_store_are_answered_not_unavailable(
+    start_node: Any, network: Network
+) -> None:
+    node = await start_node(**network.settings(100))
+    envelope = envelopes_pb2.OriginatorEnvelope(unsigned_originator_envelope=b"u")
+    report = mb.UnsignedMisbehaviorReport(
+        misbehaving_node_id=2**32 - 1,
+        type=mb.MISBEHAVIOR_DUPLICATE_SEQUENCE_ID,
+        safety=mb.SafetyFailure(envelopes=[envelope, envelope]),
+    )
+    async with grpc.aio.insecure_channel(node.address) as channel:
+        stub = misbehavior_api_pb2_grpc.MisbehaviorApiStub(channel)  # type: ignore[no-untyped-call]
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.SubmitMisbehaviorReport(mb.SubmitMisbehaviorReportRequest(report=report))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "misbehaving_node_id: node id" in (err.value.details() or "")
+        latest = await stub.QueryMisbehaviorReports(
+            mb.QueryMisbehaviorReportsRequest(after_ns=2**64 - 1)
+        )
+        assert list(latest.reports) == []
