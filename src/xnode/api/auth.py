@@ -21,15 +21,19 @@ import structlog
 
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import cursor_to_proto
-from xnode.core.node_tokens import AuthError, NodeIdentity, token_from_metadata, verify_token
+from xnode.core.node_tokens import (
+    CLOCK_METADATA,
+    AuthError,
+    NodeIdentity,
+    token_from_metadata,
+    verify_token,
+)
 from xnode.core.registry import Registry
 from xnode.observability.metrics import AUTH_REFUSED
 
 log = structlog.get_logger(__name__)
 
 PROTECTED_METHODS = frozenset({"/xmtp.xmtpv4.message_api.ReplicationApi/SubscribeOriginators"})
-# Initial metadata on accepted streams: this node's vector clock (peers use it for lag).
-CLOCK_METADATA = "xnode-vector-clock-bin"
 
 Context = grpc.aio.ServicerContext[Any, Any]
 StreamBehavior = Callable[[Any, Context], AsyncIterator[Any]]

@@ -19,11 +19,10 @@ import structlog
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
-from xnode.api.auth import CLOCK_METADATA
 from xnode.core import misbehavior
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import cursor_to_proto
-from xnode.core.node_tokens import TokenProvider
+from xnode.core.node_tokens import CLOCK_METADATA, TokenProvider
 from xnode.core.verification import Verdict
 from xnode.core.wire import FrameError, originator_envelopes
 from xnode.observability.metrics import REPLICATION_RECONNECTS, REPLICATION_STREAMS
