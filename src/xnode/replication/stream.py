@@ -20,13 +20,13 @@ import structlog
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.core import misbehavior
+from xnode.core.backoff import Backoff
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import cursor_to_proto
 from xnode.core.node_tokens import CLOCK_METADATA, TokenProvider
 from xnode.core.verification import Verdict
 from xnode.core.wire import FrameError, originator_envelopes
 from xnode.observability.metrics import REPLICATION_RECONNECTS, REPLICATION_STREAMS
-from xnode.replication.backoff import Backoff
 from xnode.replication.ingest import OriginatorLog
 
 log = structlog.get_logger(__name__)

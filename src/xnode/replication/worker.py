@@ -18,10 +18,10 @@ import grpc
 import structlog
 
 from xnode.config import Settings
+from xnode.core.backoff import Backoff
 from xnode.core.crypto import SigningKey
 from xnode.core.node_tokens import TokenProvider
 from xnode.core.registry import NodeEntry, Registry
-from xnode.replication.backoff import Backoff
 from xnode.replication.ingest import IngestContext, OnStored, OriginatorLog
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
 from xnode.store.envelopes import EnvelopeStore
