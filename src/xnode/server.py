@@ -42,6 +42,7 @@ from xnode.store.identity import claim_database
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.misbehavior import MisbehaviorLog, MisbehaviorStore
 from xnode.store.notifications import CommitListener
+from xnode.store.replication import ReplicationStore
 from xnode.store.sequencer import Sequencer
 from xnode.usecases.fanout import Fanout
 from xnode.usecases.originator import BatchStats, Originator
@@ -238,7 +239,7 @@ async def start_node(settings: Settings) -> Node:
             node_id,
             key,
             registry,
-            store,
+            ReplicationStore(pool),
             MisbehaviorLog(reports),
             replicated,
             token,

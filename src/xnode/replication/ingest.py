@@ -32,9 +32,7 @@ from xnode.observability.metrics import (
     REPLICATION_RECEIVED,
     REPLICATION_REJECTED,
 )
-from xnode.store.envelopes import EnvelopeStore
-from xnode.store.misbehavior import MisbehaviorLog
-from xnode.store.replication import stored_envelopes
+from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore
 
 log = structlog.get_logger(__name__)
 
@@ -49,8 +47,8 @@ INLINE_MAX = 4
 class IngestContext:
     """What every OriginatorLog shares."""
 
-    store: EnvelopeStore
-    reports: MisbehaviorLog
+    store: ReplicaStore
+    reports: MisbehaviorRecorder
     on_stored: OnStored
     notice_token: str
     keys: Callable[[], Mapping[int, bytes]]
@@ -195,8 +193,8 @@ class OriginatorLog:
     async def _conflicts(self, known: list[IndexedEnvelope]) -> set[int]:
         """Sequence ids already stored with other bytes: DUPLICATE_SEQUENCE_ID, both kept as
         proof (the stored one stays stored, the other lives in the report)."""
-        existing = await stored_envelopes(
-            self._ctx.store.pool, self.originator, [e.sequence_id for e in known]
+        existing = await self._ctx.store.stored_envelopes(
+            self.originator, [e.sequence_id for e in known]
         )
         conflicts = set()
         for env in known:

@@ -23,10 +23,8 @@ from xnode.core.crypto import SigningKey
 from xnode.core.node_tokens import TokenProvider
 from xnode.core.registry import NodeEntry, Registry
 from xnode.replication.ingest import IngestContext, OnStored, OriginatorLog
+from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
-from xnode.store.envelopes import EnvelopeStore
-from xnode.store.misbehavior import MisbehaviorLog
-from xnode.store.replication import newest_per_originator
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -187,8 +185,8 @@ class ReplicationWorker:
         node_id: int,
         key: SigningKey,
         source: RegistrySource,
-        store: EnvelopeStore,
-        reports: MisbehaviorLog,
+        store: ReplicaStore,
+        reports: MisbehaviorRecorder,
         on_stored: OnStored,
         notice_token: str,
         config: ReplicationConfig,
@@ -222,7 +220,7 @@ class ReplicationWorker:
         return self._links
 
     async def start(self) -> None:
-        positions = await newest_per_originator(self._store.pool)
+        positions = await self._store.newest_per_originator()
         self._logs = {o: OriginatorLog(o, p, self._ctx) for o, p in positions.items()}
         self._source.on_change(self._apply)
         self._apply(self._source.current())

@@ -18,7 +18,7 @@ from xnode.core.envelopes import (
     StoredEnvelope,
 )
 from xnode.core.identity import association_changes, normalize_identifier
-from xnode.store.envelopes import NOTIFY_CHANNEL
+from xnode.store.notifications import NOTIFY_CHANNEL, commit_notice
 
 CHAIN_ORIGINATORS = (GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR)
 
@@ -194,13 +194,6 @@ def _skipped_columns(skipped: Sequence[SkippedEvent]) -> list[list[object]]:
     return [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(8)]
 
 
-def _notice(token: str, envelopes: Sequence[StoredEnvelope]) -> str:
-    tops: dict[int, int] = {}
-    for env in envelopes:
-        tops[env.originator_node_id] = max(env.sequence_id, tops.get(env.originator_node_id, 0))
-    return f"{token}|" + ",".join(f"{n}:{s}" for n, s in tops.items())
-
-
 class ChainStore:
     def __init__(self, pool: asyncpg.Pool, notice_token: str) -> None:
         self.pool = pool
@@ -241,9 +234,9 @@ class ChainStore:
                 *indexed.tip,
             )
             if stored:
-                await conn.execute(
-                    "SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, _notice(self._token, stored)
-                )
+                keys = [(e.originator_node_id, e.sequence_id) for e in stored]
+                notice = commit_notice(self._token, keys)
+                await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, notice)
         return stored
 
     async def rewind(
