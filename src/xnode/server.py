@@ -37,8 +37,10 @@ from xnode.observability.logging import configure_logging
 from xnode.observability.metrics import observe_batch, serve_metrics
 from xnode.replication.worker import ReplicationConfig, ReplicationWorker
 from xnode.static_registry import StaticRegistrySource
+from xnode.store.chain import ChainStore
 from xnode.store.envelopes import EnvelopeStore
 from xnode.store.identity import claim_database
+from xnode.store.leader import LeaderLock
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.misbehavior import MisbehaviorLog, MisbehaviorStore
 from xnode.store.notifications import CommitListener
@@ -200,7 +202,14 @@ async def start_node(settings: Settings) -> Node:
     chain_parts = None
     if chain is not None:
         chain_parts = chain_services(
-            chain, settings, pool, key, token, replicated, chain_rewound, lambda: clock.value
+            chain,
+            settings,
+            ChainStore(pool, token),
+            LeaderLock(settings.database_dsn),
+            key,
+            replicated,
+            chain_rewound,
+            lambda: clock.value,
         )
         try:
             await chain_parts.start()

@@ -26,13 +26,13 @@ import structlog
 from xnode.chain import abi
 from xnode.chain.contracts import DeployedContracts
 from xnode.chain.logs import build_payloads, log_skipped
+from xnode.chain.ports import ChainIndexStore, IndexerLock
 from xnode.chain.rpc import BlockHeader, ChainRpc, ChainRpcError, ChainUnavailable, Log
 from xnode.chain.verify import ChainSetupError
+from xnode.core.chain_index import IndexedRange
 from xnode.core.chain_payloads import ChainPayload, SkippedEvent
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import StoredEnvelope
-from xnode.store.chain import ChainStore, IndexedRange
-from xnode.store.leader import LeaderLock
 
 log = structlog.get_logger(__name__)
 
@@ -80,13 +80,13 @@ class ChainIndexer:
     def __init__(
         self,
         rpc: ChainRpc,
-        store: ChainStore,
+        store: ChainIndexStore,
         contracts: DeployedContracts,
         key: SigningKey,
         config: IndexerConfig,
         on_indexed: OnIndexed,
         on_rewound: OnRewound,
-        lock: LeaderLock,
+        lock: IndexerLock,
     ) -> None:
         self._rpc = rpc
         self._store = store

@@ -24,6 +24,7 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.chain import abi
 from xnode.chain.contracts import DeployedContracts
 from xnode.chain.indexer import ChainIndexer
+from xnode.chain.ports import ChainPayloadLookup
 from xnode.chain.rpc import ChainRpc, ChainRpcError, ChainUnavailable, revert_data
 from xnode.chain.transactions import SentTransaction, TxSender
 from xnode.core.cursors import Cursor
@@ -34,7 +35,6 @@ from xnode.core.envelopes import (
 )
 from xnode.core.errors import Reason, Rejected
 from xnode.core.mls import is_commit
-from xnode.store.chain import ChainStore
 
 log = structlog.get_logger(__name__)
 
@@ -70,7 +70,7 @@ class ChainPublisher:
     def __init__(
         self,
         rpc: ChainRpc,
-        store: ChainStore,
+        store: ChainPayloadLookup,
         indexer: ChainIndexer,
         contracts: DeployedContracts,
         sender: TxSender,

@@ -7,10 +7,10 @@ lost connection leaves either all of it or none of it."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import asyncpg
 
+from xnode.core.chain_index import ChainProgress, IndexedRange
 from xnode.core.chain_payloads import ChainPayload, SkippedEvent
 from xnode.core.envelopes import (
     GROUP_MESSAGES_ORIGINATOR,
@@ -130,25 +130,6 @@ ORDER BY k.i
 """
 
 
-@dataclass(frozen=True, slots=True)
-class Progress:
-    address: bytes
-    block_number: int
-    block_hash: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class IndexedRange:
-    """What one indexed block range writes."""
-
-    payloads: Sequence[ChainPayload]
-    skipped: Sequence[SkippedEvent]
-    blocks: Mapping[int, bytes]
-    tip: tuple[int, bytes]
-    addresses: Mapping[str, bytes]
-    keep_blocks_from: int
-
-
 def _payload_columns(payloads: Sequence[ChainPayload]) -> list[list[object]]:
     rows = [
         (
@@ -195,15 +176,17 @@ def _skipped_columns(skipped: Sequence[SkippedEvent]) -> list[list[object]]:
 
 
 class ChainStore:
+    """The chain side's store (chain.ports.ChainStorage)."""
+
     def __init__(self, pool: asyncpg.Pool, notice_token: str) -> None:
         self.pool = pool
         self._token = notice_token
 
-    async def progress(self) -> dict[str, Progress]:
+    async def progress(self) -> dict[str, ChainProgress]:
         rows = await self.pool.fetch(
             "SELECT contract, address, block_number, block_hash FROM chain_progress"
         )
-        return {r[0]: Progress(bytes(r[1]), r[2], bytes(r[3])) for r in rows}
+        return {r[0]: ChainProgress(bytes(r[1]), r[2], bytes(r[3])) for r in rows}
 
     async def recent_blocks(self, up_to: int, limit: int) -> list[tuple[int, bytes]]:
         """Stored block hashes at or below `up_to`, newest first."""
