@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import structlog
 
 from xnode.config import Settings
 from xnode.core.backoff import Backoff
+from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.crypto import SigningKey
 from xnode.core.node_tokens import TokenProvider
 from xnode.core.registry import NodeEntry, Registry
@@ -190,6 +190,7 @@ class ReplicationWorker:
         on_stored: OnStored,
         notice_token: str,
         config: ReplicationConfig,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.node_id = node_id
         self.config = config
@@ -198,7 +199,8 @@ class ReplicationWorker:
         self._store = store
         self._on_stored = on_stored
         self._notice_token = notice_token
-        self._tokens = TokenProvider(key, node_id, time.time)
+        self._clock = clock
+        self._tokens = TokenProvider(key, node_id, clock.now_s)
         self._registry = source.current()
         self._keys: Mapping[int, bytes] = {}
         self._links: dict[int, PeerLink] = {}
@@ -208,7 +210,7 @@ class ReplicationWorker:
         self._executor = ThreadPoolExecutor(config.verify_threads, thread_name_prefix="verify")
         self._ctx = IngestContext(
             store, reports, on_stored, notice_token, self._current_keys, self._executor,
-            config.verify_threads,
+            config.verify_threads, clock,
         )  # fmt: skip
         self._stopped = False
 
@@ -301,6 +303,7 @@ class ReplicationWorker:
             self.config.timeouts,
             backoff,
             hooks,
+            self._clock,
         )
 
     def spawn(self, stream: PeerStream, name: str) -> asyncio.Task[None]:

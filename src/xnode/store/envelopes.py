@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import asyncpg
 
+from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import StoredEnvelope
 from xnode.core.query import EnvelopeQuery
@@ -62,10 +62,6 @@ ORDER BY t.i
 """
 
 
-def _now() -> int:
-    return int(time.time())
-
-
 def _cursor_arrays(cursor: Cursor) -> tuple[list[int], list[int]]:
     items = cursor.to_dict()
     return list(items), list(items.values())
@@ -76,8 +72,9 @@ def _rows_to_envelopes(rows: Sequence[asyncpg.Record]) -> list[StoredEnvelope]:
 
 
 class EnvelopeStore:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, clock: Clock = SYSTEM_CLOCK) -> None:
         self.pool = pool
+        self._clock = clock  # what "expired" is measured against
 
     async def query(self, query: EnvelopeQuery, limit: int) -> list[StoredEnvelope]:
         nodes, seqs = _cursor_arrays(query.cursor)
@@ -86,7 +83,7 @@ class EnvelopeStore:
             sql, keys = _TOPIC_QUERY, list(query.topics)
         else:
             sql, keys = _ORIGINATOR_QUERY, list(query.originators)
-        rows = await self.pool.fetch(sql, keys, nodes, seqs, _now(), limit)
+        rows = await self.pool.fetch(sql, keys, nodes, seqs, self._clock.now_s(), limit)
         return _rows_to_envelopes(rows)
 
     async def originator_range(
@@ -103,7 +100,7 @@ class EnvelopeStore:
         return _rows_to_envelopes(rows)
 
     async def newest(self, topics: Sequence[bytes]) -> list[bytes | None]:
-        rows = await self.pool.fetch(_NEWEST_QUERY, list(topics), _now())
+        rows = await self.pool.fetch(_NEWEST_QUERY, list(topics), self._clock.now_s())
         return [r[1] for r in rows]
 
     async def vector_clock(self) -> Cursor:
