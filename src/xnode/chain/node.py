@@ -10,7 +10,8 @@ from eth_account import Account
 
 from xnode.chain.contracts import DeployedContracts
 from xnode.chain.deployment import ContractsFileError, load_contracts_file
-from xnode.chain.indexer import ChainIndexer, IndexerConfig, OnIndexed, OnRewound
+from xnode.chain.index_status import IndexerConfig
+from xnode.chain.indexer import ChainIndexer, OnIndexed, OnRewound
 from xnode.chain.ports import ChainStorage, IndexerLock
 from xnode.chain.publisher import ChainPublisher
 from xnode.chain.registry import ChainRegistrySource
@@ -108,7 +109,7 @@ def chain_services(
     publisher = ChainPublisher(
         conn.rpc,
         store,
-        indexer,
+        indexer.status,
         conn.contracts,
         sender,
         node_cursor,
