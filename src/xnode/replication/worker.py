@@ -197,8 +197,6 @@ class ReplicationWorker:
         self.reports = reports
         self._source = source
         self._store = store
-        self._on_stored = on_stored
-        self._notice_token = notice_token
         self._clock = clock
         self._tokens = TokenProvider(key, node_id, clock.now_s)
         self._registry = source.current()
