@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -18,6 +18,7 @@ import structlog
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core import misbehavior
 from xnode.core.backoff import Backoff
 from xnode.core.clock import SYSTEM_CLOCK, Clock
@@ -54,7 +55,7 @@ class Hooks:
 
     reachable: Callable[[], None]
     unreachable: Callable[[], None]
-    report: Callable[[Any, str], Any]  # (UnsignedMisbehaviorReport, detail) -> awaitable
+    report: Callable[[mb.UnsignedMisbehaviorReport, str], Awaitable[None]]  # (report, detail)
 
 
 class Unresponsive(Exception):
