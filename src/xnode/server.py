@@ -38,12 +38,15 @@ from xnode.observability.logging import configure_logging
 from xnode.observability.metrics import observe_batch, serve_metrics
 from xnode.replication.worker import ReplicationConfig, ReplicationWorker
 from xnode.static_registry import StaticRegistrySource
+from xnode.store.chain import ChainStore
 from xnode.store.envelopes import EnvelopeStore
 from xnode.store.identity import claim_database
+from xnode.store.leader import LeaderLock
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.misbehavior import MisbehaviorLog, MisbehaviorStore
 from xnode.store.notifications import CommitListener
 from xnode.store.probe import PostgresProbe
+from xnode.store.replication import ReplicationStore
 from xnode.store.sequencer import Sequencer
 from xnode.usecases.health import HealthMonitor
 from xnode.usecases.node_state import NodeState
@@ -177,7 +180,14 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
     chain_parts = None
     if chain is not None:
         chain_parts = chain_services(
-            chain, settings, pool, key, token, state.stored, state.rewound, state.vector_clock
+            chain,
+            settings,
+            ChainStore(pool, token),
+            LeaderLock(settings.database_dsn),
+            key,
+            state.stored,
+            state.rewound,
+            state.vector_clock,
         )
         await _start_chain(chain_parts, stack)
     if registry is not None:
@@ -200,7 +210,7 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
             node_id,
             key,
             registry,
-            store,
+            ReplicationStore(pool),
             MisbehaviorLog(reports),
             state.stored,
             token,

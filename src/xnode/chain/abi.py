@@ -40,7 +40,6 @@ ADD_MESSAGE: Final = _selector("addMessage(bytes16,bytes)")
 ADD_IDENTITY_UPDATE: Final = _selector("addIdentityUpdate(bytes32,bytes)")
 ALL_NODES: Final = _selector("allNodes()")
 NODE_INCREMENT: Final = _selector("NODE_INCREMENT()")
-LAST_SEQUENCE_ID: Final = _selector("lastSequenceId()")
 INVALID_PAYLOAD_SIZE: Final = _selector("InvalidPayloadSize(uint256,uint256,uint256)")
 ENFORCED_PAUSE: Final = _selector("EnforcedPause()")
 

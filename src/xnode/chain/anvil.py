@@ -120,9 +120,6 @@ class AnvilProcess:
     def pid(self) -> int:
         return self.proc.pid
 
-    def is_running(self) -> bool:
-        return self.proc.poll() is None
-
     def log_tail(self, max_bytes: int = 4000) -> str:
         try:
             data = self.log_path.read_bytes()

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from eth_account import Account
 
 from xnode.chain.contracts import DeployedContracts
 from xnode.chain.deployment import ContractsFileError, load_contracts_file
-from xnode.chain.indexer import ChainIndexer, IndexerConfig, OnIndexed, OnRewound
+from xnode.chain.index_status import IndexerConfig
+from xnode.chain.indexer import ChainIndexer, OnIndexed, OnRewound
+from xnode.chain.ports import ChainStorage, IndexerLock
 from xnode.chain.publisher import ChainPublisher
 from xnode.chain.registry import ChainRegistrySource
 from xnode.chain.rpc import ChainRpc, ChainRpcError, ChainUnavailable
@@ -20,11 +21,6 @@ from xnode.chain.verify import ChainSetupError, verify_deployment
 from xnode.config import Settings
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
-from xnode.store.chain import ChainStore
-from xnode.store.leader import LeaderLock
-
-if TYPE_CHECKING:  # the store adapter owns asyncpg; the pool only passes through here
-    import asyncpg
 
 
 @dataclass
@@ -67,7 +63,7 @@ async def chain_registry(conn: ChainConnection, settings: Settings) -> ChainRegi
 @dataclass
 class ChainServices:
     connection: ChainConnection
-    store: ChainStore
+    store: ChainStorage
     indexer: ChainIndexer
     publisher: ChainPublisher
     running: bool = False
@@ -85,20 +81,21 @@ class ChainServices:
         """For the health monitor: why chain publishes cannot be served now, or None."""
         if not self.running:
             return "the chain indexer is stopped"
-        return self.indexer.unavailable_reason()
+        return self.indexer.status.unavailable_reason()
 
 
 def chain_services(
     conn: ChainConnection,
     settings: Settings,
-    pool: asyncpg.Pool,
+    store: ChainStorage,
+    lock: IndexerLock,
     key: SigningKey,
-    notice_token: str,
     on_indexed: OnIndexed,
     on_rewound: OnRewound,
     node_cursor: Callable[[], Cursor],
 ) -> ChainServices:
-    store = ChainStore(pool, notice_token)
+    """The indexer and publisher over `store` (the store adapter's, built by the composition
+    root); `lock` elects the one process per database that indexes."""
     config = IndexerConfig(
         confirmations=settings.chain_confirmations,
         poll_s=settings.chain_poll_seconds,
@@ -114,14 +111,14 @@ def chain_services(
         config,
         on_indexed,
         on_rewound,
-        LeaderLock(settings.database_dsn),
+        lock,
     )
     account = Account.from_key(settings.chain_publisher_signing_key().secret)
     sender = TxSender(conn.rpc, account, conn.contracts.chain_id)
     publisher = ChainPublisher(
         conn.rpc,
         store,
-        indexer,
+        indexer.status,
         conn.contracts,
         sender,
         node_cursor,

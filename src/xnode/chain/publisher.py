@@ -23,7 +23,8 @@ import structlog
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.chain import abi
 from xnode.chain.contracts import DeployedContracts
-from xnode.chain.indexer import ChainIndexer
+from xnode.chain.index_status import IndexStatus
+from xnode.chain.ports import ChainPayloadLookup
 from xnode.chain.rpc import ChainRpc, ChainRpcError, ChainUnavailable, revert_data
 from xnode.chain.transactions import SentTransaction, TxSender
 from xnode.core.constants import GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR
@@ -31,7 +32,6 @@ from xnode.core.cursors import Cursor
 from xnode.core.envelopes import ValidPayerEnvelope
 from xnode.core.errors import Reason, Rejected
 from xnode.core.mls import is_commit
-from xnode.store.chain import ChainStore
 
 log = structlog.get_logger(__name__)
 
@@ -67,8 +67,8 @@ class ChainPublisher:
     def __init__(
         self,
         rpc: ChainRpc,
-        store: ChainStore,
-        indexer: ChainIndexer,
+        store: ChainPayloadLookup,
+        index: IndexStatus,
         contracts: DeployedContracts,
         sender: TxSender,
         node_cursor: Callable[[], Cursor],
@@ -76,7 +76,7 @@ class ChainPublisher:
     ) -> None:
         self._rpc = rpc
         self._store = store
-        self._indexer = indexer
+        self._index = index
         self._contracts = contracts
         self._sender = sender
         self._node_cursor = node_cursor
@@ -88,7 +88,7 @@ class ChainPublisher:
 
     async def publish(self, envelopes: Sequence[ValidPayerEnvelope]) -> list[bytes]:
         # A poll or two of grace: right after start-up, or a block the indexer is about to see.
-        reason = await self._indexer.wait_available(AVAILABLE_GRACE_S)
+        reason = await self._index.wait_available(AVAILABLE_GRACE_S)
         if reason is not None:
             raise Rejected(Reason.UNAVAILABLE, f"cannot publish to the chain now: {reason}")
         calls = [self._call(i, e) for i, e in enumerate(envelopes)]
@@ -159,7 +159,7 @@ class ChainPublisher:
     async def _send_all(self, calls: Sequence[_Call]) -> list[bytes]:
         gas = await asyncio.gather(*(self._estimate(i, c) for i, c in enumerate(calls)))
         sent = [await self._sender.send(c.to, c.data, g) for c, g in zip(calls, gas, strict=True)]
-        with self._indexer.awaited():
+        with self._index.awaited():
             return list(await asyncio.gather(*(self._indexed(tx) for tx in sent)))
 
     async def _estimate(self, index: int, call: _Call) -> int:
@@ -190,7 +190,7 @@ class ChainPublisher:
             if loop.time() - checked >= RECEIPT_CHECK_S:
                 checked = loop.time()
                 await self._watch(tx)
-            await self._indexer.wait_progress(0.5)
+            await self._index.wait_progress(0.5)
 
     async def _watch(self, tx: SentTransaction) -> None:
         """Fails on a reverted transaction; sends again one the chain lost."""

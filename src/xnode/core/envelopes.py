@@ -20,7 +20,7 @@ from xnode.core.crypto import (
 from xnode.core.cursors import Cursor, out_of_range
 from xnode.core.errors import Reason, Rejected
 from xnode.core.retention import expiry_unixtime
-from xnode.core.topics import KIND_OF_PAYLOAD, Topic, TopicError, TopicKind
+from xnode.core.topics import KIND_OF_PAYLOAD, Topic, TopicError
 
 MAX_CURSOR_ENTRIES = 1024
 
@@ -296,10 +296,3 @@ def build_payer_envelope(
         target_originator=target_originator,
         message_retention_days=retention_days,
     )
-
-
-def topic_kind_of(topic: bytes) -> TopicKind | None:
-    try:
-        return Topic.parse(topic).kind
-    except TopicError:
-        return None

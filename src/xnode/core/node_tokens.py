@@ -29,8 +29,8 @@ RENEW_MARGIN_S = 300  # clients replace a token this long before it expires
 # gRPC metadata keys, lower case as gRPC carries them.
 METADATA_KEY = "node-authorization"
 XIP_METADATA_KEY = "authorization"
-# Initial metadata on accepted replication streams: the serving node's vector clock (peers
-# use it for lag).
+# Initial metadata on accepted replication streams: the serving node's vector clock, a
+# serialized Cursor (peers use it for their lag metrics).
 CLOCK_METADATA = "xnode-vector-clock-bin"
 
 

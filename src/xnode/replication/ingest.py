@@ -8,7 +8,6 @@ against each other and the order checks see one log."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from google.protobuf.message import DecodeError
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.core import misbehavior
+from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope
 from xnode.core.verification import (
     InvalidEnvelope,
@@ -32,9 +32,7 @@ from xnode.observability.metrics import (
     REPLICATION_RECEIVED,
     REPLICATION_REJECTED,
 )
-from xnode.store.envelopes import EnvelopeStore
-from xnode.store.misbehavior import MisbehaviorLog
-from xnode.store.replication import stored_envelopes
+from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore
 
 log = structlog.get_logger(__name__)
 
@@ -49,13 +47,14 @@ INLINE_MAX = 4
 class IngestContext:
     """What every OriginatorLog shares."""
 
-    store: EnvelopeStore
-    reports: MisbehaviorLog
+    store: ReplicaStore
+    reports: MisbehaviorRecorder
     on_stored: OnStored
     notice_token: str
     keys: Callable[[], Mapping[int, bytes]]
     executor: Executor
     threads: int
+    clock: Clock = SYSTEM_CLOCK
 
 
 def _split(raws: Sequence[bytes], parts: int) -> list[Sequence[bytes]]:
@@ -86,6 +85,9 @@ class OriginatorLog:
         self._head = position.sequence_id if position else 0
         self._label = str(originator)
 
+    def _now_ns(self) -> int:
+        return self._ctx.clock.now_ns()
+
     @property
     def sequence_id(self) -> int:
         return self.position.sequence_id if self.position else 0
@@ -114,7 +116,7 @@ class OriginatorLog:
     def _update_lag(self) -> None:
         behind = max(0, self._head - self.sequence_id)
         REPLICATION_LAG_SEQUENCE_IDS.labels(self._label).set(behind)
-        age = (time.time_ns() - self.position.originator_ns) / 1e9 if self.position else 0.0
+        age = (self._now_ns() - self.position.originator_ns) / 1e9 if self.position else 0.0
         REPLICATION_LAG_SECONDS.labels(self._label).set(max(age, 0.0) if behind else 0.0)
 
     async def store(self, verdicts: Sequence[Verdict], source: int, direct: bool) -> None:
@@ -137,7 +139,10 @@ class OriginatorLog:
         # not turn into a flood of reports.
         for (culprit, reason), bad in blamed.items():
             report = misbehavior.safety_report(
-                misbehavior.INVALID_PAYLOAD, culprit, _proof([b.raw for b in bad]), time.time_ns()
+                misbehavior.INVALID_PAYLOAD,
+                culprit,
+                _proof([b.raw for b in bad]),
+                self._now_ns(),
             )
             detail = (
                 f"{len(bad)} envelope(s) from peer {source} rejected ({reason}): {bad[0].detail}"
@@ -149,7 +154,7 @@ class OriginatorLog:
         """Order checks (report, then store anyway) and duplicates within the batch."""
         fresh: dict[int, IndexedEnvelope] = {}
         previous = self.position
-        now = time.time_ns()
+        now = self._now_ns()
         for env in sorted(valid, key=lambda e: e.sequence_id):
             prior = fresh.get(env.sequence_id)
             if prior is not None:
@@ -170,7 +175,10 @@ class OriginatorLog:
 
     async def _duplicate(self, first: bytes, second: bytes) -> None:
         report = misbehavior.safety_report(
-            misbehavior.DUPLICATE_SEQUENCE_ID, self.originator, [first, second], time.time_ns()
+            misbehavior.DUPLICATE_SEQUENCE_ID,
+            self.originator,
+            [first, second],
+            self._now_ns(),
         )
         await self._ctx.reports.record(report, "two different envelopes share a sequence id")
 
@@ -195,8 +203,8 @@ class OriginatorLog:
     async def _conflicts(self, known: list[IndexedEnvelope]) -> set[int]:
         """Sequence ids already stored with other bytes: DUPLICATE_SEQUENCE_ID, both kept as
         proof (the stored one stays stored, the other lives in the report)."""
-        existing = await stored_envelopes(
-            self._ctx.store.pool, self.originator, [e.sequence_id for e in known]
+        existing = await self._ctx.store.stored_envelopes(
+            self.originator, [e.sequence_id for e in known]
         )
         conflicts = set()
         for env in known:

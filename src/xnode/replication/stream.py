@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -19,14 +18,16 @@ import structlog
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core import misbehavior
+from xnode.core.backoff import Backoff
+from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import cursor_to_proto
 from xnode.core.node_tokens import CLOCK_METADATA, TokenProvider
 from xnode.core.verification import Verdict
 from xnode.core.wire import FrameError, originator_envelopes
 from xnode.observability.metrics import REPLICATION_RECONNECTS, REPLICATION_STREAMS
-from xnode.replication.backoff import Backoff
 from xnode.replication.ingest import OriginatorLog
 
 log = structlog.get_logger(__name__)
@@ -54,7 +55,7 @@ class Hooks:
 
     reachable: Callable[[], None]
     unreachable: Callable[[], None]
-    report: Callable[[Any, str], Any]  # (UnsignedMisbehaviorReport, detail) -> awaitable
+    report: Callable[[mb.UnsignedMisbehaviorReport, str], Awaitable[None]]  # (report, detail)
 
 
 class Unresponsive(Exception):
@@ -167,6 +168,7 @@ class PeerStream:
         timeouts: Timeouts,
         backoff: Backoff,
         hooks: Hooks | None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.peer = peer
         self._channel = channel
@@ -176,6 +178,7 @@ class PeerStream:
         self._timeouts = timeouts
         self._backoff = backoff
         self._hooks = hooks
+        self._clock = clock
         self._call = channel.unary_stream(
             SUBSCRIBE_ORIGINATORS, request_serializer=_identity, response_deserializer=_identity
         )
@@ -197,7 +200,7 @@ class PeerStream:
     async def _attempt(self) -> bool:
         """One stream; True when the peer answered at least once."""
         after = self._target.sequence_id
-        started = time.monotonic()
+        started = self._clock.monotonic_s()
         call = self._call(
             _request(self._target.originator, after).SerializeToString(),
             metadata=self._tokens.metadata_for(self.peer),
@@ -235,12 +238,12 @@ class PeerStream:
             except StopAsyncIteration:
                 return
             except TimeoutError:
-                waited = time.monotonic() - started if not state["answered"] else limit
+                waited = self._clock.monotonic_s() - started if not state["answered"] else limit
                 what = "silent" if state["answered"] else "no answer"
                 raise Unresponsive(waited, f"{what} for {limit:g} s") from None
             if not state["answered"]:
                 state["answered"] = True
-                await self._first_answer(call, time.monotonic() - started)
+                await self._first_answer(call, self._clock.monotonic_s() - started)
             raws = originator_envelopes(frame)
             if raws:
                 await pipeline.put(raws)
@@ -269,7 +272,7 @@ class PeerStream:
             self.peer,
             int(elapsed_s * 1e9),
             _as_subscribe_request(self._target.originator, self._target.sequence_id),
-            time.time_ns(),
+            self._clock.now_ns(),
         )
         await self._hooks.report(report, detail)
 
@@ -291,7 +294,7 @@ class PeerStream:
             return
         if code is grpc.StatusCode.CANCELLED:
             return
-        elapsed = time.monotonic() - started
+        elapsed = self._clock.monotonic_s() - started
         unreachable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
         kind = misbehavior.UNRESPONSIVE_NODE if unreachable else misbehavior.FAILED_REQUEST
         await self._report(kind, elapsed, f"{code.name}: {details}")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,15 +17,14 @@ import grpc
 import structlog
 
 from xnode.config import Settings
+from xnode.core.backoff import Backoff
+from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.crypto import SigningKey
 from xnode.core.node_tokens import TokenProvider
 from xnode.core.registry import NodeEntry, Registry
-from xnode.replication.backoff import Backoff
 from xnode.replication.ingest import IngestContext, OnStored, OriginatorLog
+from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
-from xnode.store.envelopes import EnvelopeStore
-from xnode.store.misbehavior import MisbehaviorLog
-from xnode.store.replication import newest_per_originator
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -187,20 +185,20 @@ class ReplicationWorker:
         node_id: int,
         key: SigningKey,
         source: RegistrySource,
-        store: EnvelopeStore,
-        reports: MisbehaviorLog,
+        store: ReplicaStore,
+        reports: MisbehaviorRecorder,
         on_stored: OnStored,
         notice_token: str,
         config: ReplicationConfig,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.node_id = node_id
         self.config = config
         self.reports = reports
         self._source = source
         self._store = store
-        self._on_stored = on_stored
-        self._notice_token = notice_token
-        self._tokens = TokenProvider(key, node_id, time.time)
+        self._clock = clock
+        self._tokens = TokenProvider(key, node_id, clock.now_s)
         self._registry = source.current()
         self._keys: Mapping[int, bytes] = {}
         self._links: dict[int, PeerLink] = {}
@@ -210,7 +208,7 @@ class ReplicationWorker:
         self._executor = ThreadPoolExecutor(config.verify_threads, thread_name_prefix="verify")
         self._ctx = IngestContext(
             store, reports, on_stored, notice_token, self._current_keys, self._executor,
-            config.verify_threads,
+            config.verify_threads, clock,
         )  # fmt: skip
         self._stopped = False
 
@@ -222,7 +220,7 @@ class ReplicationWorker:
         return self._links
 
     async def start(self) -> None:
-        positions = await newest_per_originator(self._store.pool)
+        positions = await self._store.newest_per_originator()
         self._logs = {o: OriginatorLog(o, p, self._ctx) for o, p in positions.items()}
         self._source.on_change(self._apply)
         self._apply(self._source.current())
@@ -303,6 +301,7 @@ class ReplicationWorker:
             self.config.timeouts,
             backoff,
             hooks,
+            self._clock,
         )
 
     def spawn(self, stream: PeerStream, name: str) -> asyncio.Task[None]:

@@ -7,15 +7,15 @@ lost connection leaves either all of it or none of it."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import asyncpg
 
+from xnode.core.chain_index import ChainProgress, IndexedRange
 from xnode.core.chain_payloads import ChainPayload, SkippedEvent
 from xnode.core.constants import CHAIN_ORIGINATORS, IDENTITY_UPDATES_ORIGINATOR
 from xnode.core.envelopes import StoredEnvelope
 from xnode.core.identity import association_changes, normalize_identifier
-from xnode.store.envelopes import NOTIFY_CHANNEL
+from xnode.store.notifications import NOTIFY_CHANNEL, commit_notice
 
 _INSERT_PAYLOADS = """
 WITH rows AS (
@@ -125,25 +125,6 @@ ORDER BY k.i
 """
 
 
-@dataclass(frozen=True, slots=True)
-class Progress:
-    address: bytes
-    block_number: int
-    block_hash: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class IndexedRange:
-    """What one indexed block range writes."""
-
-    payloads: Sequence[ChainPayload]
-    skipped: Sequence[SkippedEvent]
-    blocks: Mapping[int, bytes]
-    tip: tuple[int, bytes]
-    addresses: Mapping[str, bytes]
-    keep_blocks_from: int
-
-
 def _payload_columns(payloads: Sequence[ChainPayload]) -> list[list[object]]:
     rows = [
         (
@@ -189,23 +170,18 @@ def _skipped_columns(skipped: Sequence[SkippedEvent]) -> list[list[object]]:
     return [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(8)]
 
 
-def _notice(token: str, envelopes: Sequence[StoredEnvelope]) -> str:
-    tops: dict[int, int] = {}
-    for env in envelopes:
-        tops[env.originator_node_id] = max(env.sequence_id, tops.get(env.originator_node_id, 0))
-    return f"{token}|" + ",".join(f"{n}:{s}" for n, s in tops.items())
-
-
 class ChainStore:
+    """The chain side's store (chain.ports.ChainStorage)."""
+
     def __init__(self, pool: asyncpg.Pool, notice_token: str) -> None:
         self.pool = pool
         self._token = notice_token
 
-    async def progress(self) -> dict[str, Progress]:
+    async def progress(self) -> dict[str, ChainProgress]:
         rows = await self.pool.fetch(
             "SELECT contract, address, block_number, block_hash FROM chain_progress"
         )
-        return {r[0]: Progress(bytes(r[1]), r[2], bytes(r[3])) for r in rows}
+        return {r[0]: ChainProgress(bytes(r[1]), r[2], bytes(r[3])) for r in rows}
 
     async def recent_blocks(self, up_to: int, limit: int) -> list[tuple[int, bytes]]:
         """Stored block hashes at or below `up_to`, newest first."""
@@ -236,9 +212,9 @@ class ChainStore:
                 *indexed.tip,
             )
             if stored:
-                await conn.execute(
-                    "SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, _notice(self._token, stored)
-                )
+                keys = [(e.originator_node_id, e.sequence_id) for e in stored]
+                notice = commit_notice(self._token, keys)
+                await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, notice)
         return stored
 
     async def rewind(

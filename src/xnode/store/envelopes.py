@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import asyncpg
 
+from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.cursors import Cursor
-from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope
+from xnode.core.envelopes import StoredEnvelope
 from xnode.core.query import EnvelopeQuery
-
-NOTIFY_CHANNEL = "xnode_envelopes"
 
 _COLUMNS = "originator_node_id, originator_sequence_id, topic, envelope, expiry_unixtime"
 
@@ -63,30 +61,6 @@ LEFT JOIN LATERAL (
 ORDER BY t.i
 """
 
-_INSERT_RECEIVED = """
-WITH rows AS (
-    SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[],
-                         $6::bytea[], $7::bytea[])
-        AS r(originator_node_id, originator_sequence_id, originator_ns, topic,
-             expiry_unixtime, payer_address, envelope)
-), inserted AS (
-    INSERT INTO originator_envelopes
-    SELECT * FROM rows
-    ON CONFLICT (originator_node_id, originator_sequence_id) DO NOTHING
-    RETURNING originator_node_id, originator_sequence_id
-), clock AS (
-    INSERT INTO vector_clock (originator_node_id, sequence_id)
-    SELECT originator_node_id, max(originator_sequence_id) FROM inserted GROUP BY 1
-    ON CONFLICT (originator_node_id)
-    DO UPDATE SET sequence_id = GREATEST(vector_clock.sequence_id, excluded.sequence_id)
-)
-SELECT originator_node_id, originator_sequence_id FROM inserted
-"""
-
-
-def _now() -> int:
-    return int(time.time())
-
 
 def _cursor_arrays(cursor: Cursor) -> tuple[list[int], list[int]]:
     items = cursor.to_dict()
@@ -97,22 +71,10 @@ def _rows_to_envelopes(rows: Sequence[asyncpg.Record]) -> list[StoredEnvelope]:
     return [StoredEnvelope(r[0], r[1], r[2], r[3], r[4] or 0) for r in rows]
 
 
-def _notice(keys: Sequence[asyncpg.Record]) -> str:
-    """`originator:highest,...`: what other processes fetch for their live subscribers."""
-    top: dict[int, int] = {}
-    for node_id, seq in keys:
-        top[node_id] = max(seq, top.get(node_id, 0))
-    return ",".join(f"{n}:{s}" for n, s in top.items())
-
-
-def parse_notice(payload: str) -> dict[int, int]:
-    pairs = (item.split(":") for item in payload.split(",") if item)
-    return {int(n): int(s) for n, s in pairs}
-
-
 class EnvelopeStore:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, clock: Clock = SYSTEM_CLOCK) -> None:
         self.pool = pool
+        self._clock = clock  # what "expired" is measured against
 
     async def query(self, query: EnvelopeQuery, limit: int) -> list[StoredEnvelope]:
         nodes, seqs = _cursor_arrays(query.cursor)
@@ -121,7 +83,7 @@ class EnvelopeStore:
             sql, keys = _TOPIC_QUERY, list(query.topics)
         else:
             sql, keys = _ORIGINATOR_QUERY, list(query.originators)
-        rows = await self.pool.fetch(sql, keys, nodes, seqs, _now(), limit)
+        rows = await self.pool.fetch(sql, keys, nodes, seqs, self._clock.now_s(), limit)
         return _rows_to_envelopes(rows)
 
     async def originator_range(
@@ -138,34 +100,9 @@ class EnvelopeStore:
         return _rows_to_envelopes(rows)
 
     async def newest(self, topics: Sequence[bytes]) -> list[bytes | None]:
-        rows = await self.pool.fetch(_NEWEST_QUERY, list(topics), _now())
+        rows = await self.pool.fetch(_NEWEST_QUERY, list(topics), self._clock.now_s())
         return [r[1] for r in rows]
 
     async def vector_clock(self) -> Cursor:
         rows = await self.pool.fetch("SELECT originator_node_id, sequence_id FROM vector_clock")
         return Cursor({r[0]: r[1] for r in rows})
-
-    async def insert_received(
-        self,
-        envelopes: Sequence[IndexedEnvelope],
-        notice_token: str,
-    ) -> list[tuple[int, int]]:
-        """Idempotent insert of envelopes from other originators; returns the new keys."""
-        columns = [
-            [e.originator_node_id for e in envelopes],
-            [e.sequence_id for e in envelopes],
-            [e.originator_ns for e in envelopes],
-            [e.topic for e in envelopes],
-            [e.expiry or None for e in envelopes],  # 0 = never = NULL
-            [e.payer_address for e in envelopes],
-            [e.raw for e in envelopes],
-        ]
-        async with self.pool.acquire() as conn, conn.transaction():
-            inserted = await conn.fetch(_INSERT_RECEIVED, *columns)
-            if inserted:
-                await conn.execute(
-                    "SELECT pg_notify($1, $2)",
-                    NOTIFY_CHANNEL,
-                    f"{notice_token}|{_notice(inserted)}",
-                )
-        return [(r[0], r[1]) for r in inserted]

@@ -9,8 +9,9 @@ INDEXER_LOCK_KEY = 0x786E6F6465_01
 
 
 class LeaderLock:
-    """A session advisory lock on a dedicated connection: one indexing process per database.
-    Losing the connection releases it, and another process takes over."""
+    """A session advisory lock on a dedicated connection: one indexing process per database
+    (chain.ports.IndexerLock). Losing the connection releases it, and another process takes
+    over."""
 
     def __init__(self, dsn: str) -> None:
         self._dsn = dsn

@@ -3,12 +3,11 @@ this node when stored. `server_time_ns` grows strictly, so paging by `after_ns` 
 
 from __future__ import annotations
 
-import time
-
 import asyncpg
 import structlog
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.crypto import SigningKey
 from xnode.core.misbehavior import sign_report, type_name
 from xnode.observability.metrics import MISBEHAVIOR_REPORTS
@@ -25,9 +24,10 @@ VALUES ($1, $2, $3, $4, $5)
 
 
 class MisbehaviorStore:
-    def __init__(self, pool: asyncpg.Pool, key: SigningKey) -> None:
+    def __init__(self, pool: asyncpg.Pool, key: SigningKey, clock: Clock = SYSTEM_CLOCK) -> None:
         self._pool = pool
         self._key = key
+        self._clock = clock
 
     async def add(self, unsigned: mb.UnsignedMisbehaviorReport) -> mb.MisbehaviorReport:
         async with self._pool.acquire() as conn, conn.transaction():
@@ -35,7 +35,7 @@ class MisbehaviorStore:
             # increasing across processes sharing the database.
             await conn.execute("LOCK TABLE misbehavior_reports IN SHARE ROW EXCLUSIVE MODE")
             last = await conn.fetchval("SELECT max(server_time_ns) FROM misbehavior_reports")
-            server_ns = max(time.time_ns(), (last or 0) + 1)
+            server_ns = max(self._clock.now_ns(), (last or 0) + 1)
             report = sign_report(unsigned, self._key, server_ns)
             await conn.execute(
                 _INSERT,

@@ -1,18 +1,35 @@
-"""LISTEN for commits made by other processes sharing the database, reconnecting as needed."""
+"""Commit notices between processes sharing the database: each commit sends one on
+NOTIFY_CHANNEL, `token|originator:highest,...`; every process LISTENs for the others'
+(reconnecting as needed) so its live subscribers see their commits too."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 import asyncpg
 import structlog
 
-from xnode.store.envelopes import NOTIFY_CHANNEL, parse_notice
-
 log = structlog.get_logger(__name__)
 
+NOTIFY_CHANNEL = "xnode_envelopes"
+
 OnCommitted = Callable[[dict[int, int]], Awaitable[None]]
+
+
+def commit_notice(token: str, keys: Iterable[tuple[int, int]]) -> str:
+    """The notice for committed (originator, sequence id) keys: the highest per originator,
+    which is what other processes fetch up to for their live subscribers."""
+    top: dict[int, int] = {}
+    for node_id, seq in keys:
+        top[node_id] = max(seq, top.get(node_id, 0))
+    return f"{token}|" + ",".join(f"{n}:{s}" for n, s in top.items())
+
+
+def parse_notice(payload: str) -> dict[int, int]:
+    """{originator: highest sequence id} from a notice's part after the token."""
+    pairs = (item.split(":") for item in payload.split(",") if item)
+    return {int(n): int(s) for n, s in pairs}
 
 
 class CommitListener:

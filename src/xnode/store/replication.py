@@ -1,4 +1,6 @@
-"""Queries the replication worker needs beyond EnvelopeStore's."""
+"""What the replication worker stores and reads (the port replication.ports.ReplicaStore):
+envelopes received from peers, the newest stored envelope per originator, and stored bytes by
+sequence id for duplicate checks."""
 
 from __future__ import annotations
 
@@ -6,7 +8,9 @@ from collections.abc import Sequence
 
 import asyncpg
 
+from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.verification import Position
+from xnode.store.notifications import NOTIFY_CHANNEL, commit_notice
 
 # The newest stored envelope of every originator: where each peer stream resumes, and what
 # the next envelope must follow.
@@ -18,20 +22,67 @@ JOIN originator_envelopes AS e
    AND e.originator_sequence_id = v.sequence_id
 """
 
+_INSERT_RECEIVED = """
+WITH rows AS (
+    SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[],
+                         $6::bytea[], $7::bytea[])
+        AS r(originator_node_id, originator_sequence_id, originator_ns, topic,
+             expiry_unixtime, payer_address, envelope)
+), inserted AS (
+    INSERT INTO originator_envelopes
+    SELECT * FROM rows
+    ON CONFLICT (originator_node_id, originator_sequence_id) DO NOTHING
+    RETURNING originator_node_id, originator_sequence_id
+), clock AS (
+    INSERT INTO vector_clock (originator_node_id, sequence_id)
+    SELECT originator_node_id, max(originator_sequence_id) FROM inserted GROUP BY 1
+    ON CONFLICT (originator_node_id)
+    DO UPDATE SET sequence_id = GREATEST(vector_clock.sequence_id, excluded.sequence_id)
+)
+SELECT originator_node_id, originator_sequence_id FROM inserted
+"""
 
-async def newest_per_originator(pool: asyncpg.Pool) -> dict[int, Position]:
-    rows = await pool.fetch(_NEWEST_PER_ORIGINATOR)
-    return {r[0]: Position(r[1], r[2], bytes(r[3])) for r in rows}
 
+class ReplicationStore:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
 
-async def stored_envelopes(
-    pool: asyncpg.Pool, originator: int, sequence_ids: Sequence[int]
-) -> dict[int, bytes]:
-    """The stored bytes at these sequence ids (expired or not), to compare with duplicates."""
-    rows = await pool.fetch(
-        "SELECT originator_sequence_id, envelope FROM originator_envelopes"
-        " WHERE originator_node_id = $1 AND originator_sequence_id = ANY($2::bigint[])",
-        originator,
-        list(sequence_ids),
-    )
-    return {r[0]: bytes(r[1]) for r in rows}
+    async def newest_per_originator(self) -> dict[int, Position]:
+        rows = await self._pool.fetch(_NEWEST_PER_ORIGINATOR)
+        return {r[0]: Position(r[1], r[2], bytes(r[3])) for r in rows}
+
+    async def stored_envelopes(
+        self, originator: int, sequence_ids: Sequence[int]
+    ) -> dict[int, bytes]:
+        """The stored bytes at these sequence ids (expired or not), to compare with
+        duplicates."""
+        rows = await self._pool.fetch(
+            "SELECT originator_sequence_id, envelope FROM originator_envelopes"
+            " WHERE originator_node_id = $1 AND originator_sequence_id = ANY($2::bigint[])",
+            originator,
+            list(sequence_ids),
+        )
+        return {r[0]: bytes(r[1]) for r in rows}
+
+    async def insert_received(
+        self, envelopes: Sequence[IndexedEnvelope], notice_token: str
+    ) -> list[tuple[int, int]]:
+        """Idempotent insert of envelopes from other originators; returns the new keys."""
+        columns = [
+            [e.originator_node_id for e in envelopes],
+            [e.sequence_id for e in envelopes],
+            [e.originator_ns for e in envelopes],
+            [e.topic for e in envelopes],
+            [e.expiry or None for e in envelopes],  # 0 = never = NULL
+            [e.payer_address for e in envelopes],
+            [e.raw for e in envelopes],
+        ]
+        async with self._pool.acquire() as conn, conn.transaction():
+            inserted = [(r[0], r[1]) for r in await conn.fetch(_INSERT_RECEIVED, *columns)]
+            if inserted:
+                await conn.execute(
+                    "SELECT pg_notify($1, $2)",
+                    NOTIFY_CHANNEL,
+                    commit_notice(notice_token, inserted),
+                )
+        return inserted

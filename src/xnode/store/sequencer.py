@@ -18,7 +18,7 @@ import asyncpg
 
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope, originate
-from xnode.store.envelopes import NOTIFY_CHANNEL
+from xnode.store.notifications import NOTIFY_CHANNEL
 
 _READ_CLOCK = "SELECT sequence_id, last_ns FROM vector_clock WHERE originator_node_id = $1"
 _LOCK_CLOCK = _READ_CLOCK + " FOR UPDATE"

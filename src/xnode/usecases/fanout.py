@@ -4,14 +4,15 @@ sequence order with no gap (a gap is filled from the store before anything after
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import StoredEnvelope
+from xnode.core.retention import is_expired
 
 FetchRange = Callable[[int, int, int], Awaitable[list[StoredEnvelope]]]
 
@@ -44,8 +45,11 @@ class Listener:
 
 
 class Fanout:
-    def __init__(self, fetch_range: FetchRange, delivered: Cursor) -> None:
+    def __init__(
+        self, fetch_range: FetchRange, delivered: Cursor, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self._fetch_range = fetch_range
+        self._clock = clock
         self._delivered = delivered.to_dict()
         self._by_topic: dict[bytes, set[Listener]] = defaultdict(set)
         self._by_originator: dict[int, set[Listener]] = defaultdict(set)
@@ -114,10 +118,10 @@ class Fanout:
     def _dispatch(self, envelopes: list[StoredEnvelope]) -> None:
         if not envelopes:
             return
-        now = int(time.time())
+        now = self._clock.now_s()
         per_listener: dict[Listener, list[StoredEnvelope]] = {}
         for env in envelopes:
-            if env.expiry and env.expiry <= now:
+            if is_expired(env.expiry, now):
                 continue  # as queries do: an expired envelope is never served
             for listener in self._by_topic.get(env.topic, ()):
                 per_listener.setdefault(listener, []).append(env)

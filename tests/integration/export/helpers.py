@@ -30,8 +30,8 @@ from xnode.core.envelopes import (
     validate_payer_envelope,
 )
 from xnode.core.topics import Topic, TopicKind
-from xnode.store.envelopes import EnvelopeStore
 from xnode.store.misbehavior import MisbehaviorStore
+from xnode.store.replication import ReplicationStore
 
 PAYER = SigningKey.generate()
 NS_PER_S = 1_000_000_000
@@ -95,7 +95,7 @@ async def publish(address: str, node_id: int, items: Sequence[Item]) -> list[byt
 def received_row(
     originator: int, key: SigningKey, seq: int, originator_ns: int, item: Item
 ) -> IndexedEnvelope:
-    """An envelope as EnvelopeStore.insert_received takes it: signed by `originator` itself."""
+    """An envelope as ReplicationStore.insert_received takes it: signed by `originator` itself."""
     payer = build_payer_envelope(
         client_envelope(item.kind, item.identifier, item.data),
         PAYER,
@@ -116,7 +116,7 @@ def chain_row(originator: int, seq: int, originator_ns: int, item: Item) -> Inde
 async def store_received(dsn: str, rows: Sequence[IndexedEnvelope], token: str = "test") -> None:
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
     try:
-        await EnvelopeStore(pool).insert_received(rows, token)
+        await ReplicationStore(pool).insert_received(rows, token)
     finally:
         await pool.close()
 

@@ -7,7 +7,8 @@ from typing import Any
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.api.client import group_message_envelope
-from xnode.chain.indexer import ChainIndexer, Tip
+from xnode.chain.index_status import Tip
+from xnode.chain.log_stream import consistent
 from xnode.chain.publisher import needs_chain
 from xnode.chain.rpc import BlockHeader
 from xnode.core.crypto import SigningKey
@@ -58,7 +59,6 @@ def _log(number: int, block_hash: bytes) -> dict[str, str]:
 
 
 def test_a_range_is_trusted_only_when_it_extends_the_tip_and_did_not_move() -> None:
-    consistent = ChainIndexer._consistent
     tip = Tip(9, b"t" * 32)
     start, end = _header(10, b"t" * 32, b"s" * 32), _header(14, b"x" * 32, b"e" * 32)
     logs = [_log(10, b"s" * 32), _log(12, b"m" * 32), _log(14, b"e" * 32)]

@@ -25,7 +25,6 @@ from xnode.core.verification import (
     verify_envelope,
 )
 from xnode.core.wire import FrameError, field, originator_envelopes, repeated
-from xnode.replication.backoff import Backoff
 
 KEY = SigningKey.generate()
 OTHER = SigningKey.generate()
@@ -170,12 +169,3 @@ def test_frames_yield_the_envelope_bytes_untouched() -> None:
     assert originator_envelopes(field(1, b"")) == []  # keepalive
     with pytest.raises(FrameError):
         originator_envelopes(frame[:-3])
-
-
-def test_backoff_grows_with_jitter_to_its_cap_and_resets() -> None:
-    backoff = Backoff(0.5, 4.0)
-    delays = [backoff.next_delay() for _ in range(6)]
-    for delay, step in zip(delays, [0.5, 1, 2, 4, 4, 4], strict=True):
-        assert step / 2 <= delay <= step
-    backoff.reset()
-    assert backoff.next_delay() <= 0.5
