@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 import uuid
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -31,6 +30,7 @@ from xnode.chain.node import (
 )
 from xnode.chain.verify import ChainSetupError
 from xnode.config import Settings
+from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope
 from xnode.core.registry import Registry, RegistryError
@@ -132,9 +132,10 @@ class TimedAppend:
     """The originator's Append: the sequencer stamps each batch with the wall clock."""
 
     sequencer: Sequencer
+    clock: Clock = SYSTEM_CLOCK
 
     async def __call__(self, batch: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
-        return await self.sequencer.append(batch, time.time_ns())
+        return await self.sequencer.append(batch, self.clock.now_ns())
 
 
 _NO_REGISTRY = Registry([])

@@ -12,13 +12,13 @@ fresh token, which renews the check the XIP asks for at least hourly."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 import structlog
 
+from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import cursor_to_proto
 from xnode.core.node_tokens import (
@@ -51,7 +51,9 @@ class NodeAuthInterceptor(_Interceptor):
         registry: Callable[[], Registry],
         vector_clock: Callable[[], Cursor],
         protected: frozenset[str] = PROTECTED_METHODS,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self._clock = clock
         self._node_id = node_id
         self._registry = registry
         self._vector_clock = vector_clock
@@ -77,10 +79,10 @@ class NodeAuthInterceptor(_Interceptor):
 
     def authenticate(self, metadata: Any) -> NodeIdentity:
         token = token_from_metadata(metadata or ())
-        return verify_token(token, self._registry(), self._node_id, int(time.time()))
+        return verify_token(token, self._registry(), self._node_id, int(self._clock.now_s()))
 
     def _revoked(self, identity: NodeIdentity) -> str | None:
-        if time.time() >= identity.expires_at:
+        if self._clock.now_s() >= identity.expires_at:
             return "token expired; reconnect with a new one"
         entry = self._registry().get(identity.node_id)
         if entry is None or not entry.enabled:
