@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -18,14 +20,21 @@ def _files(root: Path) -> dict[str, Path]:
     }
 
 
-def test_generated_protobuf_code_is_fresh(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("proto")
     subprocess.run(
-        ["bash", str(ROOT / "scripts/gen_proto.sh"), str(tmp_path)],
+        ["bash", str(ROOT / "scripts/gen_proto.sh"), str(out)],
         check=True,
         cwd=ROOT,
         env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
     )
-    fresh, committed = _files(tmp_path / "xmtp"), _files(ROOT / "src/xmtp")
+    return out
+
+
+@pytest.mark.parametrize("package", ["xmtp", "xnode_api"])
+def test_generated_protobuf_code_is_fresh(generated: Path, package: str) -> None:
+    fresh, committed = _files(generated / package), _files(ROOT / "src" / package)
     assert sorted(fresh) == sorted(committed), "run `make proto`: generated file set differs"
     stale = [
         name

@@ -41,6 +41,11 @@ def misbehavior_digest(unsigned_misbehavior_report: bytes) -> bytes:
     return keccak256(b"misbehavior|", unsigned_misbehavior_report)
 
 
+def checkpoint_digest(unsigned_checkpoint: bytes) -> bytes:
+    """What an originator signs to commit its log up to a tree size (xnode.core.checkpoints)."""
+    return keccak256(b"checkpoint|", unsigned_checkpoint)
+
+
 def blockchain_proof_digest(unsigned_originator_envelope: bytes, transaction_hash: bytes) -> bytes:
     """What a node signs when it vouches for a payload it indexed from the chain."""
     return keccak256(b"blockchain|", transaction_hash, b"|", unsigned_originator_envelope)

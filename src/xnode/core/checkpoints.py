@@ -1,0 +1,174 @@
+"""Signed checkpoints: an originator's commitment to its whole log (issue 9).
+
+A checkpoint names the originator, the tree size (its last sequence id), the root of the
+RFC 9162 tree over its envelopes' leaf hashes (xnode.core.merkle), the originator's time and
+the hash of the checkpoint before it, so the checkpoints of one originator form a chain anyone
+can replay. The originator signs keccak256("checkpoint|" || unsigned bytes) with its node key.
+
+A leaf is `merkle.leaf_hash(unsigned_originator_envelope)`: the content the originator signed,
+so two different signed contents for one sequence id are two different leaves (a fork). Chain
+payloads (originators 0 and 1) have no leaves: the chain is their commitment."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xnode.core import merkle
+from xnode.core.crypto import (
+    SignatureError,
+    SigningKey,
+    checkpoint_digest,
+    keccak256,
+    recover_public_key,
+)
+from xnode_api.logs.v1 import logs_pb2
+
+FIRST_PREVIOUS = bytes(merkle.HASH_LENGTH)  # previous_hash of an originator's first checkpoint
+FIRST_LOGGED_ORIGINATOR = 100  # 0 and 1 are the chain's; their commitment is the chain
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not decode, is not signed by its originator, or does not follow."""
+
+
+def has_log(originator_node_id: int) -> bool:
+    return originator_node_id >= FIRST_LOGGED_ORIGINATOR
+
+
+def envelope_leaf(raw_originator_envelope: bytes) -> bytes:
+    """The leaf hash of a signed OriginatorEnvelope (its unsigned, signed-over content)."""
+    try:
+        envelope = envelopes_pb2.OriginatorEnvelope.FromString(raw_originator_envelope)
+    except DecodeError as exc:
+        raise ValueError(f"originator envelope does not decode: {exc}") from None
+    return merkle.leaf_hash(envelope.unsigned_originator_envelope)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A signed checkpoint; `signed` is the serialized `xnode.logs.v1.Checkpoint`."""
+
+    originator_node_id: int
+    tree_size: int
+    root: bytes
+    originator_ns: int
+    previous_hash: bytes
+    signed: bytes
+
+    @property
+    def hash(self) -> bytes:
+        """What the next checkpoint's previous_hash must be."""
+        return keccak256(self.signed)
+
+
+def _unsigned(
+    originator: int, tree_size: int, root: bytes, originator_ns: int, previous: bytes
+) -> bytes:
+    return logs_pb2.UnsignedCheckpoint(
+        originator_node_id=originator,
+        tree_size=tree_size,
+        root=root,
+        originator_ns=originator_ns,
+        previous_hash=previous,
+    ).SerializeToString()
+
+
+def sign_checkpoint(
+    key: SigningKey,
+    originator: int,
+    tree_size: int,
+    root: bytes,
+    originator_ns: int,
+    previous: Checkpoint | None,
+) -> Checkpoint:
+    previous_hash = previous.hash if previous is not None else FIRST_PREVIOUS
+    unsigned = _unsigned(originator, tree_size, root, originator_ns, previous_hash)
+    signature = key.sign(checkpoint_digest(unsigned))
+    signed = logs_pb2.Checkpoint(unsigned_checkpoint=unsigned, signature=signature)
+    return Checkpoint(
+        originator, tree_size, root, originator_ns, previous_hash, signed.SerializeToString()
+    )
+
+
+def parse_checkpoint(signed: bytes) -> tuple[Checkpoint, bytes, bytes]:
+    """(checkpoint, unsigned bytes, signature); checks shapes, not the signature."""
+    try:
+        message = logs_pb2.Checkpoint.FromString(signed)
+        unsigned = logs_pb2.UnsignedCheckpoint.FromString(message.unsigned_checkpoint)
+    except DecodeError as exc:
+        raise CheckpointError(f"checkpoint does not decode: {exc}") from None
+    if len(unsigned.root) != merkle.HASH_LENGTH or len(unsigned.previous_hash) != (
+        merkle.HASH_LENGTH
+    ):
+        raise CheckpointError("checkpoint root and previous_hash must be 32 bytes")
+    if not has_log(unsigned.originator_node_id) or unsigned.tree_size == 0:
+        raise CheckpointError(
+            f"no checkpoint for originator {unsigned.originator_node_id} "
+            f"at tree size {unsigned.tree_size}"
+        )
+    checkpoint = Checkpoint(
+        unsigned.originator_node_id,
+        unsigned.tree_size,
+        unsigned.root,
+        unsigned.originator_ns,
+        unsigned.previous_hash,
+        signed,
+    )
+    return checkpoint, message.unsigned_checkpoint, message.signature
+
+
+def verify_checkpoint(signed: bytes, public_key: bytes) -> Checkpoint:
+    """Decodes a checkpoint and checks that its originator's registry key signed it."""
+    checkpoint, unsigned, signature = parse_checkpoint(signed)
+    try:
+        signer = recover_public_key(signature, checkpoint_digest(unsigned))
+    except SignatureError as exc:
+        raise CheckpointError(f"checkpoint signature: {exc}") from None
+    if signer != public_key:
+        raise CheckpointError(
+            f"checkpoint of node {checkpoint.originator_node_id} at {checkpoint.tree_size} "
+            "is not signed by that node's registry key"
+        )
+    return checkpoint
+
+
+def check_follows(previous: Checkpoint | None, checkpoint: Checkpoint) -> None:
+    """The previous-hash chain: `checkpoint` is the next one after `previous` (None: first)."""
+    expected = previous.hash if previous is not None else FIRST_PREVIOUS
+    if checkpoint.previous_hash != expected:
+        raise CheckpointError(
+            f"checkpoint at {checkpoint.tree_size} does not follow the one at "
+            f"{previous.tree_size if previous else 0}"
+        )
+    if previous is not None and not (
+        checkpoint.originator_node_id == previous.originator_node_id
+        and checkpoint.tree_size > previous.tree_size
+        and checkpoint.originator_ns > previous.originator_ns
+    ):
+        raise CheckpointError("a following checkpoint must grow the same originator's log")
+
+
+def check_chain(checkpoints: Sequence[Checkpoint]) -> None:
+    """A whole replayable history, oldest first, from the originator's first checkpoint."""
+    previous = None
+    for checkpoint in checkpoints:
+        check_follows(previous, checkpoint)
+        previous = checkpoint
+
+
+def check_consistent(first: Checkpoint, second: Checkpoint, proof: Sequence[bytes]) -> None:
+    """The log of `first` is a prefix of the log of `second` (raises merkle.ProofError)."""
+    if first.originator_node_id != second.originator_node_id:
+        raise CheckpointError("checkpoints of two originators cannot be consistent")
+    merkle.verify_consistency(first.tree_size, second.tree_size, proof, first.root, second.root)
+
+
+def check_inclusion(
+    checkpoint: Checkpoint, sequence_id: int, leaf: bytes, proof: Sequence[bytes]
+) -> None:
+    """The leaf of `sequence_id` is in the checkpoint's log (raises merkle.ProofError)."""
+    merkle.verify_inclusion(leaf, sequence_id - 1, checkpoint.tree_size, proof, checkpoint.root)
