@@ -10,6 +10,7 @@ import asyncpg
 
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.verification import Position
+from xnode.store.logs import extend_trees, leaf_columns
 from xnode.store.notifications import NOTIFY_CHANNEL, commit_notice
 
 # The newest stored envelope of every originator: where each peer stream resumes, and what
@@ -33,6 +34,13 @@ WITH rows AS (
     SELECT * FROM rows
     ON CONFLICT (originator_node_id, originator_sequence_id) DO NOTHING
     RETURNING originator_node_id, originator_sequence_id
+), leaves AS (
+    INSERT INTO log_leaves
+    SELECT l.* FROM unnest($8::int[], $9::bigint[], $10::bytea[], $11::bigint[])
+        AS l(originator_node_id, sequence_id, leaf_hash, fingerprint)
+    JOIN inserted AS i ON i.originator_node_id = l.originator_node_id
+        AND i.originator_sequence_id = l.sequence_id
+    ON CONFLICT DO NOTHING
 ), clock AS (
     INSERT INTO vector_clock (originator_node_id, sequence_id)
     SELECT originator_node_id, max(originator_sequence_id) FROM inserted GROUP BY 1
@@ -67,7 +75,8 @@ class ReplicationStore:
     async def insert_received(
         self, envelopes: Sequence[IndexedEnvelope], notice_token: str
     ) -> list[tuple[int, int]]:
-        """Idempotent insert of envelopes from other originators; returns the new keys."""
+        """Idempotent insert of envelopes from other originators; returns the new keys. Their
+        log leaves go in with them, and their logs' trees grow (xnode.store.logs)."""
         columns = [
             [e.originator_node_id for e in envelopes],
             [e.sequence_id for e in envelopes],
@@ -78,8 +87,10 @@ class ReplicationStore:
             [e.raw for e in envelopes],
         ]
         async with self._pool.acquire() as conn, conn.transaction():
-            inserted = [(r[0], r[1]) for r in await conn.fetch(_INSERT_RECEIVED, *columns)]
+            rows = await conn.fetch(_INSERT_RECEIVED, *columns, *leaf_columns(envelopes))
+            inserted = [(r[0], r[1]) for r in rows]
             if inserted:
+                await extend_trees(conn, [o for o, _ in inserted])
                 await conn.execute(
                     "SELECT pg_notify($1, $2)",
                     NOTIFY_CHANNEL,

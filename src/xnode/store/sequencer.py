@@ -18,6 +18,8 @@ import asyncpg
 
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope, originate
+from xnode.core.merkle import Frontier
+from xnode.store.logs import LeafColumns, extend_tree, leaf_columns, node_columns
 from xnode.store.notifications import NOTIFY_CHANNEL
 
 _READ_CLOCK = "SELECT sequence_id, last_ns FROM vector_clock WHERE originator_node_id = $1"
@@ -27,17 +29,31 @@ _ROWS = """
     SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[],
                          $6::bytea[], $7::bytea[])"""
 
+# This node's log leaves ($13..$15) go in with the envelopes (xnode.store.logs).
+_LEAF_ROWS = "SELECT $10, * FROM unnest($13::bigint[], $14::bytea[], $15::bigint[])"
+
 # If the row moved on (another process appended), `claimed` is empty and nothing is inserted.
-# The primary key would refuse a reused id regardless.
+# The primary key would refuse a reused id regardless. The fast path also carries the tree
+# nodes the batch completes ($17..$19), computed from the frontier this process holds, which
+# is the tree up to $16 (the remembered id): so the tree grows in the same statement.
 _CLAIM_AND_APPEND = f"""
 WITH claimed AS (
     UPDATE vector_clock SET sequence_id = $8, last_ns = $9
-    WHERE originator_node_id = $10 AND sequence_id = $13
+    WHERE originator_node_id = $10 AND sequence_id = $16
     RETURNING 1
 ), inserted AS (
     INSERT INTO originator_envelopes
     {_ROWS} AS r WHERE EXISTS (SELECT 1 FROM claimed)
     RETURNING 1
+), leaves AS (
+    INSERT INTO log_leaves {_LEAF_ROWS} AS l WHERE EXISTS (SELECT 1 FROM claimed)
+), nodes AS (
+    INSERT INTO log_nodes
+    SELECT $10, * FROM unnest($17::smallint[], $18::bigint[], $19::bytea[]) AS n
+    WHERE EXISTS (SELECT 1 FROM claimed)
+), tree AS (
+    UPDATE log_trees SET tree_size = $8
+    WHERE originator_node_id = $10 AND EXISTS (SELECT 1 FROM claimed)
 )
 SELECT (SELECT count(*) FROM inserted), (SELECT pg_notify($11, $12) FROM claimed)
 """
@@ -45,6 +61,8 @@ SELECT (SELECT count(*) FROM inserted), (SELECT pg_notify($11, $12) FROM claimed
 _APPEND_LOCKED = f"""
 WITH inserted AS (
     INSERT INTO originator_envelopes {_ROWS}
+), leaves AS (
+    INSERT INTO log_leaves {_LEAF_ROWS}
 ), clock AS (
     UPDATE vector_clock SET sequence_id = $8, last_ns = $9 WHERE originator_node_id = $10
 )
@@ -83,8 +101,11 @@ async def _sign(
     return sign_all()
 
 
-def _arguments(signed: list[IndexedEnvelope], node_id: int, notice: str) -> tuple[object, ...]:
+def _arguments(
+    signed: list[IndexedEnvelope], node_id: int, notice: str, leaves: LeafColumns
+) -> tuple[object, ...]:
     last = signed[-1]
+    _, sequence_ids, leaf_hashes, fingerprints = leaves
     return (
         [e.originator_node_id for e in signed],
         [e.sequence_id for e in signed],
@@ -98,7 +119,27 @@ def _arguments(signed: list[IndexedEnvelope], node_id: int, notice: str) -> tupl
         node_id,
         NOTIFY_CHANNEL,
         f"{notice}|{node_id}:{last.sequence_id}",
+        sequence_ids,
+        leaf_hashes,
+        fingerprints,
     )
+
+
+async def _append_locked(
+    conn: asyncpg.Connection,
+    node_id: int,
+    key: SigningKey,
+    batch: Sequence[ValidPayerEnvelope],
+    now_ns: int,
+    notice_token: str,
+) -> tuple[list[IndexedEnvelope], Frontier]:
+    row = await conn.fetchrow(_LOCK_CLOCK, node_id)
+    if row is None:
+        raise RuntimeError(f"vector clock row for node {node_id} is missing")
+    signed = await _sign(batch, node_id, row[0], row[1], now_ns, key)
+    arguments = _arguments(signed, node_id, notice_token, leaf_columns(signed))
+    await conn.execute(_APPEND_LOCKED, *arguments)
+    return signed, await extend_tree(conn, node_id)
 
 
 async def append_originated(
@@ -110,11 +151,7 @@ async def append_originated(
     notice_token: str,
 ) -> list[IndexedEnvelope]:
     """The locked path; the caller owns the transaction."""
-    row = await conn.fetchrow(_LOCK_CLOCK, node_id)
-    if row is None:
-        raise RuntimeError(f"vector clock row for node {node_id} is missing")
-    signed = await _sign(batch, node_id, row[0], row[1], now_ns, key)
-    await conn.execute(_APPEND_LOCKED, *_arguments(signed, node_id, notice_token))
+    signed, _ = await _append_locked(conn, node_id, key, batch, now_ns, notice_token)
     return signed
 
 
@@ -129,6 +166,7 @@ class Sequencer:
         self._key = key
         self._notice = notice_token
         self._last: tuple[int, int] | None = None  # (sequence id, ns) as last committed
+        self._frontier: Frontier | None = None  # this node's log tree as last committed
         self.fast_appends = 0
         self.locked_appends = 0
 
@@ -136,33 +174,48 @@ class Sequencer:
         self, batch: Sequence[ValidPayerEnvelope], now_ns: int
     ) -> list[IndexedEnvelope]:
         try:
-            signed = await self._append_fast(batch, now_ns) if self._last else None
+            signed = await self._append_fast(batch, now_ns) if self._in_sync() else None
             if signed is None:
                 async with self._pool.acquire() as conn, conn.transaction():
-                    signed = await append_originated(
+                    signed, frontier = await _append_locked(
                         conn, self._node_id, self._key, batch, now_ns, self._notice
                     )
+                self._frontier = frontier
                 self.locked_appends += 1
             else:
                 self.fast_appends += 1
         except BaseException:
             self._last = None  # the outcome is unknown: read the row before the next batch
+            self._frontier = None
             raise
         self._last = (signed[-1].sequence_id, signed[-1].originator_ns)
         return signed
 
+    def _in_sync(self) -> bool:
+        """The fast path needs the clock and the whole tree up to it."""
+        return bool(self._last and self._frontier and self._frontier.size == self._last[0])
+
     async def _append_fast(
         self, batch: Sequence[ValidPayerEnvelope], now_ns: int
     ) -> list[IndexedEnvelope] | None:
-        assert self._last is not None
+        assert self._last is not None and self._frontier is not None
         last_seq, last_ns = self._last
         signed = await _sign(batch, self._node_id, last_seq, last_ns, now_ns, self._key)
-        arguments = _arguments(signed, self._node_id, self._notice)
-        row = await self._pool.fetchrow(_CLAIM_AND_APPEND, *arguments, last_seq)
+        leaves = leaf_columns(signed)
+        arguments = _arguments(signed, self._node_id, self._notice, leaves)
+        frontier = Frontier(self._frontier.size, list(self._frontier.peaks))
+        nodes = node_columns([node for leaf in leaves[2] for node in frontier.append(leaf)])
+        row = await self._pool.fetchrow(_CLAIM_AND_APPEND, *arguments, last_seq, *nodes)
         assert row is not None
-        return signed if row[0] == len(signed) else None
+        if row[0] != len(signed):
+            return None
+        self._frontier = frontier
+        return signed
 
     async def prime(self) -> None:
-        """Reads the clock so the first batch can take the fast path."""
+        """Reads the clock and this node's log tree (growing it over any leaves it lacks) so
+        the first batch can take the fast path."""
         row = await self._pool.fetchrow(_READ_CLOCK, self._node_id)
         self._last = (row[0], row[1]) if row is not None else None
+        async with self._pool.acquire() as conn, conn.transaction():
+            self._frontier = await extend_tree(conn, self._node_id)

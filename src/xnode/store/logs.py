@@ -1,0 +1,266 @@
+"""Committed logs in Postgres: leaf hashes, perfect subtree hashes, tree sizes, checkpoints.
+
+Leaves are written in the same transaction as their envelopes (the sequencer for this node's
+own log, `EnvelopeStore.insert_received` for replicated ones). The tree over sequence ids
+1..n is built only over the contiguous prefix of leaves held (`log_trees.tree_size`): a
+replicated log can arrive with gaps, and its tree grows when they fill (`extend_tree`, run
+in the inserting transaction, under the log_trees row lock). Nothing here is ever pruned."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import asyncpg
+
+from xnode.core import merkle
+from xnode.core.checkpoints import Checkpoint, envelope_leaf, has_log, parse_checkpoint
+from xnode.core.envelopes import IndexedEnvelope
+from xnode.core.reconciliation import Fingerprint, SequenceRange, fingerprint_part
+
+EXTEND_CHUNK = 10_000
+# Serializes checkpoint issuing per originator across processes sharing the database.
+_ISSUE_LOCK = 0x6C6F6773  # "logs"
+
+LeafColumns = tuple[list[int], list[int], list[bytes], list[int]]
+# (tree size, root, previous checkpoint) -> the signed next checkpoint
+IssueSigner = Callable[[int, bytes, Checkpoint | None], Checkpoint]
+
+_LOCK_TREE = """
+INSERT INTO log_trees VALUES ($1, 0)
+ON CONFLICT (originator_node_id) DO UPDATE SET tree_size = log_trees.tree_size
+RETURNING tree_size
+"""
+_LEAVES_AFTER = """
+SELECT sequence_id, leaf_hash FROM log_leaves
+WHERE originator_node_id = $1 AND sequence_id > $2 ORDER BY sequence_id LIMIT $3
+"""
+# Scalar subqueries: one primary-key lookup per node, whatever the planner guesses.
+_PERFECT = """
+SELECT n.level, n.idx, CASE WHEN n.level = 0
+    THEN (SELECT leaf_hash FROM log_leaves
+          WHERE originator_node_id = $1 AND sequence_id = n.idx + 1)
+    ELSE (SELECT hash FROM log_nodes
+          WHERE originator_node_id = $1 AND level = n.level AND node_index = n.idx) END
+FROM unnest($2::smallint[], $3::bigint[]) AS n(level, idx)
+"""
+_INSERT_NODES = """
+INSERT INTO log_nodes SELECT $1, * FROM unnest($2::smallint[], $3::bigint[], $4::bytea[])
+ON CONFLICT DO NOTHING
+"""
+_FINGERPRINTS = """
+SELECT r.i, f.count, f.xor
+FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS r(first_id, last_id, i)
+CROSS JOIN LATERAL (
+    SELECT count(*), coalesce(bit_xor(fingerprint), 0) FROM log_leaves
+    WHERE originator_node_id = $1 AND sequence_id BETWEEN r.first_id AND r.last_id
+) AS f(count, xor)
+ORDER BY r.i
+"""
+_LEAVES_IN = """
+SELECT l.sequence_id, l.leaf_hash
+FROM unnest($2::bigint[], $3::bigint[]) AS r(first_id, last_id)
+CROSS JOIN LATERAL (
+    SELECT sequence_id, leaf_hash FROM log_leaves
+    WHERE originator_node_id = $1 AND sequence_id BETWEEN r.first_id AND r.last_id
+    OFFSET 0
+) AS l
+ORDER BY 1
+"""
+_CHECKPOINT_COLUMNS = "signed"
+_ACCEPTED = "FROM log_checkpoints WHERE originator_node_id = $1 AND conflict IS NULL"
+_INSERT_CHECKPOINT = """
+INSERT INTO log_checkpoints
+    (originator_node_id, tree_size, root, originator_ns, previous_hash, signed, conflict)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+"""
+
+
+def leaf_columns(envelopes: Sequence[IndexedEnvelope]) -> LeafColumns:
+    """The log_leaves rows of the envelopes that belong to a committed log."""
+    columns: LeafColumns = ([], [], [], [])
+    for e in envelopes:
+        if has_log(e.originator_node_id):
+            leaf = envelope_leaf(e.raw)
+            columns[0].append(e.originator_node_id)
+            columns[1].append(e.sequence_id)
+            columns[2].append(leaf)
+            columns[3].append(fingerprint_part(leaf))
+    return columns
+
+
+def node_columns(
+    completed: Sequence[tuple[int, int, bytes]],
+) -> tuple[list[int], list[int], list[bytes]]:
+    """log_nodes columns of what `Frontier.append` completed, leaves (level 0) left out."""
+    inner = [c for c in completed if c[0] > 0]
+    return [c[0] for c in inner], [c[1] for c in inner], [c[2] for c in inner]
+
+
+async def perfect_hashes(
+    conn: asyncpg.Connection | asyncpg.Pool, originator: int, nodes: Sequence[merkle.Node]
+) -> dict[merkle.Node, bytes]:
+    if not nodes:
+        return {}
+    rows = await conn.fetch(_PERFECT, originator, [n[0] for n in nodes], [n[1] for n in nodes])
+    found = {(r[0], r[1]): r[2] for r in rows if r[2] is not None}
+    missing = [n for n in nodes if n not in found]
+    if missing:
+        raise merkle.ProofError(f"log {originator} lacks tree nodes {missing[:4]}")
+    return found
+
+
+def _lookup(hashes: dict[merkle.Node, bytes]) -> merkle.PerfectHashes:
+    return lambda level, index: hashes[(level, index)]
+
+
+async def load_frontier(
+    conn: asyncpg.Connection | asyncpg.Pool, originator: int, size: int
+) -> merkle.Frontier:
+    hashes = await perfect_hashes(conn, originator, merkle.Frontier.peaks_of(size))
+    return merkle.Frontier.restored(size, _lookup(hashes))
+
+
+async def extend_tree(conn: asyncpg.Connection, originator: int) -> merkle.Frontier:
+    """Grows the originator's tree over the leaves that now follow its contiguous prefix;
+    the caller owns the transaction. Returns the tree's frontier."""
+    size = await conn.fetchval(_LOCK_TREE, originator)
+    frontier = await load_frontier(conn, originator, size)
+    while True:
+        rows = await conn.fetch(_LEAVES_AFTER, originator, frontier.size, EXTEND_CHUNK)
+        completed: list[tuple[int, int, bytes]] = []
+        for sequence_id, leaf in rows:
+            if sequence_id != frontier.size + 1:
+                break  # a gap: the tree waits for it
+            completed += frontier.append(leaf)
+        if completed:
+            await conn.execute(_INSERT_NODES, originator, *node_columns(completed))
+        if len(rows) < EXTEND_CHUNK or frontier.size < rows[-1][0]:
+            break
+    if frontier.size != size:
+        await conn.execute(
+            "UPDATE log_trees SET tree_size = $2 WHERE originator_node_id = $1",
+            originator,
+            frontier.size,
+        )
+    return frontier
+
+
+async def extend_trees(conn: asyncpg.Connection, originators: Sequence[int]) -> None:
+    for originator in sorted(set(originators)):  # one lock order: no deadlocks between batches
+        if has_log(originator):
+            await extend_tree(conn, originator)
+
+
+def _checkpoint(row: asyncpg.Record | None) -> Checkpoint | None:
+    return None if row is None else parse_checkpoint(row[0])[0]
+
+
+async def _insert_checkpoint(
+    conn: asyncpg.Connection | asyncpg.Pool, c: Checkpoint, conflict: str | None
+) -> None:
+    await conn.execute(
+        _INSERT_CHECKPOINT,
+        c.originator_node_id,
+        c.tree_size,
+        c.root,
+        c.originator_ns,
+        c.previous_hash,
+        c.signed,
+        conflict,
+    )
+
+
+class LogStore:
+    """The committed logs of every originator this node holds (usecases.logs.LogPort)."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def tree_size(self, originator: int) -> int:
+        size = await self.pool.fetchval(
+            "SELECT tree_size FROM log_trees WHERE originator_node_id = $1", originator
+        )
+        return int(size or 0)
+
+    async def perfect(
+        self, originator: int, nodes: Sequence[merkle.Node]
+    ) -> dict[merkle.Node, bytes]:
+        return await perfect_hashes(self.pool, originator, nodes)
+
+    async def fingerprints(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[Fingerprint]:
+        rows = await self.pool.fetch(
+            _FINGERPRINTS, originator, [r.first for r in ranges], [r.last for r in ranges]
+        )
+        return [Fingerprint(r[1], r[2]) for r in rows]
+
+    async def leaves(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[tuple[int, bytes]]:
+        rows = await self.pool.fetch(
+            _LEAVES_IN, originator, [r.first for r in ranges], [r.last for r in ranges]
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    async def checkpoints(self, originator: int, after: int, limit: int) -> list[Checkpoint]:
+        rows = await self.pool.fetch(
+            f"SELECT {_CHECKPOINT_COLUMNS} {_ACCEPTED} AND tree_size > $2"
+            " ORDER BY tree_size LIMIT $3",
+            originator,
+            after,
+            limit,
+        )
+        return [parse_checkpoint(r[0])[0] for r in rows]
+
+    async def latest_checkpoint(self, originator: int) -> Checkpoint | None:
+        row = await self.pool.fetchrow(
+            f"SELECT {_CHECKPOINT_COLUMNS} {_ACCEPTED} ORDER BY tree_size DESC LIMIT 1",
+            originator,
+        )
+        return _checkpoint(row)
+
+    async def checkpoint_at(self, originator: int, tree_size: int) -> Checkpoint | None:
+        row = await self.pool.fetchrow(
+            f"SELECT {_CHECKPOINT_COLUMNS} {_ACCEPTED} AND tree_size = $2", originator, tree_size
+        )
+        return _checkpoint(row)
+
+    async def add_checkpoint(self, checkpoint: Checkpoint, conflict: str | None = None) -> bool:
+        """Stores an accepted checkpoint (conflict None) or one kept aside; False when an
+        accepted one of that size is already there."""
+        try:
+            await _insert_checkpoint(self.pool, checkpoint, conflict)
+        except asyncpg.UniqueViolationError:
+            return False
+        return True
+
+    async def conflicts(self, originator: int) -> list[tuple[Checkpoint, str]]:
+        rows = await self.pool.fetch(
+            "SELECT signed, conflict FROM log_checkpoints"
+            " WHERE originator_node_id = $1 AND conflict IS NOT NULL ORDER BY id",
+            originator,
+        )
+        return [(parse_checkpoint(r[0])[0], r[1]) for r in rows]
+
+    async def issue(self, originator: int, sign: IssueSigner) -> Checkpoint | None:
+        """Under a per-originator lock: when the tree grew past the latest checkpoint, signs
+        the next one (`sign(size, root, previous)`) and stores it."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", _ISSUE_LOCK, originator)
+            size = await conn.fetchval(
+                "SELECT tree_size FROM log_trees WHERE originator_node_id = $1", originator
+            )
+            previous = _checkpoint(
+                await conn.fetchrow(
+                    f"SELECT {_CHECKPOINT_COLUMNS} {_ACCEPTED} ORDER BY tree_size DESC LIMIT 1",
+                    originator,
+                )
+            )
+            if not size or (previous is not None and previous.tree_size >= size):
+                return None
+            hashes = await perfect_hashes(conn, originator, merkle.perfect_nodes_for_root(size))
+            root = merkle.range_hash(0, size, _lookup(hashes))
+            checkpoint = sign(size, root, previous)
+            await _insert_checkpoint(conn, checkpoint, None)
+            return checkpoint
