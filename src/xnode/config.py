@@ -106,6 +106,12 @@ class Settings(BaseSettings):
     replication_verify_threads: int = Field(
         2, description="Threads verifying signatures of envelopes received from peers", ge=1
     )
+    log_checkpoint_envelopes: int = Field(
+        1000, description="Sign a checkpoint of this node's log after N new envelopes", gt=0
+    )
+    log_checkpoint_seconds: float = Field(
+        5.0, description="... or after N seconds, when the log grew (README: Committed logs)", gt=0
+    )
 
     @field_validator("listen_address", "metrics_address")
     @classmethod

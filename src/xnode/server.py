@@ -18,6 +18,8 @@ from grpc_reflection.v1alpha import reflection
 
 from xnode.api.auth import NodeAuthInterceptor
 from xnode.api.health import GrpcHealthBoard, health_dependencies
+from xnode.api.logs import SERVICE_NAME as LOG_SERVICE
+from xnode.api.logs import LogService, add_log_service
 from xnode.api.misbehavior import MisbehaviorService
 from xnode.api.registration import envelope_handlers, misbehavior_handlers, service_names
 from xnode.api.service import EnvelopeService
@@ -42,6 +44,7 @@ from xnode.store.chain import ChainStore
 from xnode.store.envelopes import EnvelopeStore
 from xnode.store.identity import claim_database
 from xnode.store.leader import LeaderLock
+from xnode.store.logs import LogStore
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.misbehavior import MisbehaviorLog, MisbehaviorStore
 from xnode.store.notifications import CommitListener
@@ -49,6 +52,7 @@ from xnode.store.probe import PostgresProbe
 from xnode.store.replication import ReplicationStore
 from xnode.store.sequencer import Sequencer
 from xnode.usecases.health import HealthMonitor
+from xnode.usecases.logs import CheckpointIntake, CheckpointIssuer, LogQueries
 from xnode.usecases.node_state import NodeState
 from xnode.usecases.originator import BatchStats, Originator
 from xnode.usecases.publish import Publish
@@ -138,6 +142,18 @@ class TimedAppend:
         return await self.sequencer.append(batch, self.clock.now_ns())
 
 
+@dataclass
+class CheckpointedCommit:
+    """The originator's Committed: the node state, and the count the checkpoint issuer keeps."""
+
+    state: NodeState
+    issuer: CheckpointIssuer
+
+    async def __call__(self, envelopes: list[IndexedEnvelope]) -> None:
+        self.issuer.committed(len(envelopes))
+        await self.state.originated(envelopes)
+
+
 _NO_REGISTRY = Registry([])
 
 
@@ -178,6 +194,10 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     sequencer = Sequencer(pool, node_id, key, token)
     await sequencer.prime()
+    logs = LogStore(pool)
+    issuer = CheckpointIssuer(
+        logs, node_id, key, settings.log_checkpoint_envelopes, settings.log_checkpoint_seconds
+    )
     chain_parts = None
     if chain is not None:
         chain_parts = chain_services(
@@ -198,12 +218,17 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
     stack.push_async_callback(listener.stop)
     listener.start()
     originator = Originator(
-        TimedAppend(sequencer), state.originated, settings.max_batch, BatchStats([observe_batch])
+        TimedAppend(sequencer),
+        CheckpointedCommit(state, issuer),
+        settings.max_batch,
+        BatchStats([observe_batch]),
     )
     stack.push_async_callback(originator.close)  # accepted publishes commit before the pool
     originator.start()
+    stack.push_async_callback(issuer.stop)
+    issuer.start()
     reports = MisbehaviorStore(pool, key)
-    parts = NodeParts(store, state, originator, reports, registry, chain_parts)
+    parts = NodeParts(store, state, originator, reports, registry, chain_parts, logs)
     address, health = await _serve(settings, node_id, parts, stack)
     replication = None
     if registry is not None:
@@ -216,6 +241,7 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
             state.stored,
             token,
             ReplicationConfig.from_settings(settings),
+            checkpoints=CheckpointIntake(logs),
         )
         stack.push_async_callback(replication.stop)
         await replication.start()
@@ -254,6 +280,7 @@ class NodeParts:
     reports: MisbehaviorStore
     registry: RegistrySource | None
     chain: ChainServices | None
+    logs: LogStore | None = None
 
 
 async def _serve(
@@ -272,16 +299,24 @@ async def _serve(
     auth = NodeAuthInterceptor(
         node_id, registry.current if registry else _no_registry, parts.state.vector_clock
     )
+    logs = None
+    if parts.logs is not None:
+        queries = LogQueries(
+            parts.logs, min(1.0, settings.log_checkpoint_seconds), settings.keepalive_seconds
+        )
+        logs = LogService(queries)
     server, health_servicer, address = _grpc_server(
-        settings, service, MisbehaviorService(parts.reports), auth
+        settings, service, MisbehaviorService(parts.reports), auth, logs
     )
     serving = GrpcServing(server, subscribe, settings.shutdown_grace_seconds)
     stack.push_async_callback(serving.stop)
     probe = PostgresProbe(settings.database_dsn)
     stack.callback(probe.close)
+    dependencies = health_dependencies(chain is not None)
+    dependencies[LOG_SERVICE] = dependencies["query"]  # the database
     monitor = HealthMonitor(
         GrpcHealthBoard(health_servicer),
-        health_dependencies(chain is not None),
+        dependencies,
         probe,
         chain,
     )
@@ -341,6 +376,7 @@ def _grpc_server(
     service: EnvelopeService,
     misbehavior: MisbehaviorService,
     auth: NodeAuthInterceptor,
+    logs: LogService | None = None,
 ) -> tuple[grpc.aio.Server, health.HealthServicer, str]:
     limit = settings.max_message_mib * 1024 * 1024
     server = grpc.aio.server(
@@ -355,9 +391,11 @@ def _grpc_server(
     )
     server.add_generic_rpc_handlers(envelope_handlers(service))
     server.add_generic_rpc_handlers([misbehavior_handlers(misbehavior)])
+    if logs is not None:
+        add_log_service(logs, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = service_names()
+    names = [*service_names(), *([LOG_SERVICE] if logs is not None else [])]
     reflection.enable_server_reflection(
         [
             *names,

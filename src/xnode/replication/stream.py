@@ -171,6 +171,7 @@ class PeerStream:
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.peer = peer
+        self.originator = target.originator
         self._channel = channel
         self._target = target
         self._mode = mode

@@ -22,9 +22,11 @@ from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.crypto import SigningKey
 from xnode.core.node_tokens import TokenProvider
 from xnode.core.registry import NodeEntry, Registry
+from xnode.replication.checkpoints import CheckpointFollower
 from xnode.replication.ingest import IngestContext, OnStored, OriginatorLog
 from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
+from xnode.usecases.logs import CheckpointIntake
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -191,6 +193,7 @@ class ReplicationWorker:
         notice_token: str,
         config: ReplicationConfig,
         clock: Clock = SYSTEM_CLOCK,
+        checkpoints: CheckpointIntake | None = None,
     ) -> None:
         self.node_id = node_id
         self.config = config
@@ -211,6 +214,14 @@ class ReplicationWorker:
             config.verify_threads, clock,
         )  # fmt: skip
         self._stopped = False
+        self._checkpoints = (
+            CheckpointFollower(checkpoints, self._current_keys, self._backoff)
+            if checkpoints is not None
+            else None
+        )
+
+    def _backoff(self) -> Backoff:
+        return Backoff(self.config.backoff_initial_s, self.config.backoff_max_s)
 
     def _current_keys(self) -> Mapping[int, bytes]:
         return self._keys
@@ -305,7 +316,11 @@ class ReplicationWorker:
         )
 
     def spawn(self, stream: PeerStream, name: str) -> asyncio.Task[None]:
-        return self.spawn_coroutine(stream.run(), name)
+        run = stream.run()
+        if self._checkpoints is not None:  # the peer's checkpoints of the same originator
+            channel = self._channels[stream.peer][1]
+            run = self._checkpoints.alongside(run, channel, stream.peer, stream.originator)
+        return self.spawn_coroutine(run, name)
 
     def spawn_coroutine(
         self, coro: Coroutine[Any, Any, None], name: str | None = None

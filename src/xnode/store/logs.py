@@ -1,14 +1,14 @@
 """Committed logs in Postgres: leaf hashes, perfect subtree hashes, tree sizes, checkpoints.
 
 Leaves are written in the same transaction as their envelopes (the sequencer for this node's
-own log, `EnvelopeStore.insert_received` for replicated ones). The tree over sequence ids
+own log, `ReplicationStore.insert_received` for replicated ones). The tree over sequence ids
 1..n is built only over the contiguous prefix of leaves held (`log_trees.tree_size`): a
 replicated log can arrive with gaps, and its tree grows when they fill (`extend_tree`, run
 in the inserting transaction, under the log_trees row lock). Nothing here is ever pruned."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import asyncpg
 
@@ -16,14 +16,13 @@ from xnode.core import merkle
 from xnode.core.checkpoints import Checkpoint, envelope_leaf, has_log, parse_checkpoint
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.reconciliation import Fingerprint, SequenceRange, fingerprint_part
+from xnode.usecases.logs import IssueSigner
 
 EXTEND_CHUNK = 10_000
 # Serializes checkpoint issuing per originator across processes sharing the database.
 _ISSUE_LOCK = 0x6C6F6773  # "logs"
 
 LeafColumns = tuple[list[int], list[int], list[bytes], list[int]]
-# (tree size, root, previous checkpoint) -> the signed next checkpoint
-IssueSigner = Callable[[int, bytes, Checkpoint | None], Checkpoint]
 
 _LOCK_TREE = """
 INSERT INTO log_trees VALUES ($1, 0)

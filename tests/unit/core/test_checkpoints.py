@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -60,7 +62,7 @@ def test_a_signed_history_verifies_and_chains(chosen: list[int]) -> None:
     assert checkpoints[0].previous_hash == FIRST_PREVIOUS
     check_chain(verified)
     perfect = perfect_of(all_leaves)
-    for first, second in zip(checkpoints, checkpoints[1:], strict=False):
+    for first, second in itertools.pairwise(checkpoints):
         proof = merkle.consistency_proof(first.tree_size, second.tree_size, perfect)
         check_consistent(first, second, proof)
     last = checkpoints[-1]

@@ -1,0 +1,139 @@
+"""LogApi (xnode.logs.v1, issue 9): checkpoints, inclusion and consistency proofs, range
+fingerprints and leaves of the committed logs this node holds. Translates protobuf and
+statuses only; the answers come from xnode.usecases.logs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, NoReturn
+
+import grpc
+
+from xnode.api.errors import StoreErrors, abort_store
+from xnode.core import merkle
+from xnode.core.checkpoints import Checkpoint
+from xnode.core.reconciliation import SequenceRange
+from xnode.usecases.logs import LogQueries, NotHeld
+from xnode_api.logs.v1 import logs_pb2 as pb
+from xnode_api.logs.v1 import logs_pb2_grpc
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["LogApi"].full_name
+MAX_ID = 2**63 - 1  # the store keeps sequence ids and sizes as bigint
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def _proto(checkpoints: Sequence[Checkpoint]) -> list[pb.Checkpoint]:
+    return [pb.Checkpoint.FromString(c.signed) for c in checkpoints]
+
+
+def _ranges(ranges: Sequence[pb.SequenceRange]) -> list[SequenceRange]:
+    out = []
+    for r in ranges:
+        if r.last > MAX_ID:
+            raise ValueError(f"range {r.first}..{r.last} is beyond the largest sequence id")
+        out.append(SequenceRange(r.first, r.last))
+    return out
+
+
+def _bounded(*values: int) -> None:
+    if any(v > MAX_ID for v in values):
+        raise ValueError(f"sequence ids and tree sizes are at most {MAX_ID}")
+
+
+async def _abort(context: Context, method: str, exc: Exception) -> NoReturn:
+    if isinstance(exc, NotHeld):
+        await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+    if isinstance(exc, merkle.ProofError):
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+    if isinstance(exc, ValueError):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    await abort_store(context, method, exc)
+    raise AssertionError("unreachable: abort raises")
+
+
+_EXPECTED = (NotHeld, ValueError, *StoreErrors)
+
+
+class LogService:
+    def __init__(self, queries: LogQueries) -> None:
+        self._queries = queries
+
+    async def GetCheckpoints(
+        self, request: pb.GetCheckpointsRequest, context: Context
+    ) -> pb.GetCheckpointsResponse:
+        try:
+            _bounded(request.after_sequence_id)
+            found = await self._queries.checkpoints(
+                request.originator_node_id, request.after_sequence_id, request.latest, request.limit
+            )
+        except _EXPECTED as exc:
+            await _abort(context, "GetCheckpoints", exc)
+        return pb.GetCheckpointsResponse(checkpoints=_proto(found))
+
+    async def SubscribeCheckpoints(
+        self, request: pb.SubscribeCheckpointsRequest, context: Context
+    ) -> AsyncIterator[pb.SubscribeCheckpointsResponse]:
+        try:
+            _bounded(request.after_sequence_id)
+            async for found in self._queries.follow(
+                request.originator_node_id, request.after_sequence_id
+            ):
+                yield pb.SubscribeCheckpointsResponse(checkpoints=_proto(found))
+        except _EXPECTED as exc:
+            await _abort(context, "SubscribeCheckpoints", exc)
+
+    async def GetInclusionProof(
+        self, request: pb.GetInclusionProofRequest, context: Context
+    ) -> pb.GetInclusionProofResponse:
+        try:
+            _bounded(request.sequence_id, request.tree_size)
+            found = await self._queries.inclusion(
+                request.originator_node_id, request.sequence_id, request.tree_size
+            )
+        except (*_EXPECTED, merkle.ProofError) as exc:
+            await _abort(context, "GetInclusionProof", exc)
+        response = pb.GetInclusionProofResponse(
+            leaf_hash=found.leaf, tree_size=found.tree_size, proof=found.proof
+        )
+        if found.checkpoint is not None:
+            response.checkpoint.CopyFrom(pb.Checkpoint.FromString(found.checkpoint.signed))
+        return response
+
+    async def GetConsistencyProof(
+        self, request: pb.GetConsistencyProofRequest, context: Context
+    ) -> pb.GetConsistencyProofResponse:
+        try:
+            _bounded(request.first_size, request.second_size)
+            proof = await self._queries.consistency(
+                request.originator_node_id, request.first_size, request.second_size
+            )
+        except (*_EXPECTED, merkle.ProofError) as exc:
+            await _abort(context, "GetConsistencyProof", exc)
+        return pb.GetConsistencyProofResponse(proof=proof)
+
+    async def GetFingerprints(
+        self, request: pb.GetFingerprintsRequest, context: Context
+    ) -> pb.GetFingerprintsResponse:
+        try:
+            found = await self._queries.fingerprints(
+                request.originator_node_id, _ranges(request.ranges)
+            )
+        except _EXPECTED as exc:
+            await _abort(context, "GetFingerprints", exc)
+        return pb.GetFingerprintsResponse(
+            fingerprints=[pb.Fingerprint(count=f.count, xor=f.xor) for f in found]
+        )
+
+    async def GetLeaves(
+        self, request: pb.GetLeavesRequest, context: Context
+    ) -> pb.GetLeavesResponse:
+        try:
+            found = await self._queries.leaves(request.originator_node_id, _ranges(request.ranges))
+        except _EXPECTED as exc:
+            await _abort(context, "GetLeaves", exc)
+        return pb.GetLeavesResponse(leaves=[pb.Leaf(sequence_id=s, leaf_hash=h) for s, h in found])
+
+
+def add_log_service(service: LogService, server: grpc.aio.Server) -> None:
+    logs_pb2_grpc.add_LogApiServicer_to_server(service, server)  # type: ignore[no-untyped-call]

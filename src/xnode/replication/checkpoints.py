@@ -1,0 +1,104 @@
+"""Checkpoints travel with replication (issue 9): next to each peer stream of an originator's
+envelopes, a SubscribeCheckpoints stream from the same peer for that originator's checkpoints.
+Each is verified and stored by xnode.usecases.logs.CheckpointIntake. A peer answering
+UNIMPLEMENTED predates LogApi: its envelopes keep flowing, its checkpoints are not followed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
+
+import grpc
+import structlog
+
+from xnode.core.backoff import Backoff
+from xnode.core.checkpoints import has_log
+from xnode.usecases.logs import CheckpointIntake
+from xnode_api.logs.v1 import logs_pb2 as pb
+
+log = structlog.get_logger(__name__)
+
+_SERVICE = "/" + pb.DESCRIPTOR.services_by_name["LogApi"].full_name
+SUBSCRIBE_CHECKPOINTS = _SERVICE + "/SubscribeCheckpoints"
+GET_CONSISTENCY_PROOF = _SERVICE + "/GetConsistencyProof"
+PROOF_TIMEOUT_S = 10.0
+
+
+class CheckpointFollower:
+    def __init__(
+        self,
+        intake: CheckpointIntake,
+        keys: Callable[[], Mapping[int, bytes]],
+        backoff: Callable[[], Backoff],
+    ) -> None:
+        self._intake = intake
+        self._keys = keys
+        self._backoff = backoff
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    async def alongside(
+        self,
+        stream: Coroutine[Any, Any, None],
+        channel: grpc.aio.Channel,
+        peer: int,
+        originator: int,
+    ) -> None:
+        """Runs `stream` (a peer stream) with the checkpoint follower of the same peer and
+        originator; both end together."""
+        if not has_log(originator):
+            await stream
+            return
+        follower = asyncio.create_task(self.run(channel, peer, originator))
+        try:
+            await stream
+        finally:
+            follower.cancel()
+            await asyncio.wait([follower])
+
+    async def run(self, channel: grpc.aio.Channel, peer: int, originator: int) -> None:
+        backoff = self._backoff()
+        bound = log.bind(peer=peer, originator=originator)
+        while True:
+            try:
+                await self._follow(channel, peer, originator)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    bound.info("peer_without_log_api")
+                    return
+                bound.info("checkpoint_stream_failed", code=exc.code().name)
+            await asyncio.sleep(backoff.next_delay())
+
+    async def _follow(self, channel: grpc.aio.Channel, peer: int, originator: int) -> None:
+        subscribe = channel.unary_stream(
+            SUBSCRIBE_CHECKPOINTS,
+            request_serializer=pb.SubscribeCheckpointsRequest.SerializeToString,
+            response_deserializer=pb.SubscribeCheckpointsResponse.FromString,
+        )
+        get_proof = channel.unary_unary(
+            GET_CONSISTENCY_PROOF,
+            request_serializer=pb.GetConsistencyProofRequest.SerializeToString,
+            response_deserializer=pb.GetConsistencyProofResponse.FromString,
+        )
+
+        async def consistency(first: int, second: int) -> list[bytes]:
+            request = pb.GetConsistencyProofRequest(
+                originator_node_id=originator, first_size=first, second_size=second
+            )
+            response = await get_proof(request, timeout=PROOF_TIMEOUT_S)
+            return list(response.proof)
+
+        after = await self._intake.after(originator)
+        request = pb.SubscribeCheckpointsRequest(
+            originator_node_id=originator, after_sequence_id=after
+        )
+        async for response in subscribe(request):
+            for checkpoint in response.checkpoints:
+                key = self._keys().get(originator)
+                if key is None:
+                    continue  # not (or no longer) in the registry: nothing to verify against
+                lock = self._locks.setdefault(originator, asyncio.Lock())
+                async with lock:  # direct and fallback followers of one originator
+                    await self._intake.receive(
+                        checkpoint.SerializeToString(), key, consistency, peer
+                    )

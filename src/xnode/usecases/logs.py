@@ -1,0 +1,299 @@
+"""Committed logs (issue 9): issuing this node's checkpoints, answering proofs and
+fingerprints over any originator's log, and taking in peers' checkpoints.
+
+The store behind `LogPort` keeps leaves per sequence id and builds each tree over the
+contiguous prefix of leaves it holds; everything here works on those trees."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+
+from xnode.core import merkle
+from xnode.core.checkpoints import (
+    Checkpoint,
+    CheckpointError,
+    check_consistent,
+    check_follows,
+    sign_checkpoint,
+    verify_checkpoint,
+)
+from xnode.core.crypto import SigningKey
+from xnode.core.reconciliation import Fingerprint, SequenceRange
+
+log = structlog.get_logger(__name__)
+
+MAX_CHECKPOINTS = 1000  # per GetCheckpoints answer
+MAX_RANGES = 1024  # per GetFingerprints / GetLeaves request
+MAX_LEAVES = 10_000  # per GetLeaves answer
+
+# (tree size, root, previous checkpoint) -> the signed next checkpoint
+IssueSigner = Callable[[int, bytes, Checkpoint | None], Checkpoint]
+
+
+class LogPort(Protocol):
+    """The committed logs the store holds (implemented by xnode.store.logs.LogStore)."""
+
+    async def tree_size(self, originator: int) -> int: ...
+
+    async def perfect(
+        self, originator: int, nodes: Sequence[merkle.Node]
+    ) -> dict[merkle.Node, bytes]: ...
+
+    async def fingerprints(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[Fingerprint]: ...
+
+    async def leaves(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[tuple[int, bytes]]: ...
+
+    async def checkpoints(self, originator: int, after: int, limit: int) -> list[Checkpoint]: ...
+
+    async def latest_checkpoint(self, originator: int) -> Checkpoint | None: ...
+
+    async def checkpoint_at(self, originator: int, tree_size: int) -> Checkpoint | None: ...
+
+    async def add_checkpoint(self, checkpoint: Checkpoint, conflict: str | None = None) -> bool: ...
+
+    async def issue(self, originator: int, sign: IssueSigner) -> Checkpoint | None: ...
+
+
+class NotHeld(LookupError):
+    """What was asked for is beyond the tree this node holds (NOT_FOUND / OUT_OF_RANGE)."""
+
+
+@dataclass(frozen=True)
+class InclusionProof:
+    leaf: bytes
+    tree_size: int
+    proof: list[bytes]
+    checkpoint: Checkpoint | None
+
+
+def _lookup(hashes: dict[merkle.Node, bytes]) -> merkle.PerfectHashes:
+    return lambda level, index: hashes[(level, index)]
+
+
+def _check_ranges(ranges: Sequence[SequenceRange]) -> None:
+    if len(ranges) > MAX_RANGES:
+        raise ValueError(f"{len(ranges)} ranges, the limit is {MAX_RANGES}")
+
+
+class LogQueries:
+    """What LogApi answers, over the port."""
+
+    def __init__(self, port: LogPort, poll_s: float, keepalive_s: float) -> None:
+        self._port = port
+        self._poll_s = poll_s
+        self._keepalive_s = keepalive_s
+
+    async def checkpoints(
+        self, originator: int, after: int, latest: bool, limit: int
+    ) -> list[Checkpoint]:
+        if latest:
+            found = await self._port.latest_checkpoint(originator)
+            return [found] if found is not None else []
+        limit = min(limit or MAX_CHECKPOINTS, MAX_CHECKPOINTS)
+        return await self._port.checkpoints(originator, after, limit)
+
+    async def follow(self, originator: int, after: int) -> AsyncIterator[list[Checkpoint]]:
+        """New checkpoints as they are stored (polled); an empty list when idle for the
+        keepalive interval."""
+        idle_since = time.monotonic()
+        while True:
+            found = await self._port.checkpoints(originator, after, MAX_CHECKPOINTS)
+            if found:
+                after = found[-1].tree_size
+                idle_since = time.monotonic()
+                yield found
+                continue
+            if time.monotonic() - idle_since >= self._keepalive_s:
+                idle_since = time.monotonic()
+                yield []
+            await asyncio.sleep(self._poll_s)
+
+    async def _size(self, originator: int, tree_size: int) -> int:
+        if tree_size == 0:
+            latest = await self._port.latest_checkpoint(originator)
+            if latest is None:
+                raise NotHeld(f"no checkpoint of originator {originator}")
+            return latest.tree_size
+        held = await self._port.tree_size(originator)
+        if tree_size > held:
+            raise NotHeld(f"the tree of originator {originator} held here has {held} leaves")
+        return tree_size
+
+    async def inclusion(self, originator: int, sequence_id: int, tree_size: int) -> InclusionProof:
+        size = await self._size(originator, tree_size)
+        if not 1 <= sequence_id <= size:
+            raise ValueError(f"sequence id {sequence_id} is not in a tree of {size} leaves")
+        index = sequence_id - 1
+        nodes = [(0, index), *merkle.perfect_nodes_for_inclusion(index, size)]
+        hashes = await self._port.perfect(originator, nodes)
+        proof = merkle.inclusion_proof(index, size, _lookup(hashes))
+        checkpoint = await self._port.checkpoint_at(originator, size)
+        return InclusionProof(hashes[(0, index)], size, proof, checkpoint)
+
+    async def consistency(self, originator: int, first: int, second: int) -> list[bytes]:
+        if not 0 < first <= second:
+            raise ValueError(f"no consistency proof from {first} to {second} leaves")
+        await self._size(originator, second)
+        nodes = merkle.perfect_nodes_for_consistency(first, second)
+        hashes = await self._port.perfect(originator, nodes)
+        return merkle.consistency_proof(first, second, _lookup(hashes))
+
+    async def fingerprints(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[Fingerprint]:
+        _check_ranges(ranges)
+        return await self._port.fingerprints(originator, ranges)
+
+    async def leaves(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[tuple[int, bytes]]:
+        _check_ranges(ranges)
+        if sum(r.span for r in ranges) > MAX_LEAVES:
+            raise ValueError(f"ranges span more than {MAX_LEAVES} sequence ids")
+        return await self._port.leaves(originator, ranges)
+
+
+class CheckpointIssuer:
+    """Signs this node's next checkpoint every `every_envelopes` envelopes or every
+    `every_s` seconds, whichever comes first, when its log grew since the last one."""
+
+    def __init__(
+        self,
+        port: LogPort,
+        node_id: int,
+        key: SigningKey,
+        every_envelopes: int,
+        every_s: float,
+        now_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self._port = port
+        self._node_id = node_id
+        self._key = key
+        self._every_envelopes = every_envelopes
+        self._every_s = every_s
+        self._now_ns = now_ns
+        self._pending = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.issued = 0
+
+    def committed(self, count: int) -> None:
+        """This node appended `count` envelopes to its log."""
+        self._pending += count
+        if self._pending >= self._every_envelopes:
+            self._wake.set()
+
+    def _sign(self, size: int, root: bytes, previous: Checkpoint | None) -> Checkpoint:
+        ns = self._now_ns()
+        if previous is not None:
+            ns = max(ns, previous.originator_ns + 1)  # the chain's times grow strictly
+        return sign_checkpoint(self._key, self._node_id, size, root, ns, previous)
+
+    async def issue(self) -> Checkpoint | None:
+        self._pending = 0
+        checkpoint = await self._port.issue(self._node_id, self._sign)
+        if checkpoint is not None:
+            self.issued += 1
+            log.debug("checkpoint_issued", tree_size=checkpoint.tree_size)
+        return checkpoint
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._every_s)
+            self._wake.clear()
+            try:
+                await self.issue()
+            except Exception as exc:  # the store may be down for a while: try again later
+                log.warning("checkpoint_issue_failed", error=str(exc))
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="checkpoint-issuer")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+# (first size, second size) -> the peer's consistency proof between them
+ConsistencyFetch = Callable[[int, int], Awaitable[list[bytes]]]
+
+
+class CheckpointIntake:
+    """Takes in checkpoints of another originator (from a peer): verifies each against the
+    registry key, the previous-hash chain, the last stored checkpoint (consistency) and the
+    leaves held here, then stores it; one that contradicts what is stored is kept aside."""
+
+    def __init__(self, port: LogPort) -> None:
+        self._port = port
+
+    async def after(self, originator: int) -> int:
+        """Where to resume following: the newest accepted checkpoint's tree size."""
+        latest = await self._port.latest_checkpoint(originator)
+        return latest.tree_size if latest is not None else 0
+
+    async def receive(
+        self, signed: bytes, public_key: bytes, consistency: ConsistencyFetch, source: int
+    ) -> Checkpoint | None:
+        """The stored checkpoint, or None when it was rejected or kept aside."""
+        try:
+            checkpoint = verify_checkpoint(signed, public_key)
+        except CheckpointError as exc:
+            log.warning("checkpoint_rejected", peer=source, reason=str(exc))
+            return None
+        previous = await self._port.latest_checkpoint(checkpoint.originator_node_id)
+        if previous is not None and checkpoint.tree_size <= previous.tree_size:
+            same = await self._port.checkpoint_at(
+                checkpoint.originator_node_id, checkpoint.tree_size
+            )
+            if same is not None and same.signed == checkpoint.signed:
+                return None  # already held
+        problem = await self._contradiction(previous, checkpoint, consistency)
+        if problem is not None:
+            await self._port.add_checkpoint(checkpoint, problem)
+            log.error(
+                "checkpoint_conflict",
+                originator=checkpoint.originator_node_id,
+                peer=source,
+                reason=problem,
+                checkpoint="0x" + checkpoint.signed.hex(),
+                stored="0x" + previous.signed.hex() if previous is not None else None,
+            )
+            return None
+        if not await self._port.add_checkpoint(checkpoint):
+            return None
+        return checkpoint
+
+    async def _contradiction(
+        self, previous: Checkpoint | None, checkpoint: Checkpoint, consistency: ConsistencyFetch
+    ) -> str | None:
+        try:
+            check_follows(previous, checkpoint)
+            if previous is not None:
+                proof = await consistency(previous.tree_size, checkpoint.tree_size)
+                check_consistent(previous, checkpoint, proof)
+        except (CheckpointError, merkle.ProofError) as exc:
+            return str(exc)
+        return await self._against_leaves(checkpoint)
+
+    async def _against_leaves(self, checkpoint: Checkpoint) -> str | None:
+        originator, size = checkpoint.originator_node_id, checkpoint.tree_size
+        if await self._port.tree_size(originator) < size:
+            return None  # the leaves are not all here yet
+        hashes = await self._port.perfect(originator, merkle.perfect_nodes_for_root(size))
+        if merkle.range_hash(0, size, _lookup(hashes)) != checkpoint.root:
+            return f"the root at {size} differs from the leaves stored here"
+        return None
