@@ -1,0 +1,60 @@
+"""Helpers for committed-log tests: a LogApi client and waiting on conditions."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import grpc
+
+from xnode.core.checkpoints import Checkpoint, verify_checkpoint
+from xnode.core.envelopes import parse_originator_envelope
+from xnode.core.merkle import leaf_hash
+from xnode_api.logs.v1 import logs_pb2 as pb
+from xnode_api.logs.v1 import logs_pb2_grpc
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 20.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+@asynccontextmanager
+async def log_api(address: str) -> AsyncIterator[logs_pb2_grpc.LogApiStub]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        yield logs_pb2_grpc.LogApiStub(channel)
+
+
+def leaves_of(raws: list[bytes]) -> list[bytes]:
+    """The leaf hashes of signed OriginatorEnvelopes: their signed-over content."""
+    return [leaf_hash(parse_originator_envelope(r).unsigned_raw) for r in raws]
+
+
+async def checkpoints(
+    api: logs_pb2_grpc.LogApiStub, originator: int, public_key: bytes, after: int = 0
+) -> list[Checkpoint]:
+    response = await api.GetCheckpoints(
+        pb.GetCheckpointsRequest(originator_node_id=originator, after_sequence_id=after)
+    )
+    return [verify_checkpoint(c.SerializeToString(), public_key) for c in response.checkpoints]
+
+
+async def checkpoint_at(
+    api: logs_pb2_grpc.LogApiStub, originator: int, public_key: bytes, size: int
+) -> Checkpoint:
+    """Waits for the originator's checkpoint of exactly `size` leaves."""
+    found: list[Checkpoint] = []
+
+    async def issued() -> bool:
+        found[:] = [
+            c for c in await checkpoints(api, originator, public_key) if c.tree_size == size
+        ]
+        return bool(found)
+
+    await eventually(issued)
+    return found[0]

@@ -1,0 +1,139 @@
+"""The log store and checkpoint intake on a real Postgres: trees only over contiguous
+prefixes (replicated logs arrive with gaps), checkpoints that contradict stored leaves kept
+aside, forged ones refused, peers without LogApi left alone."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import grpc
+import pytest
+from structlog.testing import capture_logs
+
+from xnode.api.client import group_message_envelope
+from xnode.core import merkle
+from xnode.core.checkpoints import Checkpoint, envelope_leaf, sign_checkpoint
+from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import (
+    IndexedEnvelope,
+    build_payer_envelope,
+    originate,
+    validate_payer_envelope,
+)
+from xnode.replication.backoff import Backoff
+from xnode.replication.checkpoints import CheckpointFollower
+from xnode.store.envelopes import EnvelopeStore
+from xnode.store.logs import LogStore
+from xnode.usecases.logs import CheckpointIntake, LogQueries
+
+PEER = 200
+KEY = SigningKey.generate()
+PAYER = SigningKey.generate()
+
+
+def signed(sequence_ids: list[int]) -> list[IndexedEnvelope]:
+    out = []
+    for s in sequence_ids:
+        payer = build_payer_envelope(group_message_envelope(b"g" * 16, b"%d" % s), PAYER, PEER)
+        out.append(originate(validate_payer_envelope(payer, PEER), PEER, s, 1000 + s, KEY))
+    return out
+
+
+@pytest.fixture
+async def pool(database: str) -> AsyncIterator[asyncpg.Pool]:
+    async with asyncpg.create_pool(database, min_size=1, max_size=4) as created:
+        yield created
+
+
+async def no_proof(first: int, second: int) -> list[bytes]:
+    raise AssertionError("no consistency proof expected")
+
+
+async def test_the_tree_covers_only_the_contiguous_prefix(pool: asyncpg.Pool) -> None:
+    store, logs = EnvelopeStore(pool), LogStore(pool)
+    envelopes = signed(list(range(1, 8)))
+    leaves = [envelope_leaf(e.raw) for e in envelopes]
+    await store.insert_received([envelopes[i] for i in (0, 1, 3, 4, 6)], "t")
+    assert await logs.tree_size(PEER) == 2  # 3 is missing: 4, 5 and 7 wait
+    queries = LogQueries(logs, 0.05, 1.0)
+    assert await queries.consistency(PEER, 1, 2) == [leaves[1]]
+    with pytest.raises(LookupError):
+        await queries.inclusion(PEER, 1, 4)
+    await store.insert_received([envelopes[2]], "t")
+    assert await logs.tree_size(PEER) == 5
+    await store.insert_received([envelopes[5], envelopes[2]], "t")  # 3 again: idempotent
+    assert await logs.tree_size(PEER) == 7
+    hashes = await logs.perfect(PEER, merkle.perfect_nodes_for_root(7))
+    root = merkle.range_hash(0, 7, lambda level, index: hashes[(level, index)])
+    assert root == merkle.root_of(leaves)
+
+
+async def test_intake_keeps_aside_what_contradicts_the_stored_leaves(pool: asyncpg.Pool) -> None:
+    store, logs = EnvelopeStore(pool), LogStore(pool)
+    envelopes = signed(list(range(1, 5)))
+    await store.insert_received(envelopes, "t")
+    intake = CheckpointIntake(logs)
+    leaves = [envelope_leaf(e.raw) for e in envelopes]
+
+    good = sign_checkpoint(KEY, PEER, 4, merkle.root_of(leaves), 10, None)
+    assert await intake.receive(good.signed, KEY.public_key, no_proof, PEER) == good
+    assert await intake.receive(good.signed, KEY.public_key, no_proof, PEER) is None  # held
+    assert await intake.after(PEER) == 4
+
+    forged = sign_checkpoint(SigningKey.generate(), PEER, 4, bytes(32), 11, None)
+    with capture_logs() as logged:
+        assert await intake.receive(forged.signed, KEY.public_key, no_proof, PEER) is None
+    assert [e["event"] for e in logged] == ["checkpoint_rejected"]
+    assert await logs.conflicts(PEER) == []  # not the originator's: no evidence of anything
+
+    # Signed by the originator, but over other content for sequence id 3: a fork.
+    forked = [*leaves[:2], merkle.leaf_hash(b"other"), leaves[3]]
+    fork = sign_checkpoint(KEY, PEER, 4, merkle.root_of(forked), 12, None)
+    with capture_logs() as logged:
+        assert await intake.receive(fork.signed, KEY.public_key, no_proof, PEER) is None
+    assert [e["event"] for e in logged] == ["checkpoint_conflict"]
+    assert logged[0]["stored"] == "0x" + good.signed.hex()
+    [(kept, reason)] = await logs.conflicts(PEER)
+    assert kept == fork and reason
+    assert await logs.latest_checkpoint(PEER) == good  # the accepted chain is unchanged
+
+
+async def test_intake_checks_consistency_with_the_last_stored_checkpoint(
+    pool: asyncpg.Pool,
+) -> None:
+    logs = LogStore(pool)
+    intake = CheckpointIntake(logs)
+    leaves = [merkle.leaf_hash(bytes([i])) for i in range(9)]
+    first = sign_checkpoint(KEY, PEER, 4, merkle.root_of(leaves[:4]), 10, None)
+    assert await intake.receive(first.signed, KEY.public_key, no_proof, PEER) == first
+
+    def perfect(level: int, index: int) -> bytes:
+        return merkle.root_of(leaves[index << level : (index + 1) << level])
+
+    async def proof(a: int, b: int) -> list[bytes]:
+        return merkle.consistency_proof(a, b, perfect)
+
+    forked = [*leaves]
+    forked[1] = merkle.leaf_hash(b"rewritten")
+    bad: Checkpoint = sign_checkpoint(KEY, PEER, 9, merkle.root_of(forked), 11, first)
+    assert await intake.receive(bad.signed, KEY.public_key, proof, PEER) is None
+    assert len(await logs.conflicts(PEER)) == 1
+    good = sign_checkpoint(KEY, PEER, 9, merkle.root_of(leaves), 12, first)
+    assert await intake.receive(good.signed, KEY.public_key, proof, PEER) == good
+
+
+async def test_a_peer_without_log_api_is_left_alone(pool: asyncpg.Pool) -> None:
+    server = grpc.aio.server()
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    follower = CheckpointFollower(
+        CheckpointIntake(LogStore(pool)), lambda: {PEER: KEY.public_key}, lambda: Backoff(0.1, 1)
+    )
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            with capture_logs() as logged:
+                await follower.run(channel, PEER, PEER)  # returns instead of retrying
+    finally:
+        await server.stop(None)
+    assert [e["event"] for e in logged] == ["peer_without_log_api"]

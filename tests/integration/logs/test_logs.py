@@ -1,0 +1,152 @@
+"""Committed logs on a real Postgres: checkpoints over the published envelopes, inclusion and
+consistency proofs that verify, fingerprints and leaves, replication of checkpoints, leaves
+that outlive pruning."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import grpc
+import pytest
+
+from tests.conftest import Network, NodeSpec, node_settings
+from tests.integration.export.helpers import Item, group, publish, write_plan
+from tests.integration.logs.helpers import (
+    checkpoint_at,
+    checkpoints,
+    leaves_of,
+    log_api,
+)
+from xnode.config import Settings
+from xnode.core import merkle
+from xnode.core.checkpoints import check_chain, check_consistent, check_inclusion
+from xnode.core.reconciliation import Fingerprint
+from xnode.core.topics import TopicKind
+from xnode.export.pruning import apply_plan
+from xnode_api.logs.v1 import logs_pb2 as pb
+
+GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
+FAST = {"log_checkpoint_envelopes": 10, "log_checkpoint_seconds": 0.2}
+LATER = 2**40  # past every retention
+
+
+async def test_checkpoints_commit_the_published_log_and_proofs_verify(
+    start_node: Any, database: str, node_spec: NodeSpec
+) -> None:
+    key = node_spec.keys[100].public_key
+    node = await start_node(**node_settings(database, node_spec, **FAST))
+    first = await publish(node.address, 100, [GROUP] * 37)
+    async with log_api(node.address) as api:
+        small = await checkpoint_at(api, 100, key, 37)
+        assert small.root == merkle.root_of(leaves_of(first))
+        second = await publish(node.address, 100, [GROUP] * 26)
+        large = await checkpoint_at(api, 100, key, 63)
+        leaves = leaves_of(first + second)
+        assert large.root == merkle.root_of(leaves)
+        check_chain(await checkpoints(api, 100, key))  # a history anyone can replay
+
+        for sequence_id in range(1, 64):
+            answer = await api.GetInclusionProof(
+                pb.GetInclusionProofRequest(
+                    originator_node_id=100, sequence_id=sequence_id, tree_size=63
+                )
+            )
+            assert answer.leaf_hash == leaves[sequence_id - 1]
+            assert answer.checkpoint.SerializeToString() == large.signed
+            check_inclusion(large, sequence_id, answer.leaf_hash, list(answer.proof))
+        latest = await api.GetInclusionProof(
+            pb.GetInclusionProofRequest(originator_node_id=100, sequence_id=5)
+        )
+        assert latest.tree_size == 63
+
+        proof = await api.GetConsistencyProof(
+            pb.GetConsistencyProofRequest(originator_node_id=100, first_size=37, second_size=63)
+        )
+        check_consistent(small, large, list(proof.proof))
+
+
+async def test_fingerprints_and_leaves_match_the_log(
+    start_node: Any, database: str, node_spec: NodeSpec
+) -> None:
+    node = await start_node(**node_settings(database, node_spec, **FAST))
+    leaves = leaves_of(await publish(node.address, 100, [GROUP] * 40))
+    ranges = [(1, 40), (3, 17), (18, 18), (35, 90), (41, 50)]
+    request = [pb.SequenceRange(first=f, last=last) for f, last in ranges]
+    async with log_api(node.address) as api:
+        prints = await api.GetFingerprints(
+            pb.GetFingerprintsRequest(originator_node_id=100, ranges=request)
+        )
+        held = await api.GetLeaves(pb.GetLeavesRequest(originator_node_id=100, ranges=request[1:3]))
+        with pytest.raises(grpc.aio.AioRpcError) as bad:
+            await api.GetLeaves(
+                pb.GetLeavesRequest(
+                    originator_node_id=100, ranges=[pb.SequenceRange(first=5, last=2)]
+                )
+            )
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.aio.AioRpcError) as beyond:
+            await api.GetInclusionProof(
+                pb.GetInclusionProofRequest(originator_node_id=100, sequence_id=1, tree_size=41)
+            )
+        assert beyond.value.code() == grpc.StatusCode.NOT_FOUND
+    expected = [Fingerprint.of(leaves[f - 1 : last]) for f, last in ranges]
+    assert [Fingerprint(f.count, f.xor) for f in prints.fingerprints] == expected
+    assert [(leaf.sequence_id, leaf.leaf_hash) for leaf in held.leaves] == [
+        (s, leaves[s - 1]) for s in [*range(3, 18), 18]
+    ]
+
+
+async def test_the_peer_holds_the_originators_checkpoints_and_leaves(
+    start_node: Any, network: Network
+) -> None:
+    key = network.spec.keys[100].public_key
+    a = await start_node(**network.settings(100, **FAST))
+    b = await start_node(**network.settings(200, **FAST))
+    sent = await publish(a.address, 100, [GROUP] * 25)
+    async with log_api(a.address) as on_a:
+        issued = await checkpoint_at(on_a, 100, key, 25)
+    async with log_api(b.address) as on_b:
+        held = await checkpoint_at(on_b, 100, key, 25)
+        assert held.signed == issued.signed
+        answer = await on_b.GetLeaves(
+            pb.GetLeavesRequest(originator_node_id=100, ranges=[pb.SequenceRange(first=1, last=25)])
+        )
+        assert [leaf.leaf_hash for leaf in answer.leaves] == leaves_of(sent)
+        proof = await on_b.GetInclusionProof(
+            pb.GetInclusionProofRequest(originator_node_id=100, sequence_id=7, tree_size=25)
+        )
+        check_inclusion(held, 7, proof.leaf_hash, list(proof.proof))
+        more = await publish(a.address, 100, [GROUP] * 9)
+        later = await checkpoint_at(on_b, 100, key, 34)
+        assert later.root == merkle.root_of(leaves_of(sent + more))
+        check_chain(await checkpoints(on_b, 100, key))
+
+
+async def test_prune_leaves_the_leaves_and_old_roots_stay_checkable(
+    start_node: Any, database: str, node_spec: NodeSpec, tmp_path: Path
+) -> None:
+    key = node_spec.keys[100].public_key
+    node = await start_node(**node_settings(database, node_spec, **FAST))
+    leaves = leaves_of(await publish(node.address, 100, [GROUP] * 20))
+    plan = write_plan(tmp_path / "plan.json", [(100, 1, 20)], LATER)
+    _, result = await apply_plan(Settings(database_dsn=database), plan, show_progress=False)
+    assert result[100].deleted == 20
+    conn = await asyncpg.connect(database)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM originator_envelopes") == 0
+        assert await conn.fetchval("SELECT count(*) FROM log_leaves") == 20
+    finally:
+        await conn.close()
+    async with log_api(node.address) as api:
+        checkpoint = await checkpoint_at(api, 100, key, 20)
+        assert checkpoint.root == merkle.root_of(leaves)
+        for sequence_id in itertools.chain(range(1, 21, 6), [20]):
+            answer = await api.GetInclusionProof(
+                pb.GetInclusionProofRequest(
+                    originator_node_id=100, sequence_id=sequence_id, tree_size=20
+                )
+            )
+            check_inclusion(checkpoint, sequence_id, answer.leaf_hash, list(answer.proof))
