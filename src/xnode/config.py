@@ -110,7 +110,7 @@ class Settings(BaseSettings):
         1000, description="Sign a checkpoint of this node's log after N new envelopes", gt=0
     )
     log_checkpoint_seconds: float = Field(
-        5.0, description="... or after N seconds, when the log grew (README: Committed logs)", gt=0
+        5.0, description="Sign a checkpoint of this node's log every N seconds, when it grew", gt=0
     )
 
     @field_validator("listen_address", "metrics_address")
