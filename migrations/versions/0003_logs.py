@@ -28,8 +28,9 @@ STATEMENTS = [
         fingerprint bigint NOT NULL,
         PRIMARY KEY (originator_node_id, sequence_id)
     )""",
-    # Perfect subtrees of level >= 1 (level 0 is log_leaves): hash of leaves
-    # [node_index * 2^level, (node_index + 1) * 2^level). Any root or proof is built from these.
+    # Perfect subtrees of level >= 4 (xnode.store.logs.STORED_MIN_LEVEL; lower ones are hashed
+    # from their leaves): hash of leaves [node_index * 2^level, (node_index + 1) * 2^level).
+    # Any root or proof is built from these and log_leaves.
     """CREATE TABLE log_nodes (
         originator_node_id integer NOT NULL,
         level smallint NOT NULL,

@@ -3,7 +3,7 @@ and signing (3.2.1). Pure: protobuf values in, protobuf bytes out."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 
@@ -19,6 +19,7 @@ from xnode.core.crypto import (
 )
 from xnode.core.cursors import Cursor, out_of_range
 from xnode.core.errors import Reason, Rejected
+from xnode.core.merkle import leaf_hash
 from xnode.core.retention import expiry_unixtime
 from xnode.core.topics import KIND_OF_PAYLOAD, Topic, TopicError
 
@@ -201,6 +202,8 @@ class IndexedEnvelope:
     expiry: int
     payer_address: bytes | None
     raw: bytes
+    # merkle.leaf_hash of the signed content (xnode.core.checkpoints), when already computed
+    leaf: bytes = field(default=b"", compare=False)
 
     def stored(self) -> StoredEnvelope:
         return StoredEnvelope(
@@ -225,7 +228,14 @@ def originate(
         originator_signature=signature_pb2.RecoverableEcdsaSignature(bytes=signature),
     ).SerializeToString()
     return IndexedEnvelope(
-        node_id, sequence_id, originator_ns, payer.topic.raw, expiry, payer.payer_address, raw
+        node_id,
+        sequence_id,
+        originator_ns,
+        payer.topic.raw,
+        expiry,
+        payer.payer_address,
+        raw,
+        leaf_hash(unsigned),
     )
 
 

@@ -21,6 +21,7 @@ from xnode.core.envelopes import (
     validate_payer_envelope,
 )
 from xnode.core.errors import Rejected
+from xnode.core.merkle import leaf_hash
 from xnode.core.retention import DEFAULT_RETENTION_SECONDS
 
 MAX_FUTURE_NS = 5 * 60 * NS_PER_SECOND
@@ -93,6 +94,7 @@ def verify_envelope(raw: bytes, keys: Mapping[int, bytes], expected_originator: 
         env.expiry,
         payer.payer_address,
         raw,
+        leaf_hash(env.unsigned_raw),  # in the verifying thread, off the event loop
     )
 
 

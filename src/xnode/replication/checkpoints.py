@@ -67,6 +67,8 @@ class CheckpointFollower:
                     bound.info("peer_without_log_api")
                     return
                 bound.info("checkpoint_stream_failed", code=exc.code().name)
+            except Exception as exc:  # e.g. the store is down: the envelopes carry on anyway
+                bound.warning("checkpoint_follow_failed", error=repr(exc))
             await asyncio.sleep(backoff.next_delay())
 
     async def _follow(self, channel: grpc.aio.Channel, peer: int, originator: int) -> None:

@@ -19,6 +19,9 @@ from xnode.core.reconciliation import Fingerprint, SequenceRange, fingerprint_pa
 from xnode.usecases.logs import IssueSigner
 
 EXTEND_CHUNK = 10_000
+# Perfect subtrees below this level are not stored but hashed from their (at most 8) leaves
+# when a root or proof needs them: a log then adds about 1 + 1/16 rows per envelope, not 2.
+STORED_MIN_LEVEL = 4
 # Serializes checkpoint issuing per originator across processes sharing the database.
 _ISSUE_LOCK = 0x6C6F6773  # "logs"
 
@@ -79,7 +82,7 @@ def leaf_columns(envelopes: Sequence[IndexedEnvelope]) -> LeafColumns:
     columns: LeafColumns = ([], [], [], [])
     for e in envelopes:
         if has_log(e.originator_node_id):
-            leaf = envelope_leaf(e.raw)
+            leaf = e.leaf or envelope_leaf(e.raw)
             columns[0].append(e.originator_node_id)
             columns[1].append(e.sequence_id)
             columns[2].append(leaf)
@@ -90,21 +93,33 @@ def leaf_columns(envelopes: Sequence[IndexedEnvelope]) -> LeafColumns:
 def node_columns(
     completed: Sequence[tuple[int, int, bytes]],
 ) -> tuple[list[int], list[int], list[bytes]]:
-    """log_nodes columns of what `Frontier.append` completed, leaves (level 0) left out."""
-    inner = [c for c in completed if c[0] > 0]
+    """log_nodes columns of what `Frontier.append` completed, low levels left out."""
+    inner = [c for c in completed if c[0] >= STORED_MIN_LEVEL]
     return [c[0] for c in inner], [c[1] for c in inner], [c[2] for c in inner]
+
+
+def _leaves_under(node: merkle.Node) -> list[merkle.Node]:
+    level, index = node
+    return [(0, i) for i in range(index << level, (index + 1) << level)]
 
 
 async def perfect_hashes(
     conn: asyncpg.Connection | asyncpg.Pool, originator: int, nodes: Sequence[merkle.Node]
 ) -> dict[merkle.Node, bytes]:
+    """The hashes of perfect subtrees, stored or hashed from their leaves, in one query."""
     if not nodes:
         return {}
-    rows = await conn.fetch(_PERFECT, originator, [n[0] for n in nodes], [n[1] for n in nodes])
+    low = [n for n in nodes if 0 < n[0] < STORED_MIN_LEVEL]
+    fetch = {n: None for n in nodes if n not in low}
+    fetch.update((leaf, None) for n in low for leaf in _leaves_under(n))
+    keys = list(fetch)
+    rows = await conn.fetch(_PERFECT, originator, [n[0] for n in keys], [n[1] for n in keys])
     found = {(r[0], r[1]): r[2] for r in rows if r[2] is not None}
-    missing = [n for n in nodes if n not in found]
+    missing = [n for n in keys if n not in found]
     if missing:
         raise merkle.ProofError(f"log {originator} lacks tree nodes {missing[:4]}")
+    for n in low:
+        found[n] = merkle.root_of([found[leaf] for leaf in _leaves_under(n)])
     return found
 
 

@@ -16,7 +16,7 @@ from xnode_api.logs.v1 import logs_pb2 as pb
 from xnode_api.logs.v1 import logs_pb2_grpc
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 20.0) -> None:
+async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 30.0) -> None:
     deadline = time.monotonic() + within_s
     while not await check():
         if time.monotonic() > deadline:

@@ -13,6 +13,7 @@ from structlog.testing import capture_logs
 
 from xnode.api.client import group_message_envelope
 from xnode.core import merkle
+from xnode.core.backoff import Backoff
 from xnode.core.checkpoints import Checkpoint, envelope_leaf, sign_checkpoint
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import (
@@ -21,7 +22,6 @@ from xnode.core.envelopes import (
     originate,
     validate_payer_envelope,
 )
-from xnode.replication.backoff import Backoff
 from xnode.replication.checkpoints import CheckpointFollower
 from xnode.store.envelopes import EnvelopeStore
 from xnode.store.logs import LogStore

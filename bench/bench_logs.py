@@ -1,0 +1,215 @@
+"""Committed-logs benchmark (issue 9): publish throughput with committed logs (leaves, tree
+nodes, checkpoints) on vs off, and inclusion-proof latency over a log of 1M leaves, each
+printed beside its bound.
+
+    .venv/bin/python bench/bench_logs.py [--seconds 10] [--rounds 2] [--leaves 1000000]
+
+"Off" is the node as it was before committed logs (`--baseline`, default: the parent of the
+commit that added migrations/versions/0003_logs.py), run from a `git archive` of that
+revision; "on" is this tree with default settings. Rounds alternate off/on on one Postgres
+cluster (fsync on), a fresh database each. Inclusion proofs are measured at the database +
+use case level (`LogQueries.inclusion` over `LogStore`, one pool, no gRPC): the tree is
+loaded with COPY, then proofs for random sequence ids are asked against the checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from io import BytesIO
+from pathlib import Path
+
+import asyncpg
+from bench_node import NODE, percentile, publish_batches, publish_singles, row
+
+from xnode.core import merkle
+from xnode.core.checkpoints import check_inclusion, sign_checkpoint
+from xnode.core.crypto import SigningKey
+from xnode.core.reconciliation import fingerprint_part
+from xnode.core.registry import NodeEntry, Registry
+from xnode.devtools.devnet import wait_serving
+from xnode.devtools.postgres import PgCluster, free_port, start_cluster
+from xnode.store.logs import LogStore
+from xnode.store.migrate import upgrade_to_head
+from xnode.usecases.logs import LogQueries
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def git(*args: str) -> bytes:
+    return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True).stdout
+
+
+def default_baseline() -> str:
+    added = git("log", "--diff-filter=A", "--format=%H", "--", "migrations/versions/0003_logs.py")
+    first = added.split()[-1].decode()
+    return f"{first}^"
+
+
+def checkout(revision: str, into: Path) -> Path:
+    """src/ and migrations/ of `revision` (the node finds its migrations beside src/)."""
+    archive = git("archive", "--format=tar", revision, "src", "migrations")
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into / "src"
+
+
+def start_node(
+    cluster: PgCluster, work: Path, key: SigningKey, name: str, src: Path
+) -> tuple[subprocess.Popen[bytes], str]:
+    cluster.create_database(name)
+    nodes = work / "nodes.json"
+    nodes.write_text(Registry([NodeEntry(NODE, key.public_key, "")]).to_json())
+    address = f"127.0.0.1:{free_port()}"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(src),
+        "XNODE_LISTEN_ADDRESS": address,
+        "XNODE_DATABASE_DSN": cluster.dsn(name),
+        "XNODE_SIGNER_KEY": key.hex(),
+        "XNODE_NODES_FILE": str(nodes),
+        "XNODE_METRICS_ADDRESS": "",
+        "XNODE_LOG_LEVEL": "warning",
+    }
+    proc = subprocess.Popen([sys.executable, "-m", "xnode.cli", "run"], env=env)
+    if not wait_serving(address, 120):
+        proc.kill()
+        raise SystemExit(f"node {name} did not start")
+    return proc, address
+
+
+async def publish_round(
+    cluster: PgCluster, work: Path, name: str, src: Path, seconds: float
+) -> tuple[float, float, int]:
+    proc, address = await asyncio.to_thread(
+        start_node, cluster, work, SigningKey.generate(), name, src
+    )
+    try:
+        batched = await publish_batches(address, seconds)
+        singles = await publish_singles(address, seconds)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    conn = await asyncpg.connect(cluster.dsn(name))
+    try:
+        exists = await conn.fetchval("SELECT to_regclass('log_checkpoints') IS NOT NULL")
+        issued = await conn.fetchval("SELECT count(*) FROM log_checkpoints") if exists else 0
+    finally:
+        await conn.close()
+    return batched, singles, issued
+
+
+# --- inclusion proofs over 1M leaves ---------------------------------------------------------
+
+
+def build_tree(
+    n: int,
+) -> tuple[list[tuple[int, int, bytes, int]], list[tuple[int, int, int, bytes]], bytes]:
+    frontier = merkle.Frontier()
+    leaves, nodes = [], []
+    for i in range(n):
+        leaf = merkle.leaf_hash(i.to_bytes(8, "big") + b"bench")
+        leaves.append((NODE, i + 1, leaf, fingerprint_part(leaf)))
+        nodes += [(NODE, lvl, idx, h) for lvl, idx, h in frontier.append(leaf) if lvl > 0]
+    return leaves, nodes, frontier.root()
+
+
+async def load_tree(dsn: str, n: int, key: SigningKey) -> float:
+    started = time.perf_counter()
+    leaves, nodes, root = await asyncio.to_thread(build_tree, n)
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.copy_records_to_table("log_leaves", records=leaves)
+        await conn.copy_records_to_table("log_nodes", records=nodes)
+        await conn.execute("INSERT INTO log_trees VALUES ($1, $2)", NODE, n)
+        c = sign_checkpoint(key, NODE, n, root, time.time_ns(), None)
+        await conn.execute(
+            "INSERT INTO log_checkpoints (originator_node_id, tree_size, root, originator_ns,"
+            " previous_hash, signed) VALUES ($1, $2, $3, $4, $5, $6)",
+            NODE, n, c.root, c.originator_ns, c.previous_hash, c.signed,
+        )  # fmt: skip
+        await conn.execute("VACUUM ANALYZE log_leaves, log_nodes, log_checkpoints")
+    finally:
+        await conn.close()
+    return time.perf_counter() - started
+
+
+async def inclusion_latency(dsn: str, n: int, proofs: int) -> list[float]:
+    async with asyncpg.create_pool(
+        dsn, min_size=1, max_size=1, server_settings={"jit": "off"}
+    ) as pool:
+        queries = LogQueries(LogStore(pool), 1.0, 30.0)
+        for _ in range(200):  # warm the connection's prepared statements and the cache
+            await queries.inclusion(NODE, random.randint(1, n), 0)
+        took = []
+        for _ in range(proofs):
+            sequence_id = random.randint(1, n)
+            started = time.perf_counter()
+            found = await queries.inclusion(NODE, sequence_id, 0)
+            took.append(time.perf_counter() - started)
+            assert found.checkpoint is not None
+            check_inclusion(found.checkpoint, sequence_id, found.leaf, found.proof)
+        return took
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--leaves", type=int, default=1_000_000)
+    parser.add_argument("--proofs", type=int, default=5000)
+    parser.add_argument("--baseline", default=None, help="git revision without committed logs")
+    args = parser.parse_args()
+    baseline = args.baseline or default_baseline()
+    work = Path(tempfile.mkdtemp(prefix="xnode-bench-logs-"))
+    work.chmod(0o755)
+    cluster = start_cluster(work / "pg", fsync=True)
+    try:
+        off_src = checkout(baseline, work / "baseline")
+        on_src = ROOT / "src"
+        short = git("rev-parse", "--short", baseline).decode().strip()
+        print(f"machine: {os.cpu_count()} cores; off = {short}, on = this tree; ", end="")
+        print(f"{args.seconds} s per measure, {args.rounds} rounds")
+        results: dict[str, list[tuple[float, float, int]]] = {"off": [], "on": []}
+        for r in range(args.rounds):
+            for label, src in (("off", off_src), ("on", on_src)):
+                results[label].append(
+                    await publish_round(cluster, work, f"{label}{r}", src, args.seconds)
+                )
+                b, s, issued = results[label][-1]
+                print(
+                    f"  round {r} {label}: batches {b:,.0f} env/s, singles {s:,.0f} env/s,", end=""
+                )
+                print(f" checkpoints issued {issued}", flush=True)
+        print("| measure | off | on | on / off | bound |\n|---|---|---|---|---|")
+        for i, what in enumerate(
+            ["publish, batches of 100, 8 callers", "publish, single envelopes, 64 callers"]
+        ):
+            off = sum(x[i] for x in results["off"]) / args.rounds
+            on = sum(x[i] for x in results["on"]) / args.rounds
+            row(f"{what} (env/s)", f"{off:,.0f}", f"{on:,.0f}", f"{on / off:.3f}", ">= 0.95")
+
+        cluster.create_database("proofs")
+        await asyncio.to_thread(upgrade_to_head, cluster.dsn("proofs"))
+        load_s = await load_tree(cluster.dsn("proofs"), args.leaves, SigningKey.generate())
+        print(f"(built and loaded a tree of {args.leaves:,} leaves in {load_s:.1f} s)")
+        took = await inclusion_latency(cluster.dsn("proofs"), args.leaves, args.proofs)
+        p50, p99 = percentile(took, 50) * 1e3, percentile(took, 99) * 1e3
+        print("| measure | result | bound |\n|---|---|---|")
+        print(f"| inclusion proof, {args.leaves:,} leaves, p50 | {p50:.3f} ms | |")
+        print(f"| inclusion proof, {args.leaves:,} leaves, p99 | {p99:.3f} ms | <= 2 ms |")
+    finally:
+        cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
