@@ -74,6 +74,12 @@ SELECT pg_notify($11, $12)
 THREAD_SIGNING_MIN = 32
 
 
+class _Growing(Frontier):
+    """A copy of the tree's frontier being grown by a batch, with the nodes it completed."""
+
+    completed: list[tuple[int, int, bytes]]
+
+
 def _timestamps(count: int, last_ns: int, now_ns: int) -> list[int]:
     """Strictly increasing originator timestamps, even if the wall clock steps back."""
     first = max(now_ns, last_ns + 1)
@@ -87,14 +93,20 @@ async def _sign(
     last_ns: int,
     now_ns: int,
     key: SigningKey,
+    frontier: _Growing | None = None,
 ) -> list[IndexedEnvelope]:
+    """Signs the batch; with a frontier, also appends the batch's leaves to it (in the same
+    worker thread for large batches: hashing is CPU the event loop need not spend)."""
     stamps = _timestamps(len(batch), last_ns, now_ns)
 
     def sign_all() -> list[IndexedEnvelope]:
-        return [
+        signed = [
             originate(payer, node_id, last_seq + 1 + i, stamps[i], key)
             for i, payer in enumerate(batch)
         ]
+        if frontier is not None:
+            frontier.completed = [n for e in signed for n in frontier.append(e.leaf)]
+        return signed
 
     if len(batch) >= THREAD_SIGNING_MIN:
         return await asyncio.to_thread(sign_all)
@@ -200,11 +212,10 @@ class Sequencer:
     ) -> list[IndexedEnvelope] | None:
         assert self._last is not None and self._frontier is not None
         last_seq, last_ns = self._last
-        signed = await _sign(batch, self._node_id, last_seq, last_ns, now_ns, self._key)
-        leaves = leaf_columns(signed)
-        arguments = _arguments(signed, self._node_id, self._notice, leaves)
-        frontier = Frontier(self._frontier.size, list(self._frontier.peaks))
-        nodes = node_columns([node for leaf in leaves[2] for node in frontier.append(leaf)])
+        frontier = _Growing(self._frontier.size, list(self._frontier.peaks))
+        signed = await _sign(batch, self._node_id, last_seq, last_ns, now_ns, self._key, frontier)
+        arguments = _arguments(signed, self._node_id, self._notice, leaf_columns(signed))
+        nodes = node_columns(frontier.completed)
         row = await self._pool.fetchrow(_CLAIM_AND_APPEND, *arguments, last_seq, *nodes)
         assert row is not None
         if row[0] != len(signed):
