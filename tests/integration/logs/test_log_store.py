@@ -23,8 +23,8 @@ from xnode.core.envelopes import (
     validate_payer_envelope,
 )
 from xnode.replication.checkpoints import CheckpointFollower
-from xnode.store.envelopes import EnvelopeStore
 from xnode.store.logs import LogStore
+from xnode.store.replication import ReplicationStore
 from xnode.usecases.logs import CheckpointIntake, LogQueries
 
 PEER = 200
@@ -51,7 +51,7 @@ async def no_proof(first: int, second: int) -> list[bytes]:
 
 
 async def test_the_tree_covers_only_the_contiguous_prefix(pool: asyncpg.Pool) -> None:
-    store, logs = EnvelopeStore(pool), LogStore(pool)
+    store, logs = ReplicationStore(pool), LogStore(pool)
     envelopes = signed(list(range(1, 8)))
     leaves = [envelope_leaf(e.raw) for e in envelopes]
     await store.insert_received([envelopes[i] for i in (0, 1, 3, 4, 6)], "t")
@@ -70,7 +70,7 @@ async def test_the_tree_covers_only_the_contiguous_prefix(pool: asyncpg.Pool) ->
 
 
 async def test_intake_keeps_aside_what_contradicts_the_stored_leaves(pool: asyncpg.Pool) -> None:
-    store, logs = EnvelopeStore(pool), LogStore(pool)
+    store, logs = ReplicationStore(pool), LogStore(pool)
     envelopes = signed(list(range(1, 5)))
     await store.insert_received(envelopes, "t")
     intake = CheckpointIntake(logs)

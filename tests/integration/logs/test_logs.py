@@ -20,12 +20,12 @@ from tests.integration.logs.helpers import (
     leaves_of,
     log_api,
 )
+from xnode.commands.prune import apply_plan
 from xnode.config import Settings
 from xnode.core import merkle
 from xnode.core.checkpoints import check_chain, check_consistent, check_inclusion
 from xnode.core.reconciliation import Fingerprint
 from xnode.core.topics import TopicKind
-from xnode.export.pruning import apply_plan
 from xnode_api.logs.v1 import logs_pb2 as pb
 
 GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
