@@ -11,6 +11,8 @@ from typing import Any
 import asyncpg
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tests.conftest import Network, NodeSpec, node_settings
 from tests.integration.export.helpers import Item, group, publish, write_plan
@@ -20,6 +22,7 @@ from tests.integration.logs.helpers import (
     leaves_of,
     log_api,
 )
+from xnode.api.logs import SERVICE_NAME
 from xnode.commands.prune import apply_plan
 from xnode.config import Settings
 from xnode.core import merkle
@@ -66,6 +69,22 @@ async def test_checkpoints_commit_the_published_log_and_proofs_verify(
             pb.GetConsistencyProofRequest(originator_node_id=100, first_size=37, second_size=63)
         )
         check_consistent(small, large, list(proof.proof))
+
+
+async def test_log_api_is_in_health_and_reflection(
+    start_node: Any, database: str, node_spec: NodeSpec
+) -> None:
+    node = await start_node(**node_settings(database, node_spec))
+    async with grpc.aio.insecure_channel(node.address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        answer = await health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME))
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        async for response in reflection.ServerReflectionInfo(iter([request])):
+            names = [s.name for s in response.list_services_response.service]
+            assert SERVICE_NAME in names
+            break
 
 
 async def test_fingerprints_and_leaves_match_the_log(
