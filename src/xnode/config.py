@@ -106,8 +106,10 @@ class Settings(BaseSettings):
     replication_verify_threads: int = Field(
         2, description="Threads verifying signatures of envelopes received from peers", ge=1
     )
+    # A checkpoint costs ~1.5 ms of CPU (docs/benchmarks.md): every 1,000 envelopes that was
+    # ~2% of a fast node's publish CPU; below ~2,000 env/s the 5 s timer comes first anyway.
     log_checkpoint_envelopes: int = Field(
-        1000, description="Sign a checkpoint of this node's log after N new envelopes", gt=0
+        10_000, description="Sign a checkpoint of this node's log after N new envelopes", gt=0
     )
     log_checkpoint_seconds: float = Field(
         5.0, description="Sign a checkpoint of this node's log every N seconds, when it grew", gt=0
