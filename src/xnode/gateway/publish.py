@@ -1,0 +1,251 @@
+"""PublishClientEnvelopes: sign each ClientEnvelope for its topic's preferred originator and
+forward it there, failing over to the next preferred node while one is unavailable.
+
+Envelopes are sent in request order as runs of consecutive envelopes bound for one node, one
+PublishPayerEnvelopes call per run, each run after the previous one answered. So the answer
+keeps the request's order, and when a run fails, everything before it is stored and nothing
+after it was sent. The answer is given only after every node answered, i.e. after every
+envelope is durable on its originator (or, for commits and identity updates, on the chain)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import structlog
+from google.protobuf.message import DecodeError
+
+from xmtp.identity.associations import signature_pb2
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xnode.api.errors import CURSOR_TRAILER, STATUS_OF
+from xnode.crypto import SigningKey, payer_digest
+from xnode.envelopes import validate_payer_envelope
+from xnode.errors import Rejected
+from xnode.gateway.channels import NodeChannels, UnusableUrl
+from xnode.gateway.routing import available_nodes, failover_order
+from xnode.gateway.visibility import wait_visible
+from xnode.registry import NodeEntry, Registry, RegistrySource
+from xnode.topics import Topic, TopicError
+
+log = structlog.get_logger(__name__)
+
+PUBLISH_METHOD = "/xmtp.xmtpv4.message_api.PublishApi/PublishPayerEnvelopes"
+MAX_ENVELOPES = 1000  # what one node takes in one request
+# Our node names the failing envelope of a batch like this; the gateway renames it to the
+# client's index.
+_NODE_INDEX = re.compile(r"^payer_envelopes\[(\d+)\]: ")
+
+
+@dataclass
+class GatewayError(Exception):
+    """A refusal for the client: the status, a message, and trailers to pass on."""
+
+    code: grpc.StatusCode
+    message: str
+    trailers: tuple[tuple[str, str | bytes], ...] = ()
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class _Planned:
+    """One client envelope: its bytes as received and the nodes it may go to, best first."""
+
+    index: int
+    raw: bytes
+    candidates: list[int] = field(default_factory=list)
+
+    def target(self, excluded: set[int]) -> int | None:
+        return next((n for n in self.candidates if n not in excluded), None)
+
+
+class _NodeUnavailable(Exception):
+    def __init__(self, node_id: int, detail: str) -> None:
+        super().__init__(detail)
+        self.node_id = node_id
+        self.detail = detail
+
+
+def sign_for(
+    raw_client_envelope: bytes, key: SigningKey, target: int, retention_days: int
+) -> envelopes_pb2.PayerEnvelope:
+    return envelopes_pb2.PayerEnvelope(
+        unsigned_client_envelope=raw_client_envelope,
+        payer_signature=signature_pb2.RecoverableEcdsaSignature(
+            bytes=key.sign(payer_digest(target, raw_client_envelope))
+        ),
+        target_originator=target,
+        message_retention_days=retention_days,
+    )
+
+
+def _invalid(index: int, detail: str) -> GatewayError:
+    return GatewayError(grpc.StatusCode.INVALID_ARGUMENT, f"envelopes[{index}]: {detail}")
+
+
+class Publisher:
+    def __init__(
+        self,
+        registry: RegistrySource,
+        key: SigningKey,
+        channels: NodeChannels,
+        timeout_s: float,
+        retention_days: int = 0,
+        visibility_s: float = 0.0,
+    ) -> None:
+        self._registry = registry
+        self._key = key
+        self._channels = channels
+        self._timeout_s = timeout_s
+        self._retention_days = retention_days
+        self._visibility_s = visibility_s
+
+    async def publish(self, raws: Sequence[bytes]) -> list[bytes]:
+        """Serialized OriginatorEnvelopes, one per client envelope, in request order."""
+        if not raws:
+            raise GatewayError(grpc.StatusCode.INVALID_ARGUMENT, "envelopes is empty")
+        if len(raws) > MAX_ENVELOPES:
+            raise GatewayError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{len(raws)} envelopes in one request, the limit is {MAX_ENVELOPES}",
+            )
+        registry = self._registry.current()
+        nodes = available_nodes(registry)
+        planned = [self._plan(i, raw, nodes) for i, raw in enumerate(raws)]
+        answers = await self._send_runs(planned, registry)
+        await wait_visible(self._channels, nodes, answers, self._visibility_s)
+        return answers
+
+    def _plan(self, index: int, raw: bytes, nodes: list[NodeEntry]) -> _Planned:
+        client = envelopes_pb2.ClientEnvelope()
+        try:
+            client.ParseFromString(raw)
+        except DecodeError as exc:
+            raise _invalid(index, f"does not decode as a ClientEnvelope: {exc}") from None
+        if not client.HasField("aad"):
+            raise _invalid(index, "client envelope has no authenticated data (aad)")
+        try:
+            topic = Topic.parse(client.aad.target_topic)
+        except TopicError as exc:
+            raise _invalid(index, f"aad.target_topic: {exc}") from None
+        candidates = self._candidates(index, client.aad.target_originator, topic, nodes)
+        # The node's own stateless rules, checked here so a bad envelope is refused before
+        # anything of the request is sent.
+        try:
+            validate_payer_envelope(self._sign(raw, candidates[0]), candidates[0])
+        except Rejected as exc:
+            raise GatewayError(STATUS_OF[exc.reason], f"envelopes[{index}]: {exc.detail}") from None
+        return _Planned(index, raw, candidates)
+
+    def _candidates(
+        self, index: int, pinned: int, topic: Topic, nodes: list[NodeEntry]
+    ) -> list[int]:
+        if pinned:
+            # XIP-49 3.3.2: a payer forwards a payload to the originator its AAD names.
+            if pinned not in {n.node_id for n in nodes}:
+                raise _invalid(
+                    index, f"aad.target_originator {pinned} is not an enabled node of the registry"
+                )
+            return [pinned]
+        order = failover_order(topic.raw, nodes)
+        if not order:
+            raise GatewayError(
+                grpc.StatusCode.UNAVAILABLE, "the registry lists no enabled node; retry later"
+            )
+        # Nodes that just failed go last: they are still tried before giving up.
+        return sorted(order, key=self._channels.recently_down)
+
+    def _sign(self, raw: bytes, target: int) -> envelopes_pb2.PayerEnvelope:
+        return sign_for(raw, self._key, target, self._retention_days)
+
+    async def _send_runs(self, planned: list[_Planned], registry: Registry) -> list[bytes]:
+        answers: list[bytes] = []
+        excluded: set[int] = set()
+        unavailable: dict[int, str] = {}
+        start = 0
+        while start < len(planned):
+            target = planned[start].target(excluded)
+            if target is None:
+                tried = "; ".join(f"node {n}: {d}" for n, d in unavailable.items())
+                raise GatewayError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"envelopes[{start}]: no node could take it ({tried}); retry later"
+                    + _stored_note(start),
+                )
+            end = start + 1
+            while end < len(planned) and planned[end].target(excluded) == target:
+                end += 1
+            try:
+                answers += await self._send(target, planned[start:end], registry, start)
+            except _NodeUnavailable as exc:
+                log.warning("gateway_node_unavailable", node_id=target, error=exc.detail)
+                self._channels.mark_down(target)
+                excluded.add(target)
+                unavailable[target] = exc.detail
+                continue
+            self._channels.mark_up(target)
+            start = end
+        return answers
+
+    async def _send(
+        self, node_id: int, run: list[_Planned], registry: Registry, start: int
+    ) -> list[bytes]:
+        entry = registry.get(node_id)
+        assert entry is not None, "candidates come from this registry"
+        try:
+            channel = self._channels.channel(entry.http_address)
+        except UnusableUrl as exc:
+            raise _NodeUnavailable(node_id, str(exc)) from None
+        call = channel.unary_unary(
+            PUBLISH_METHOD,
+            request_serializer=api.PublishPayerEnvelopesRequest.SerializeToString,
+            response_deserializer=api.PublishPayerEnvelopesResponse.FromString,
+        )
+        request = api.PublishPayerEnvelopesRequest(
+            payer_envelopes=[self._sign(p.raw, node_id) for p in run]
+        )
+        try:
+            response = await call(request, timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise _node_error(node_id, exc, start, len(run)) from None
+        got = [e.SerializeToString() for e in response.originator_envelopes]
+        if len(got) != len(run):
+            log.error("gateway_node_answer_mismatch", node_id=node_id, sent=len(run), got=len(got))
+            raise GatewayError(
+                grpc.StatusCode.INTERNAL,
+                f"node {node_id} answered {len(got)} envelopes for {len(run)} sent"
+                + _stored_note(start),
+            )
+        return got
+
+
+def _stored_note(start: int) -> str:
+    return f" (envelopes before index {start} were published)" if start else ""
+
+
+def _node_error(node_id: int, exc: grpc.aio.AioRpcError, start: int, count: int) -> BaseException:
+    code, detail = exc.code(), exc.details() or ""
+    if code is grpc.StatusCode.UNAVAILABLE:
+        return _NodeUnavailable(node_id, detail)
+    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        # The node may have stored them: sending them elsewhere could publish them twice.
+        return GatewayError(
+            code,
+            f"node {node_id} did not answer in time; envelopes[{start}:{start + count}] "
+            "may or may not have been published" + _stored_note(start),
+        )
+    match = _NODE_INDEX.match(detail)
+    if match:
+        detail = f"envelopes[{start + int(match.group(1))}]: {detail[match.end() :]}"
+    else:
+        detail = f"envelopes[{start}:{start + count}]: {detail}"
+    # The node's cursor (ABORTED, depends_on ahead) lets the client see how far it is.
+    metadata: Any = exc.trailing_metadata() or ()
+    trailers = tuple((str(k), v) for k, v in metadata if k == CURSOR_TRAILER)
+    log.info("gateway_publish_refused", node_id=node_id, code=code.name, detail=detail)
+    return GatewayError(code, f"{detail} (node {node_id})" + _stored_note(start), trailers)
