@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xnode.crypto import SigningKey
+from xnode.devtools.devgateway import GATEWAY_PORT, spawn_gateway
 from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_cluster
 from xnode.registry import NodeEntry, Registry
 
@@ -60,6 +61,13 @@ def _port_or_free(preferred: int) -> int:
             return preferred
         except OSError:
             return free_port()
+
+
+def gateway_key_file(state: Path) -> Path:
+    """The gateway's payer key, made on the first run."""
+    path = state / "gateway.key"
+    load_key(path)
+    return path
 
 
 def load_key(path: Path) -> SigningKey:
@@ -233,13 +241,24 @@ def run_devnet(args: argparse.Namespace) -> int:
                 "XNODE_NODES_FILE": str(write_registry_file(state, nodes)),
             }
         processes = [_spawn(n, registry_env, state) for n in nodes]
-        with console.status(f"starting {len(nodes)} node(s)"):
-            for node, proc in zip(nodes, processes, strict=True):
-                if not wait_serving(node.address) or proc.poll() is not None:
-                    console.print(f"[red]node {node.node_id} did not start; see its log")
+        gateway = f"127.0.0.1:{_port_or_free(GATEWAY_PORT)}"
+        processes.append(spawn_gateway(state, gateway, gateway_key_file(state), registry_env))
+        with console.status(f"starting {len(nodes)} node(s) and the gateway"):
+            for name, address, proc in [
+                *(
+                    (f"node {n.node_id}", n.address, p)
+                    for n, p in zip(nodes, processes, strict=False)
+                ),
+                ("the gateway", gateway, processes[-1]),
+            ]:
+                if not wait_serving(address) or proc.poll() is not None:
+                    console.print(f"[red]{name} did not start; see its log in {state}")
                     return 1
-        (state / "devnet.json").write_text(_describe(nodes, cluster, chain.describe()))
+        description = json.loads(_describe(nodes, cluster, chain.describe()))
+        description["gateway"] = {"address": gateway, "url": f"http://{gateway}"}
+        (state / "devnet.json").write_text(json.dumps(description, indent=2))
         _print_table(nodes, cluster, chain.url, state)
+        console.print(f"Gateway (PayerApi): http://{gateway}  log: {state}/gateway.log")
         while not stop_requested:
             if any(p.poll() is not None for p in processes):
                 console.print("[red]a node exited; stopping the network (see its log)")
