@@ -7,7 +7,7 @@ there: a member validating a commit fetches the identity updates it names and fa
 commit for good (MissingIdentityUpdate) when its node has not indexed them yet. So before
 answering, the gateway waits, for a bounded time, until the reachable nodes serve the chain
 payloads of the answer. Nodes that stay behind are logged and do not fail the publish: the
-payload is durable on the chain either way."""
+payload is durable on the chain either way. Nodes that are down are not waited for."""
 
 from __future__ import annotations
 
@@ -76,8 +76,12 @@ async def _wait_node(
             try:
                 if await _serves(channel, originator, sequence_id):
                     del pending[originator]
-            except grpc.aio.AioRpcError:
-                pass  # down or slow: it is only waited for until the deadline
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() is grpc.StatusCode.UNAVAILABLE:
+                    # A node that is down serves no reader: waiting for it helps no one.
+                    channels.mark_down(node.node_id)
+                    return True
+                # Slow or refusing: it is waited for until the deadline.
         if not pending:
             break
         if time.monotonic() + POLL_S > deadline:
