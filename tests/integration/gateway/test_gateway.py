@@ -273,7 +273,7 @@ async def test_malformed_requests_are_invalid_argument(
     )
     cases = {
         b"": "envelopes is empty",
-        b"\x0a\x05ab": "request does not decode as xmtp.xmtpv4.payer_api.PublishClientEnvelopesRequest",
+        b"\x0a\x05ab": "request does not decode as xmtp.xmtpv4.payer_api.PublishClient",
         wire.field(1, b"\x0a\xff\xff"): "envelopes[0]: does not decode as a ClientEnvelope",
     }
     for request, message in cases.items():
