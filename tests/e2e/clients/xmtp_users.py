@@ -4,6 +4,7 @@ Ethereum key, an inbox registered on the network, a local database."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -183,9 +184,15 @@ class User:
         return stream
 
     def close(self) -> None:
+        """Ends streams and drops the client, so its background workers stop with it
+        instead of retrying against a network that the next test has torn down."""
         for closer in self.streams:
             closer.end()
         self.streams.clear()
+        if self.client is not None:
+            self.client.release_db_connection()
+            self.client = None
+        gc.collect()
 
 
 def new_user(name: str, directory: Path, node_url: str, gateway_url: str) -> User:
