@@ -16,6 +16,7 @@ import xmtp_bindings.xmtpv3 as xmtp
 
 from tests.e2e.clients.conftest import ClientNetwork
 from tests.e2e.clients.xmtp_users import User, group_options, new_user, until
+from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.api.client import NodeClient
 from xnode.envelopes import IDENTITY_UPDATES_ORIGINATOR, parse_originator_envelope
 from xnode.gateway.routing import available_nodes, preferred_node
@@ -65,6 +66,24 @@ async def identity_updates_on_chain(network: ClientNetwork, users: list[User]) -
             assert all(e.transaction_hash for e in found)
 
 
+async def every_node_knows(network: ClientNetwork, user: User) -> None:
+    """Asked right after registration, without waiting: the gateway answered the identity
+    update only once every live node had indexed it from the chain (read-your-writes)."""
+    for node_id, address in network.nodes.addresses.items():
+        if node_id not in network.nodes.processes:
+            continue
+        async with NodeClient(address) as client:
+            request = api.GetInboxIdsRequest(
+                requests=[
+                    api.GetInboxIdsRequest.Request(
+                        identifier="0x" + user.key.address.hex(), identifier_kind=1
+                    )
+                ]
+            )
+            reply = await client.replication.GetInboxIds(request, timeout=10)
+        assert reply.responses[0].inbox_id == user.inbox_id, f"node {node_id}"
+
+
 async def test_a_conversation_between_users_of_different_gateways(
     client_network: ClientNetwork, tmp_path: Path
 ) -> None:
@@ -75,7 +94,9 @@ async def test_a_conversation_between_users_of_different_gateways(
     carol = new_user("carol", tmp_path, client_network.node_url(300), gateway_a.url)
     try:
         await alice.connect()
+        await every_node_knows(client_network, alice)
         await bob.connect()
+        await every_node_knows(client_network, bob)
         assert await alice.find(bob) == bob.inbox_id
         assert await bob.find(alice) == alice.inbox_id
         await identity_updates_on_chain(client_network, [alice, bob])
