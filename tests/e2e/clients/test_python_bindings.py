@@ -15,7 +15,7 @@ import pytest
 import xmtp_bindings.xmtpv3 as xmtp
 
 from tests.e2e.clients.conftest import ClientNetwork
-from tests.e2e.clients.xmtp_users import User, group_options, new_user, until
+from tests.e2e.clients.xmtp_users import User, group_options, list_options, new_user, until
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.api.client import NodeClient
 from xnode.envelopes import IDENTITY_UPDATES_ORIGINATOR, parse_originator_envelope
@@ -155,6 +155,18 @@ def _text(message: Any) -> str | None:
         return None
 
 
+async def group_preferring(network: ClientNetwork, creator: User, member: User, node: int) -> Any:
+    """A new group of the two whose topic's preferred node (XIP-49 3.3.6) is `node`."""
+    for _ in range(20):
+        group = await creator.client.conversations().create_group(
+            [member.inbox_id], group_options()
+        )
+        topic = Topic(TopicKind.GROUP_MESSAGES, group.id()).raw
+        if preferred_node(topic, nodes_of(network), ()) == node:
+            return group
+    raise AssertionError(f"no new group preferred node {node}")
+
+
 async def test_a_user_keeps_talking_when_the_node_it_reads_from_is_killed(
     client_network: ClientNetwork, tmp_path: Path
 ) -> None:
@@ -165,13 +177,16 @@ async def test_a_user_keeps_talking_when_the_node_it_reads_from_is_killed(
         await alice.connect()
         await bob.connect()
         await alice.find(bob)
-        group = await alice.client.conversations().create_group([bob.inbox_id], group_options())
+        victim, _ = await read_node(client_network, alice)
+        bobs_node, _ = await read_node(client_network, bob)
+        # The group's messages go to the victim too, so the gateways must fail over as well.
+        group = await group_preferring(client_network, alice, bob, victim)
         group_id = group.id()
+        topic = Topic(TopicKind.GROUP_MESSAGES, group_id).raw
+        next_node = preferred_node(topic, nodes_of(client_network), (victim,))
         bobs = await bob.group(group_id)
         await group.send_text("before")
         await bob.read(bobs, ["before"])
-        victim, _ = await read_node(client_network, alice)
-        bobs_node, _ = await read_node(client_network, bob)
 
         client_network.nodes.kill(victim)
 
@@ -192,6 +207,10 @@ async def test_a_user_keeps_talking_when_the_node_it_reads_from_is_killed(
         await bob.read(bobs, ["before", "after, from alice"])
         await bobs.send_text("after, from bob")
         await alice.read(group, ["before", "after, from alice", "after, from bob"])
+        originators = {_text(m): m.originator_id for m in await group.find_messages(list_options())}
+        assert originators["before"] == victim
+        assert originators["after, from alice"] == next_node
+        assert originators["after, from bob"] == next_node
     finally:
         alice.close()
         bob.close()
