@@ -9,6 +9,7 @@ envelope is durable on its originator (or, for commits and identity updates, on 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ log = structlog.get_logger(__name__)
 
 PUBLISH_METHOD = "/xmtp.xmtpv4.message_api.PublishApi/PublishPayerEnvelopes"
 MAX_ENVELOPES = 1000  # what one node takes in one request
+# Batches this large are signed and checked in a worker thread: secp256k1 releases the GIL.
+THREAD_PLANNING_MIN = 32
 # Our node names the failing envelope of a batch like this; the gateway renames it to the
 # client's index.
 _NODE_INDEX = re.compile(r"^payer_envelopes\[(\d+)\]: ")
@@ -59,6 +62,8 @@ class _Planned:
     index: int
     raw: bytes
     candidates: list[int] = field(default_factory=list)
+    # Payer envelopes signed so far, by target: the signature covers the target.
+    signed: dict[int, envelopes_pb2.PayerEnvelope] = field(default_factory=dict)
 
     def target(self, excluded: set[int]) -> int | None:
         return next((n for n in self.candidates if n not in excluded), None)
@@ -116,10 +121,16 @@ class Publisher:
             )
         registry = self._registry.current()
         nodes = available_nodes(registry)
-        planned = [self._plan(i, raw, nodes) for i, raw in enumerate(raws)]
+        if len(raws) >= THREAD_PLANNING_MIN:
+            planned = await asyncio.to_thread(self._plan_all, raws, nodes)
+        else:
+            planned = self._plan_all(raws, nodes)
         answers = await self._send_runs(planned, registry)
         await wait_visible(self._channels, nodes, answers, self._visibility_s)
         return answers
+
+    def _plan_all(self, raws: Sequence[bytes], nodes: list[NodeEntry]) -> list[_Planned]:
+        return [self._plan(i, raw, nodes) for i, raw in enumerate(raws)]
 
     def _plan(self, index: int, raw: bytes, nodes: list[NodeEntry]) -> _Planned:
         client = envelopes_pb2.ClientEnvelope()
@@ -136,11 +147,12 @@ class Publisher:
         candidates = self._candidates(index, client.aad.target_originator, topic, nodes)
         # The node's own stateless rules, checked here so a bad envelope is refused before
         # anything of the request is sent.
+        signed = self._sign(raw, candidates[0])
         try:
-            validate_payer_envelope(self._sign(raw, candidates[0]), candidates[0])
+            validate_payer_envelope(signed, candidates[0])
         except Rejected as exc:
             raise GatewayError(STATUS_OF[exc.reason], f"envelopes[{index}]: {exc.detail}") from None
-        return _Planned(index, raw, candidates)
+        return _Planned(index, raw, candidates, {candidates[0]: signed})
 
     def _candidates(
         self, index: int, pinned: int, topic: Topic, nodes: list[NodeEntry]
@@ -162,6 +174,11 @@ class Publisher:
 
     def _sign(self, raw: bytes, target: int) -> envelopes_pb2.PayerEnvelope:
         return sign_for(raw, self._key, target, self._retention_days)
+
+    def _signed_for(self, planned: _Planned, target: int) -> envelopes_pb2.PayerEnvelope:
+        if target not in planned.signed:
+            planned.signed[target] = self._sign(planned.raw, target)
+        return planned.signed[target]
 
     async def _send_runs(self, planned: list[_Planned], registry: Registry) -> list[bytes]:
         answers: list[bytes] = []
@@ -207,7 +224,7 @@ class Publisher:
             response_deserializer=api.PublishPayerEnvelopesResponse.FromString,
         )
         request = api.PublishPayerEnvelopesRequest(
-            payer_envelopes=[self._sign(p.raw, node_id) for p in run]
+            payer_envelopes=[self._signed_for(p, node_id) for p in run]
         )
         try:
             response = await call(request, timeout=self._timeout_s)

@@ -103,6 +103,20 @@ async def test_each_envelope_goes_to_its_topics_preferred_node_in_request_order(
         assert seqs == sorted(seqs)
 
 
+async def test_a_large_batch_keeps_request_order_across_nodes(
+    start_node: Any, network: Network, gateway_for: Any
+) -> None:
+    await start_all(start_node, network)
+    gateway = await gateway_for()
+    sent = [group_message_envelope(group_id(i % 40), f"m{i}".encode()) for i in range(400)]
+    answers = await gateway.publish(sent)
+    got = [parse_originator_envelope(a.SerializeToString()) for a in answers]
+    assert [g.payer_envelope.unsigned_client_envelope for g in got] == [
+        c.SerializeToString() for c in sent
+    ]
+    assert {g.originator_node_id for g in got} == {100, 200, 300}
+
+
 async def test_the_payer_is_the_gateway(
     start_node: Any, network: Network, gateway_for: Any
 ) -> None:
