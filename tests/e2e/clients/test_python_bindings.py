@@ -92,6 +92,7 @@ async def test_a_conversation_between_users_of_different_gateways(
     alice = new_user("alice", tmp_path, client_network.node_url(100), gateway_a.url)
     bob = new_user("bob", tmp_path, client_network.node_url(200), gateway_b.url)
     carol = new_user("carol", tmp_path, client_network.node_url(300), gateway_a.url)
+    alice_phone = alice.another_installation("alice-phone", gateway_b.url)
     try:
         await alice.connect()
         await every_node_knows(client_network, alice)
@@ -142,8 +143,15 @@ async def test_a_conversation_between_users_of_different_gateways(
         await alice.read(group, everything)
         await bob.read(bobs, everything)
         await identity_updates_on_chain(client_network, [carol])
+
+        # A second installation of alice's inbox: the inbox's next identity update, which
+        # the client sends without depends_on, goes through the chain too.
+        await alice_phone.connect()
+        assert alice_phone.inbox_id == alice.inbox_id
+        state = await alice.client.inbox_state(True)
+        assert len(state.installations) == 2
     finally:
-        for user in (alice, bob, carol):
+        for user in (alice, bob, carol, alice_phone):
             user.close()
     print(f"conversation test took {time.monotonic() - started:.1f}s")
 

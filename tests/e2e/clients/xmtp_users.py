@@ -183,6 +183,12 @@ class User:
         self.streams.append(closer)
         return stream
 
+    def another_installation(self, name: str, gateway_url: str) -> User:
+        """The same account on another device: same key, its own database."""
+        return User(
+            name, self.key, self.db_path.with_name(f"{name}.db3"), self.node_url, gateway_url
+        )
+
     def close(self) -> None:
         """Ends streams and drops the client, so its background workers stop with it
         instead of retrying against a network that the next test has torn down."""
