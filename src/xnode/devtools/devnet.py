@@ -164,14 +164,19 @@ def wait_serving(address: str, timeout_s: float = 60.0) -> bool:
     return False
 
 
-def _print_table(nodes: list[DevNode], cluster: PgCluster, chain_url: str, state: Path) -> None:
+def _print_table(
+    nodes: list[DevNode], cluster: PgCluster, chain_url: str, state: Path, gateway: str
+) -> None:
     table = Table(title="xnode devnet")
     for column in ("node id", "gRPC", "metrics", "database"):
         table.add_column(column)
     for n in nodes:
         table.add_row(str(n.node_id), n.address, f"http://{n.metrics}/metrics", n.dsn)
+    table.add_row("gateway", gateway, "", "(PayerApi: clients publish here)")
     console.print(table)
-    console.print(f"Postgres: {cluster.dsn()}  chain: {chain_url}  logs: {state}/node-*.log")
+    console.print(
+        f"Postgres: {cluster.dsn()}  chain: {chain_url}  logs: {state}/node-*.log, gateway.log"
+    )
     console.print(f"Keys, DSNs and contract addresses: {state / 'devnet.json'}")
     console.print(
         "Try: xnode publish --node-id 100 --node "
@@ -257,8 +262,7 @@ def run_devnet(args: argparse.Namespace) -> int:
         description = json.loads(_describe(nodes, cluster, chain.describe()))
         description["gateway"] = {"address": gateway, "url": f"http://{gateway}"}
         (state / "devnet.json").write_text(json.dumps(description, indent=2))
-        _print_table(nodes, cluster, chain.url, state)
-        console.print(f"Gateway (PayerApi): http://{gateway}  log: {state}/gateway.log")
+        _print_table(nodes, cluster, chain.url, state, gateway)
         while not stop_requested:
             if any(p.poll() is not None for p in processes):
                 console.print("[red]a node exited; stopping the network (see its log)")
