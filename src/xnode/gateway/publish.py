@@ -10,10 +10,8 @@ envelope is durable on its originator (or, for commits and identity updates, on 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import grpc
 import structlog
@@ -22,11 +20,12 @@ from google.protobuf.message import DecodeError
 from xmtp.identity.associations import signature_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
-from xnode.api.errors import CURSOR_TRAILER, STATUS_OF
+from xnode.api.errors import STATUS_OF
 from xnode.crypto import SigningKey, payer_digest
 from xnode.envelopes import validate_payer_envelope
 from xnode.errors import Rejected
 from xnode.gateway.channels import NodeChannels, UnusableUrl
+from xnode.gateway.errors import GatewayError, NodeUnavailable, invalid, node_error, stored_note
 from xnode.gateway.routing import available_nodes, failover_order
 from xnode.gateway.visibility import wait_visible
 from xnode.registry import NodeEntry, Registry, RegistrySource
@@ -38,21 +37,6 @@ PUBLISH_METHOD = "/xmtp.xmtpv4.message_api.PublishApi/PublishPayerEnvelopes"
 MAX_ENVELOPES = 1000  # what one node takes in one request
 # Batches this large are signed and checked in a worker thread: secp256k1 releases the GIL.
 THREAD_PLANNING_MIN = 32
-# Our node names the failing envelope of a batch like this; the gateway renames it to the
-# client's index.
-_NODE_INDEX = re.compile(r"^payer_envelopes\[(\d+)\]: ")
-
-
-@dataclass
-class GatewayError(Exception):
-    """A refusal for the client: the status, a message, and trailers to pass on."""
-
-    code: grpc.StatusCode
-    message: str
-    trailers: tuple[tuple[str, str | bytes], ...] = ()
-
-    def __str__(self) -> str:
-        return self.message
 
 
 @dataclass
@@ -69,13 +53,6 @@ class _Planned:
         return next((n for n in self.candidates if n not in excluded), None)
 
 
-class _NodeUnavailable(Exception):
-    def __init__(self, node_id: int, detail: str) -> None:
-        super().__init__(detail)
-        self.node_id = node_id
-        self.detail = detail
-
-
 def sign_for(
     raw_client_envelope: bytes, key: SigningKey, target: int, retention_days: int
 ) -> envelopes_pb2.PayerEnvelope:
@@ -87,10 +64,6 @@ def sign_for(
         target_originator=target,
         message_retention_days=retention_days,
     )
-
-
-def _invalid(index: int, detail: str) -> GatewayError:
-    return GatewayError(grpc.StatusCode.INVALID_ARGUMENT, f"envelopes[{index}]: {detail}")
 
 
 class Publisher:
@@ -137,13 +110,13 @@ class Publisher:
         try:
             client.ParseFromString(raw)
         except DecodeError as exc:
-            raise _invalid(index, f"does not decode as a ClientEnvelope: {exc}") from None
+            raise invalid(index, f"does not decode as a ClientEnvelope: {exc}") from None
         if not client.HasField("aad"):
-            raise _invalid(index, "client envelope has no authenticated data (aad)")
+            raise invalid(index, "client envelope has no authenticated data (aad)")
         try:
             topic = Topic.parse(client.aad.target_topic)
         except TopicError as exc:
-            raise _invalid(index, f"aad.target_topic: {exc}") from None
+            raise invalid(index, f"aad.target_topic: {exc}") from None
         candidates = self._candidates(index, client.aad.target_originator, topic, nodes)
         # The node's own stateless rules, checked here so a bad envelope is refused before
         # anything of the request is sent.
@@ -160,7 +133,7 @@ class Publisher:
         if pinned:
             # XIP-49 3.3.2: a payer forwards a payload to the originator its AAD names.
             if pinned not in {n.node_id for n in nodes}:
-                raise _invalid(
+                raise invalid(
                     index, f"aad.target_originator {pinned} is not an enabled node of the registry"
                 )
             return [pinned]
@@ -192,14 +165,14 @@ class Publisher:
                 raise GatewayError(
                     grpc.StatusCode.UNAVAILABLE,
                     f"envelopes[{start}]: no node could take it ({tried}); retry later"
-                    + _stored_note(start),
+                    + stored_note(start),
                 )
             end = start + 1
             while end < len(planned) and planned[end].target(excluded) == target:
                 end += 1
             try:
                 answers += await self._send(target, planned[start:end], registry, start)
-            except _NodeUnavailable as exc:
+            except NodeUnavailable as exc:
                 log.warning("gateway_node_unavailable", node_id=target, error=exc.detail)
                 self._channels.mark_down(target)
                 excluded.add(target)
@@ -217,7 +190,7 @@ class Publisher:
         try:
             channel = self._channels.channel(entry.http_address)
         except UnusableUrl as exc:
-            raise _NodeUnavailable(node_id, str(exc)) from None
+            raise NodeUnavailable(node_id, str(exc)) from None
         call = channel.unary_unary(
             PUBLISH_METHOD,
             request_serializer=api.PublishPayerEnvelopesRequest.SerializeToString,
@@ -229,40 +202,13 @@ class Publisher:
         try:
             response = await call(request, timeout=self._timeout_s)
         except grpc.aio.AioRpcError as exc:
-            raise _node_error(node_id, exc, start, len(run)) from None
+            raise node_error(node_id, exc, start, len(run)) from None
         got = [e.SerializeToString() for e in response.originator_envelopes]
         if len(got) != len(run):
             log.error("gateway_node_answer_mismatch", node_id=node_id, sent=len(run), got=len(got))
             raise GatewayError(
                 grpc.StatusCode.INTERNAL,
                 f"node {node_id} answered {len(got)} envelopes for {len(run)} sent"
-                + _stored_note(start),
+                + stored_note(start),
             )
         return got
-
-
-def _stored_note(start: int) -> str:
-    return f" (envelopes before index {start} were published)" if start else ""
-
-
-def _node_error(node_id: int, exc: grpc.aio.AioRpcError, start: int, count: int) -> BaseException:
-    code, detail = exc.code(), exc.details() or ""
-    if code is grpc.StatusCode.UNAVAILABLE:
-        return _NodeUnavailable(node_id, detail)
-    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
-        # The node may have stored them: sending them elsewhere could publish them twice.
-        return GatewayError(
-            code,
-            f"node {node_id} did not answer in time; envelopes[{start}:{start + count}] "
-            "may or may not have been published" + _stored_note(start),
-        )
-    match = _NODE_INDEX.match(detail)
-    if match:
-        detail = f"envelopes[{start + int(match.group(1))}]: {detail[match.end() :]}"
-    else:
-        detail = f"envelopes[{start}:{start + count}]: {detail}"
-    # The node's cursor (ABORTED, depends_on ahead) lets the client see how far it is.
-    metadata: Any = exc.trailing_metadata() or ()
-    trailers = tuple((str(k), v) for k, v in metadata if k == CURSOR_TRAILER)
-    log.info("gateway_publish_refused", node_id=node_id, code=code.name, detail=detail)
-    return GatewayError(code, f"{detail} (node {node_id})" + _stored_note(start), trailers)

@@ -12,7 +12,8 @@ import structlog
 
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
 from xnode import wire
-from xnode.gateway.publish import GatewayError, Publisher
+from xnode.gateway.errors import GatewayError
+from xnode.gateway.publish import Publisher
 from xnode.gateway.routing import available_nodes
 from xnode.gateway.wire_read import WireError, length_delimited
 from xnode.registry import RegistrySource
