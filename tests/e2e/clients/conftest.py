@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,24 +40,6 @@ class ClientNetwork:
     nodes: ChainNetwork
     metrics: dict[int, str]
     gateways: list[GatewayProcess] = field(default_factory=list)
-
-    def node_url(self, node_id: int) -> str:
-        return f"http://{self.nodes.addresses[node_id]}"
-
-    def open_client_streams(self) -> dict[int, float]:
-        """Client subscription streams open on each live node (from its metrics)."""
-        counts = {}
-        for node_id, address in self.metrics.items():
-            if node_id not in self.nodes.processes:
-                continue
-            with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as reply:
-                text = reply.read().decode()
-            counts[node_id] = sum(
-                float(line.rsplit(" ", 1)[1])
-                for line in text.splitlines()
-                if line.startswith('xnode_open_subscriptions{method="SubscribeEnvelopes"}')
-            )
-        return counts
 
 
 def _spawn_gateway(chain: ChainEnv, tmp_path: Path, index: int) -> GatewayProcess:
