@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -123,43 +123,62 @@ class Settings(BaseSettings):
         return value
 
     def signing_key(self) -> SigningKey:
-        if self.signer_key is not None:
-            return SigningKey.from_hex(self.signer_key.get_secret_value())
-        if self.signer_key_file is not None:
-            return SigningKey.from_hex(self.signer_key_file.read_text())
-        raise ValueError(
-            "no signer key: set XNODE_SIGNER_KEY or XNODE_SIGNER_KEY_FILE (see `xnode keygen`)"
-        )
+        key = key_from(self.signer_key, self.signer_key_file)
+        if key is None:
+            raise ValueError(
+                "no signer key: set XNODE_SIGNER_KEY or XNODE_SIGNER_KEY_FILE (see `xnode keygen`)"
+            )
+        return key
 
     @property
     def chain_enabled(self) -> bool:
         return bool(self.chain_rpc_url) and self.contracts_file is not None
 
     def chain_publisher_signing_key(self) -> SigningKey:
-        if self.chain_publisher_key is not None:
-            return SigningKey.from_hex(self.chain_publisher_key.get_secret_value())
-        if self.chain_publisher_key_file is not None:
-            return SigningKey.from_hex(self.chain_publisher_key_file.read_text())
-        return self.signing_key()
+        key = key_from(self.chain_publisher_key, self.chain_publisher_key_file)
+        return key if key is not None else self.signing_key()
 
 
-def add_settings_flags(parser: argparse.ArgumentParser) -> None:
-    for name, info in Settings.model_fields.items():
+M = TypeVar("M", bound=BaseSettings)
+
+
+def add_flags(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> None:
+    """One flag per field of a settings model, named after its env var in the help."""
+    prefix = model.model_config.get("env_prefix", "")
+    for name, info in model.model_fields.items():
         parser.add_argument(
             "--" + name.replace("_", "-"),
             dest=name,
             default=None,
-            help=f"{info.description} [env XNODE_{name.upper()}]",
+            help=f"{info.description} [env {prefix}{name.upper()}]",
         )
 
 
-def settings_from_args(args: argparse.Namespace) -> Settings:
+def from_args(model: type[M], args: argparse.Namespace) -> M:
+    """The model from its env vars, with the flags given on the command line winning."""
     overrides: dict[str, Any] = {
         name: value
-        for name in Settings.model_fields
+        for name in model.model_fields
         if (value := getattr(args, name, None)) is not None
     }
-    return Settings(**overrides)
+    return model(**overrides)
+
+
+def add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    add_flags(parser, Settings)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    return from_args(Settings, args)
+
+
+def key_from(secret: SecretStr | None, path: Path | None) -> SigningKey | None:
+    """A hex private key given inline or in a file, or None when neither is set."""
+    if secret is not None:
+        return SigningKey.from_hex(secret.get_secret_value())
+    if path is not None:
+        return SigningKey.from_hex(path.read_text())
+    return None
 
 
 def settings_table() -> str:

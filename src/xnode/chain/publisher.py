@@ -142,10 +142,17 @@ class ChainPublisher:
     async def _check_depends_on(
         self, envelopes: Sequence[ValidPayerEnvelope], calls: Sequence[_Call]
     ) -> None:
-        """XIP-49 3.3.4 rule 2.4: depends_on names the latest chain payload on the topic."""
+        """XIP-49 3.3.4 rule 2.4: depends_on names the latest chain payload on the topic.
+
+        A commit must: it is valid for one MLS epoch only, and the check keeps a stale one off
+        the chain. An identity update is held to it only when it names one: the XIP-46 inbox
+        log is validated by readers in chain order, so an update that names none cannot fork
+        it, and the official client (libxmtp 1.10.0) never names one for identity updates."""
         latest = await self._store.latest_sequence_ids([(c.topic, c.originator) for c in calls])
         for i, (envelope, call, top) in enumerate(zip(envelopes, calls, latest, strict=True)):
             claimed = envelope.depends_on.get(call.originator, 0)
+            if call.originator == IDENTITY_UPDATES_ORIGINATOR and not claimed:
+                continue
             if claimed != top:
                 raise Rejected(
                     Reason.CHAIN_DEPENDS_ON_MISMATCH,

@@ -78,3 +78,9 @@ def originator_envelopes(response: bytes) -> list[bytes]:
         if number == 1 and payload is not None:
             found += [raw for n, raw in fields(payload) if n == 1 and raw is not None]
     return found
+
+
+def length_delimited(data: bytes, number: int) -> list[bytes]:
+    """Every occurrence of field `number` (wire type 2), in order and byte for byte as sent
+    (re-serializing a parsed message may change its bytes); other fields are skipped."""
+    return [payload for n, payload in fields(data) if n == number and payload is not None]

@@ -28,6 +28,7 @@ from rich.table import Table
 
 from xnode.core.crypto import SigningKey
 from xnode.core.registry import NodeEntry, Registry
+from xnode.devtools.devgateway import GATEWAY_PORT, spawn_gateway
 from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_cluster
 
 # Piped output (no terminal) is not cut to 80 columns: the table holds long DSNs.
@@ -60,6 +61,13 @@ def _port_or_free(preferred: int) -> int:
             return preferred
         except OSError:
             return free_port()
+
+
+def gateway_key_file(state: Path) -> Path:
+    """The gateway's payer key, made on the first run."""
+    path = state / "gateway.key"
+    load_key(path)
+    return path
 
 
 def load_key(path: Path) -> SigningKey:
@@ -156,14 +164,19 @@ def wait_serving(address: str, timeout_s: float = 60.0) -> bool:
     return False
 
 
-def _print_table(nodes: list[DevNode], cluster: PgCluster, chain_url: str, state: Path) -> None:
+def _print_table(
+    nodes: list[DevNode], cluster: PgCluster, chain_url: str, state: Path, gateway: str
+) -> None:
     table = Table(title="xnode devnet")
     for column in ("node id", "gRPC", "metrics", "database"):
         table.add_column(column)
     for n in nodes:
         table.add_row(str(n.node_id), n.address, f"http://{n.metrics}/metrics", n.dsn)
+    table.add_row("gateway", gateway, "", "(PayerApi: clients publish here)")
     console.print(table)
-    console.print(f"Postgres: {cluster.dsn()}  chain: {chain_url}  logs: {state}/node-*.log")
+    console.print(
+        f"Postgres: {cluster.dsn()}  chain: {chain_url}  logs: {state}/node-*.log, gateway.log"
+    )
     console.print(f"Keys, DSNs and contract addresses: {state / 'devnet.json'}")
     console.print(
         "Try: xnode publish --node-id 100 --node "
@@ -233,13 +246,23 @@ def run_devnet(args: argparse.Namespace) -> int:
                 "XNODE_NODES_FILE": str(write_registry_file(state, nodes)),
             }
         processes = [_spawn(n, registry_env, state) for n in nodes]
-        with console.status(f"starting {len(nodes)} node(s)"):
-            for node, proc in zip(nodes, processes, strict=True):
-                if not wait_serving(node.address) or proc.poll() is not None:
-                    console.print(f"[red]node {node.node_id} did not start; see its log")
+        gateway = f"127.0.0.1:{_port_or_free(GATEWAY_PORT)}"
+        processes.append(spawn_gateway(state, gateway, gateway_key_file(state), registry_env))
+        with console.status(f"starting {len(nodes)} node(s) and the gateway"):
+            for name, address, proc in [
+                *(
+                    (f"node {n.node_id}", n.address, p)
+                    for n, p in zip(nodes, processes, strict=False)
+                ),
+                ("the gateway", gateway, processes[-1]),
+            ]:
+                if not wait_serving(address) or proc.poll() is not None:
+                    console.print(f"[red]{name} did not start; see its log in {state}")
                     return 1
-        (state / "devnet.json").write_text(_describe(nodes, cluster, chain.describe()))
-        _print_table(nodes, cluster, chain.url, state)
+        description = json.loads(_describe(nodes, cluster, chain.describe()))
+        description["gateway"] = {"address": gateway, "url": f"http://{gateway}"}
+        (state / "devnet.json").write_text(json.dumps(description, indent=2))
+        _print_table(nodes, cluster, chain.url, state, gateway)
         while not stop_requested:
             if any(p.poll() is not None for p in processes):
                 console.print("[red]a node exited; stopping the network (see its log)")

@@ -14,9 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from tests.e2e.replication.conftest import eventually
+from xmtp.xmtpv4.payer_api import payer_api_pb2, payer_api_pb2_grpc
 from xnode.api.client import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.devtools.postgres import free_port
@@ -55,6 +57,13 @@ async def count_on(address: str) -> int:
         return len(await client.query(topics=[b"\x00" + GROUP]))
 
 
+async def gateway_nodes(address: str) -> dict[int, str]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = payer_api_pb2_grpc.PayerApiStub(channel)  # type: ignore[no-untyped-call]
+        reply = await stub.GetNodes(payer_api_pb2.GetNodesRequest(), timeout=10)
+    return dict(reply.nodes)
+
+
 @pytest.fixture
 def state() -> Iterator[Path]:
     """Outside pytest's private tmp: Postgres runs as `postgres` when we are root."""
@@ -78,6 +87,10 @@ async def test_devnet_replicates_and_ctrl_c_loses_nothing(state: Path) -> None:
             return await count_on(nodes[200]["address"]) == 2
 
         await eventually(replicated)
+        # The devnet's gateway lists the nodes for clients (PayerApi/GetNodes).
+        assert await gateway_nodes(first["gateway"]["address"]) == {
+            n: f"http://{nodes[n]['address']}" for n in nodes
+        }
     finally:
         code = interrupt(proc)
     assert code == 0

@@ -1,0 +1,40 @@
+"""The devnet's gateway (payer service): its own key under the state directory, the nodes'
+registry, and a port near the nodes'."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from xnode.gateway.settings import ENV_PREFIX
+
+GATEWAY_PORT = 5040  # below the nodes' 5050, 5051, ...
+
+
+def gateway_env(node_registry_env: dict[str, str]) -> dict[str, str]:
+    """The nodes' registry settings (XNODE_*) as the gateway's (XNODE_GATEWAY_*)."""
+    return {
+        ENV_PREFIX + name.removeprefix("XNODE_"): value for name, value in node_registry_env.items()
+    }
+
+
+def spawn_gateway(
+    state: Path, address: str, key_file: Path, node_registry_env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        **gateway_env(node_registry_env),
+        f"{ENV_PREFIX}LISTEN_ADDRESS": address,
+        f"{ENV_PREFIX}PAYER_KEY_FILE": str(key_file),
+    }
+    log = (state / "gateway.log").open("ab")
+    # Its own session, like the nodes: Ctrl-C reaches only the devnet, which stops it.
+    return subprocess.Popen(
+        [sys.executable, "-m", "xnode.cli", "gateway"],
+        env=env,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )

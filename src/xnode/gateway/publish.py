@@ -1,0 +1,215 @@
+"""PublishClientEnvelopes: sign each ClientEnvelope for its topic's preferred originator and
+forward it there, failing over to the next preferred node while one is unavailable.
+
+Envelopes are sent in request order as runs of consecutive envelopes bound for one node, one
+PublishPayerEnvelopes call per run, each run after the previous one answered. So the answer
+keeps the request's order, and when a run fails, everything before it is stored and nothing
+after it was sent. The answer is given only after every node answered, i.e. after every
+envelope is durable on its originator (or, for commits and identity updates, on the chain)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import grpc
+import structlog
+from google.protobuf.message import DecodeError
+
+from xmtp.identity.associations import signature_pb2
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xnode.api.errors import STATUS_OF
+from xnode.core.crypto import SigningKey, payer_digest
+from xnode.core.envelopes import validate_payer_envelope
+from xnode.core.errors import Rejected
+from xnode.core.registry import NodeEntry, Registry
+from xnode.core.topics import Topic, TopicError
+from xnode.gateway.channels import NodeChannels, UnusableUrl
+from xnode.gateway.errors import GatewayError, NodeUnavailable, invalid, node_error, stored_note
+from xnode.gateway.routing import available_nodes, failover_order
+from xnode.gateway.visibility import wait_visible
+from xnode.usecases.registry_source import RegistrySource
+
+log = structlog.get_logger(__name__)
+
+PUBLISH_METHOD = "/xmtp.xmtpv4.message_api.PublishApi/PublishPayerEnvelopes"
+MAX_ENVELOPES = 1000  # what one node takes in one request
+# Batches this large are signed and checked in a worker thread: secp256k1 releases the GIL.
+THREAD_PLANNING_MIN = 32
+
+
+@dataclass
+class _Planned:
+    """One client envelope: its bytes as received and the nodes it may go to, best first."""
+
+    index: int
+    raw: bytes
+    candidates: list[int] = field(default_factory=list)
+    # Payer envelopes signed so far, by target: the signature covers the target.
+    signed: dict[int, envelopes_pb2.PayerEnvelope] = field(default_factory=dict)
+
+    def target(self, excluded: set[int]) -> int | None:
+        return next((n for n in self.candidates if n not in excluded), None)
+
+
+def sign_for(
+    raw_client_envelope: bytes, key: SigningKey, target: int, retention_days: int
+) -> envelopes_pb2.PayerEnvelope:
+    return envelopes_pb2.PayerEnvelope(
+        unsigned_client_envelope=raw_client_envelope,
+        payer_signature=signature_pb2.RecoverableEcdsaSignature(
+            bytes=key.sign(payer_digest(target, raw_client_envelope))
+        ),
+        target_originator=target,
+        message_retention_days=retention_days,
+    )
+
+
+class Publisher:
+    def __init__(
+        self,
+        registry: RegistrySource,
+        key: SigningKey,
+        channels: NodeChannels,
+        timeout_s: float,
+        retention_days: int = 0,
+        visibility_s: float = 0.0,
+    ) -> None:
+        self._registry = registry
+        self._key = key
+        self._channels = channels
+        self._timeout_s = timeout_s
+        self._retention_days = retention_days
+        self._visibility_s = visibility_s
+
+    async def publish(self, raws: Sequence[bytes]) -> list[bytes]:
+        """Serialized OriginatorEnvelopes, one per client envelope, in request order."""
+        if not raws:
+            raise GatewayError(grpc.StatusCode.INVALID_ARGUMENT, "envelopes is empty")
+        if len(raws) > MAX_ENVELOPES:
+            raise GatewayError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{len(raws)} envelopes in one request, the limit is {MAX_ENVELOPES}",
+            )
+        registry = self._registry.current()
+        nodes = available_nodes(registry)
+        if len(raws) >= THREAD_PLANNING_MIN:
+            planned = await asyncio.to_thread(self._plan_all, raws, nodes)
+        else:
+            planned = self._plan_all(raws, nodes)
+        answers = await self._send_runs(planned, registry)
+        await wait_visible(self._channels, nodes, answers, self._visibility_s)
+        return answers
+
+    def _plan_all(self, raws: Sequence[bytes], nodes: list[NodeEntry]) -> list[_Planned]:
+        return [self._plan(i, raw, nodes) for i, raw in enumerate(raws)]
+
+    def _plan(self, index: int, raw: bytes, nodes: list[NodeEntry]) -> _Planned:
+        client = envelopes_pb2.ClientEnvelope()
+        try:
+            client.ParseFromString(raw)
+        except DecodeError as exc:
+            raise invalid(index, f"does not decode as a ClientEnvelope: {exc}") from None
+        if not client.HasField("aad"):
+            raise invalid(index, "client envelope has no authenticated data (aad)")
+        try:
+            topic = Topic.parse(client.aad.target_topic)
+        except TopicError as exc:
+            raise invalid(index, f"aad.target_topic: {exc}") from None
+        candidates = self._candidates(index, client.aad.target_originator, topic, nodes)
+        # The node's own stateless rules, checked here so a bad envelope is refused before
+        # anything of the request is sent.
+        signed = self._sign(raw, candidates[0])
+        try:
+            validate_payer_envelope(signed, candidates[0])
+        except Rejected as exc:
+            raise GatewayError(STATUS_OF[exc.reason], f"envelopes[{index}]: {exc.detail}") from None
+        return _Planned(index, raw, candidates, {candidates[0]: signed})
+
+    def _candidates(
+        self, index: int, pinned: int, topic: Topic, nodes: list[NodeEntry]
+    ) -> list[int]:
+        if pinned:
+            # XIP-49 3.3.2: a payer forwards a payload to the originator its AAD names.
+            if pinned not in {n.node_id for n in nodes}:
+                raise invalid(
+                    index, f"aad.target_originator {pinned} is not an enabled node of the registry"
+                )
+            return [pinned]
+        order = failover_order(topic.raw, nodes)
+        if not order:
+            raise GatewayError(
+                grpc.StatusCode.UNAVAILABLE, "the registry lists no enabled node; retry later"
+            )
+        # Nodes that just failed go last: they are still tried before giving up.
+        return sorted(order, key=self._channels.recently_down)
+
+    def _sign(self, raw: bytes, target: int) -> envelopes_pb2.PayerEnvelope:
+        return sign_for(raw, self._key, target, self._retention_days)
+
+    def _signed_for(self, planned: _Planned, target: int) -> envelopes_pb2.PayerEnvelope:
+        if target not in planned.signed:
+            planned.signed[target] = self._sign(planned.raw, target)
+        return planned.signed[target]
+
+    async def _send_runs(self, planned: list[_Planned], registry: Registry) -> list[bytes]:
+        answers: list[bytes] = []
+        excluded: set[int] = set()
+        unavailable: dict[int, str] = {}
+        start = 0
+        while start < len(planned):
+            target = planned[start].target(excluded)
+            if target is None:
+                tried = "; ".join(f"node {n}: {d}" for n, d in unavailable.items())
+                raise GatewayError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"envelopes[{start}]: no node could take it ({tried}); retry later"
+                    + stored_note(start),
+                )
+            end = start + 1
+            while end < len(planned) and planned[end].target(excluded) == target:
+                end += 1
+            try:
+                answers += await self._send(target, planned[start:end], registry, start)
+            except NodeUnavailable as exc:
+                log.warning("gateway_node_unavailable", node_id=target, error=exc.detail)
+                self._channels.mark_down(target)
+                excluded.add(target)
+                unavailable[target] = exc.detail
+                continue
+            self._channels.mark_up(target)
+            start = end
+        return answers
+
+    async def _send(
+        self, node_id: int, run: list[_Planned], registry: Registry, start: int
+    ) -> list[bytes]:
+        entry = registry.get(node_id)
+        assert entry is not None, "candidates come from this registry"
+        try:
+            channel = self._channels.channel(entry.http_address)
+        except UnusableUrl as exc:
+            raise NodeUnavailable(node_id, str(exc)) from None
+        call = channel.unary_unary(
+            PUBLISH_METHOD,
+            request_serializer=api.PublishPayerEnvelopesRequest.SerializeToString,
+            response_deserializer=api.PublishPayerEnvelopesResponse.FromString,
+        )
+        request = api.PublishPayerEnvelopesRequest(
+            payer_envelopes=[self._signed_for(p, node_id) for p in run]
+        )
+        try:
+            response = await call(request, timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise node_error(node_id, exc, start, len(run)) from None
+        got = [e.SerializeToString() for e in response.originator_envelopes]
+        if len(got) != len(run):
+            log.error("gateway_node_answer_mismatch", node_id=node_id, sent=len(run), got=len(got))
+            raise GatewayError(
+                grpc.StatusCode.INTERNAL,
+                f"node {node_id} answered {len(got)} envelopes for {len(run)} sent"
+                + stored_note(start),
+            )
+        return got

@@ -1,0 +1,152 @@
+"""Composition root of `xnode gateway`: registry, node channels, PayerApi, health."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from dataclasses import dataclass
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from xnode.chain.node import ChainConnection, connect_chain
+from xnode.chain.verify import ChainSetupError
+from xnode.core.registry import Registry
+from xnode.gateway.channels import NodeChannels
+from xnode.gateway.publish import Publisher
+from xnode.gateway.service import SERVICE, PayerService, payer_handlers
+from xnode.gateway.settings import GatewaySettings
+from xnode.observability.logging import configure_logging
+from xnode.server import StartupError, open_registry
+from xnode.usecases.registry_source import RegistrySource
+
+log = structlog.get_logger(__name__)
+# Registry listeners are synchronous; the channel clean-ups they start are kept alive here.
+_background: set[asyncio.Task[None]] = set()
+
+
+@dataclass
+class Gateway:
+    address: str
+    server: grpc.aio.Server
+    health: health.HealthServicer
+    registry: RegistrySource
+    channels: NodeChannels
+    chain: ChainConnection | None
+    grace_s: float
+
+    async def stop(self) -> None:
+        log.info("gateway_stopping", address=self.address)
+        self.health.enter_graceful_shutdown()
+        await self.server.stop(self.grace_s)  # in-flight publishes finish within the grace
+        await self.registry.stop()
+        await self.channels.close()
+        if self.chain is not None:
+            await self.chain.close()
+        log.info("gateway_stopped")
+
+
+async def _open_registry(
+    settings: GatewaySettings,
+) -> tuple[RegistrySource, ChainConnection | None]:
+    node_settings = settings.node_settings()
+    if bool(settings.chain_rpc_url) != (settings.contracts_file is not None):
+        raise StartupError("the chain needs both chain_rpc_url and contracts_file")
+    chain = None
+    if node_settings.chain_enabled and settings.registry_source != "file":
+        try:
+            chain = await connect_chain(node_settings)
+        except ChainSetupError as exc:
+            raise StartupError(str(exc)) from exc
+    try:
+        registry = await open_registry(node_settings, chain)
+    except BaseException:
+        if chain is not None:
+            await chain.close()
+        raise
+    if registry is None:
+        raise StartupError(
+            "the gateway needs a node registry: set nodes_file, or chain_rpc_url and contracts_file"
+        )
+    return registry, chain
+
+
+async def start_gateway(settings: GatewaySettings) -> Gateway:
+    try:
+        key = settings.payer_signing_key()
+    except (OSError, ValueError) as exc:
+        raise StartupError(f"payer key: {exc}") from exc
+    registry, chain = await _open_registry(settings)
+    limit = settings.max_message_mib * 1024 * 1024
+    channels = NodeChannels(limit, settings.node_down_seconds)
+
+    def registry_changed(new: Registry) -> None:
+        task = asyncio.get_running_loop().create_task(channels.retain(new))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+    registry.on_change(registry_changed)
+    await registry.start()
+    publisher = Publisher(
+        registry,
+        key,
+        channels,
+        settings.publish_timeout_seconds,
+        settings.message_retention_days,
+        settings.chain_visibility_seconds,
+    )
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
+    )
+    server.add_generic_rpc_handlers([payer_handlers(PayerService(registry, publisher))])
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ("", SERVICE):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        [
+            SERVICE,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ],
+        server,
+    )
+    port = server.add_insecure_port(settings.listen_address)
+    if port == 0:
+        await registry.stop()
+        raise StartupError(f"cannot listen on {settings.listen_address}")
+    await server.start()
+    address = f"{settings.listen_address.rpartition(':')[0]}:{port}"
+    log.info(
+        "gateway_listening",
+        address=address,
+        payer="0x" + key.address.hex(),
+        nodes=sorted(registry.current().nodes),
+    )
+    return Gateway(
+        address,
+        server,
+        health_servicer,
+        registry,
+        channels,
+        chain,
+        settings.shutdown_grace_seconds,
+    )
+
+
+async def run_gateway(settings: GatewaySettings) -> None:
+    configure_logging(settings.log_level, settings.log_format)
+    gateway = await start_gateway(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await gateway.stop()

@@ -1,0 +1,71 @@
+"""PayerApi handlers (xmtp.xmtpv4.payer_api) and their registration.
+
+Requests are decoded here rather than by grpc, so a corrupt request is INVALID_ARGUMENT with
+a reason instead of an opaque INTERNAL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import structlog
+
+from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
+from xnode.core import wire
+from xnode.gateway.errors import GatewayError
+from xnode.gateway.publish import Publisher
+from xnode.gateway.routing import available_nodes
+from xnode.usecases.registry_source import RegistrySource
+
+log = structlog.get_logger(__name__)
+
+SERVICE = "xmtp.xmtpv4.payer_api.PayerApi"
+_PUBLISH_REQUEST = payer_api.PublishClientEnvelopesRequest.DESCRIPTOR.full_name
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+class PayerService:
+    def __init__(self, registry: RegistrySource, publisher: Publisher) -> None:
+        self._registry = registry
+        self._publisher = publisher
+
+    async def GetNodes(self, request: bytes, context: Context) -> bytes:
+        """The enabled nodes, id -> URL with scheme: clients read from them directly."""
+        nodes = available_nodes(self._registry.current())
+        return payer_api.GetNodesResponse(
+            nodes={n.node_id: n.http_address for n in nodes}
+        ).SerializeToString(deterministic=True)
+
+    async def PublishClientEnvelopes(self, request: bytes, context: Context) -> bytes:
+        try:
+            raws = wire.length_delimited(request, 1)
+        except wire.FrameError as exc:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"request does not decode as {_PUBLISH_REQUEST}: {exc}",
+            )
+        try:
+            answers = await self._publisher.publish(raws)
+        except GatewayError as exc:
+            if exc.trailers:
+                context.set_trailing_metadata(exc.trailers)
+            await context.abort(exc.code, exc.message)
+        # The node's envelopes go out as the node serialized (and signed) them.
+        return wire.repeated(1, answers)
+
+
+def payer_handlers(service: PayerService) -> grpc.GenericRpcHandler[Any, Any]:
+    descriptor = payer_api.DESCRIPTOR.services_by_name["PayerApi"]
+    methods = {
+        m.name: grpc.unary_unary_rpc_method_handler(
+            getattr(service, m.name),
+            request_deserializer=_identity,
+            response_serializer=_identity,
+        )
+        for m in descriptor.methods
+    }
+    return grpc.method_handlers_generic_handler(SERVICE, methods)

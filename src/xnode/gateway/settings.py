@@ -1,0 +1,107 @@
+"""Gateway settings: `XNODE_GATEWAY_*` environment variables, overridden by CLI flags.
+
+The registry fields mean what the node's do (xnode.config.Settings); `node_settings()` hands
+them to the node's registry code so both read the registry the same way."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from xnode.config import Settings, add_flags, from_args, key_from
+from xnode.core.crypto import SigningKey
+
+ENV_PREFIX = "XNODE_GATEWAY_"
+
+
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    listen_address: str = Field("127.0.0.1:5040", description="gRPC listen host:port")
+    payer_key: SecretStr | None = Field(
+        None, description="Payer secp256k1 private key, hex (or use payer_key_file)"
+    )
+    payer_key_file: Path | None = Field(None, description="File holding the payer's hex key")
+    nodes_file: Path | None = Field(None, description="Static node registry (JSON)")
+    chain_rpc_url: str | None = Field(None, description="Chain JSON-RPC URL (http)")
+    contracts_file: Path | None = Field(
+        None, description="Chain id and contract addresses (`xnode chain deploy`)"
+    )
+    registry_source: Literal["auto", "chain", "file"] = Field(
+        "auto", description="Node registry: chain, file (nodes_file) or auto (chain if set)"
+    )
+    chain_poll_seconds: float = Field(
+        1.0, description="How often the registry looks for new blocks", gt=0
+    )
+    chain_rpc_timeout_seconds: float = Field(10.0, description="Chain RPC request timeout", gt=0)
+    chain_registry_refresh_seconds: float = Field(
+        60.0, description="Full re-read of the node registry every N seconds", gt=0
+    )
+    publish_timeout_seconds: float = Field(
+        # Longer than a node's chain publish timeout (30 s): commits and identity updates
+        # are answered only once mined and indexed.
+        45.0,
+        description="Longest wait for a node to answer one publish",
+        gt=0,
+    )
+    node_down_seconds: float = Field(
+        5.0,
+        description="A node that was unreachable is tried last for this long",
+        ge=0,
+    )
+    chain_visibility_seconds: float = Field(
+        5.0,
+        description="Longest wait for the other nodes to serve a commit or identity update",
+        ge=0,
+    )
+    message_retention_days: int = Field(
+        0, description="Retention asked of nodes per envelope (0: the node's default)", ge=0
+    )
+    max_message_mib: int = Field(25, description="Largest gRPC message, MiB", gt=0)
+    shutdown_grace_seconds: float = Field(
+        10.0, description="How long SIGTERM waits for in-flight requests", ge=0
+    )
+    log_level: str = Field("info", description="debug, info, warning or error")
+    log_format: Literal["console", "json"] = Field("console", description="console or json")
+
+    @field_validator("listen_address")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        if not value.rpartition(":")[2].isdigit():
+            raise ValueError(f"expected host:port, got {value!r}")
+        return value
+
+    def payer_signing_key(self) -> SigningKey:
+        key = key_from(self.payer_key, self.payer_key_file)
+        if key is None:
+            raise ValueError(
+                f"no payer key: set {ENV_PREFIX}PAYER_KEY or {ENV_PREFIX}PAYER_KEY_FILE "
+                "(see `xnode keygen`)"
+            )
+        return key
+
+    def node_settings(self) -> Settings:
+        """The registry part, as the node's settings, for the node's registry readers."""
+        # model_construct: these values are validated already, and the node's XNODE_* environment
+        # must not leak into the gateway.
+        return Settings.model_construct(
+            nodes_file=self.nodes_file,
+            chain_rpc_url=self.chain_rpc_url,
+            contracts_file=self.contracts_file,
+            registry_source=self.registry_source,
+            chain_poll_seconds=self.chain_poll_seconds,
+            chain_rpc_timeout_seconds=self.chain_rpc_timeout_seconds,
+            chain_registry_refresh_seconds=self.chain_registry_refresh_seconds,
+        )
+
+
+def add_gateway_flags(parser: argparse.ArgumentParser) -> None:
+    add_flags(parser, GatewaySettings)
+
+
+def gateway_settings_from_args(args: argparse.Namespace) -> GatewaySettings:
+    return from_args(GatewaySettings, args)

@@ -1,0 +1,84 @@
+"""A network for real clients: nodes 100, 200, 300 on the chain registry (anvil), each with
+its own metrics endpoint, and two `xnode gateway` processes in front of them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ChainEnv
+from tests.e2e.replication.conftest import ChainNetwork, chain_network
+from xnode.core.crypto import SigningKey
+from xnode.devtools.devnet import wait_serving
+from xnode.devtools.postgres import free_port
+
+__all__ = ["chain_network"]  # the fixture, shared with the replication tests
+
+
+@dataclass
+class GatewayProcess:
+    proc: subprocess.Popen[bytes]
+    address: str
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@dataclass
+class ClientNetwork:
+    nodes: ChainNetwork
+    metrics: dict[int, str]
+    gateways: list[GatewayProcess] = field(default_factory=list)
+
+
+def _spawn_gateway(chain: ChainEnv, tmp_path: Path, index: int) -> GatewayProcess:
+    address = f"127.0.0.1:{free_port()}"
+    log = tmp_path / f"gateway-{index}.log"
+    env = {
+        **os.environ,
+        "XNODE_GATEWAY_LISTEN_ADDRESS": address,
+        "XNODE_GATEWAY_PAYER_KEY": SigningKey.generate().hex(),
+        "XNODE_GATEWAY_CHAIN_RPC_URL": chain.url,
+        "XNODE_GATEWAY_CONTRACTS_FILE": str(chain.contracts_file),
+        "XNODE_GATEWAY_REGISTRY_SOURCE": "chain",
+        "XNODE_GATEWAY_CHAIN_POLL_SECONDS": "0.1",
+        "XNODE_GATEWAY_NODE_DOWN_SECONDS": "30",
+        "XNODE_GATEWAY_LOG_FORMAT": "json",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xnode.cli", "gateway"],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    return GatewayProcess(proc, address, log)
+
+
+@pytest.fixture
+def client_network(chain_network: ChainNetwork, tmp_path: Path) -> Iterator[ClientNetwork]:
+    """Started: three nodes and two gateways. Fails (never skips) when one cannot start."""
+    metrics = {n: f"127.0.0.1:{free_port()}" for n in chain_network.addresses}
+    for node_id, address in metrics.items():
+        chain_network.start(node_id, metrics_address=address)
+    network = ClientNetwork(chain_network, metrics)
+    for index in range(2):
+        gateway = _spawn_gateway(chain_network.chain, tmp_path, index)
+        network.gateways.append(gateway)
+        if not wait_serving(gateway.address, 60):
+            pytest.fail(f"xnode gateway did not start serving:\n{gateway.output()[-3000:]}")
+    yield network
+    for gateway in network.gateways:
+        if gateway.proc.poll() is None:
+            gateway.proc.kill()
+            gateway.proc.wait(30)
