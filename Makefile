@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-$(shell cat pyproject.toml package-lock.json 2>/dev/null | sha1sum | cut -c1-12)
 NODES ?= 3
 
-.PHONY: setup run test test-fast lint proto proto-check contracts bench clean
+.PHONY: setup run test test-fast lint proto proto-check contracts bench image clean
 
 setup: $(STAMP)
 
@@ -44,6 +44,10 @@ contracts: setup
 
 bench: setup
 	$(PY) bench/bench_node.py
+
+# Container images for docker-compose.yml (podman or docker; no registry needed: README).
+image:
+	bash scripts/build_image.sh
 
 clean:
 	rm -rf $(VENV) node_modules .xnode

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# `make image`: the node image (xnode:local), the anvil image (xnode-anvil:local) and, where
+# the official postgres:15 cannot be pulled, a Postgres image (xnode-postgres:15) for
+# docker-compose.yml. Uses podman when installed (settings: docker/containers.conf), else docker.
+#
+# Where a registry answers, the images build on the public python:3.11-slim and compose uses
+# the official postgres:15. Where none does (CI), the base is a Debian 12 root file system made
+# by debootstrap from the apt mirror this machine uses, cached as a tarball in $XNODE_IMAGE_CACHE
+# (default /var/cache/xnode-image as root, else $XDG_CACHE_HOME/xnode-image) and imported as
+# localhost/xnode-debian-base:bookworm. Force a choice with XNODE_IMAGE_BASE=public|debootstrap.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PUBLIC_PYTHON=docker.io/library/python:3.11-slim
+PUBLIC_POSTGRES=docker.io/library/postgres:15
+LOCAL_BASE=localhost/xnode-debian-base:bookworm
+SUITE=bookworm
+
+log() { echo "make image: $*" >&2; }
+
+if [[ -z "${XNODE_ENGINE:-}" ]]; then
+    if command -v podman >/dev/null; then XNODE_ENGINE=podman; else XNODE_ENGINE=docker; fi
+fi
+command -v "$XNODE_ENGINE" >/dev/null || { log "neither podman nor docker is installed"; exit 1; }
+BUILD=("$XNODE_ENGINE" build)
+if [[ "$XNODE_ENGINE" == podman ]]; then
+    export CONTAINERS_CONF="${CONTAINERS_CONF:-$PWD/docker/containers.conf}"
+    # RUN steps fail under runc's rlimits here; chroot isolation does not need them.
+    # Docker format keeps the HEALTHCHECKs (OCI images drop them).
+    BUILD+=(--isolation chroot --format docker)
+fi
+# A CA bundle for networks that intercept TLS; the images do not keep it (docker/Dockerfile).
+CA_FILE="${XNODE_BUILD_CA_FILE:-/etc/ssl/certs/ca-certificates.crt}"
+[[ -s "$CA_FILE" ]] && BUILD+=(--secret "id=ca,src=$CA_FILE")
+
+if [[ -z "${XNODE_IMAGE_CACHE:-}" ]]; then
+    if [[ $EUID -eq 0 ]]; then XNODE_IMAGE_CACHE=/var/cache/xnode-image
+    else XNODE_IMAGE_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/xnode-image"; fi
+fi
+
+have_image() { "$XNODE_ENGINE" image inspect "$1" >/dev/null 2>&1; }
+
+# Present locally, or pulled within a minute (an unreachable registry fails or hangs).
+pullable() { have_image "$1" || timeout 60 "$XNODE_ENGINE" pull -q "$1" >/dev/null 2>&1; }
+
+apt_mirror() {
+    local uri
+    uri=$(grep -hsE '^(URIs:|deb )' /etc/apt/sources.list /etc/apt/sources.list.d/* \
+        | grep -oE 'https?://[^ ]+/debian/?( |$)' | head -n1 | tr -d ' ')
+    echo "${uri:-http://deb.debian.org/debian}"
+}
+
+# The Debian root file system, made once per machine (about a minute) and reused.
+debootstrap_base() {
+    local tarball="$XNODE_IMAGE_CACHE/debian-$SUITE-python.tar" root
+    if [[ ! -s "$tarball" ]]; then
+        command -v debootstrap >/dev/null || { log "debootstrap is required"; exit 1; }
+        mkdir -p "$XNODE_IMAGE_CACHE"
+        root=$(mktemp -d "$XNODE_IMAGE_CACHE/rootfs.XXXXXX")
+        log "debootstrap $SUITE from $(apt_mirror) into $root"
+        debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+            "$SUITE" "$root" "$(apt_mirror)" >&2
+        rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+        tar -C "$root" -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
+        rm -rf "$root"
+    fi
+    if ! have_image "$LOCAL_BASE"; then
+        log "importing $tarball as $LOCAL_BASE"
+        "$XNODE_ENGINE" import "$tarball" "$LOCAL_BASE" >/dev/null
+    fi
+}
+
+mode="${XNODE_IMAGE_BASE:-}"
+if [[ -z "$mode" ]]; then
+    if pullable "$PUBLIC_PYTHON"; then mode=public; else mode=debootstrap; fi
+fi
+case "$mode" in
+    public) base="$PUBLIC_PYTHON" ;;
+    debootstrap) debootstrap_base; base="$LOCAL_BASE" ;;
+    *) log "XNODE_IMAGE_BASE must be public or debootstrap, not $mode"; exit 1 ;;
+esac
+log "base: $base"
+
+"${BUILD[@]}" --build-arg "BASE=$base" -f docker/Dockerfile -t xnode:local .
+"${BUILD[@]}" --build-arg "BASE=$base" -f docker/anvil.Dockerfile -t xnode-anvil:local .
+if [[ "$mode" == public ]] && pullable "$PUBLIC_POSTGRES"; then
+    log "done; docker-compose.yml uses the official $PUBLIC_POSTGRES"
+else
+    "${BUILD[@]}" --build-arg "BASE=$base" -f docker/postgres.Dockerfile -t xnode-postgres:15 .
+    log "done; run compose with XNODE_POSTGRES_IMAGE=localhost/xnode-postgres:15"
+fi
