@@ -8,6 +8,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
+from prometheus_client.parser import text_string_to_metric_families
+
 
 @dataclass
 class NetworkView:
@@ -40,8 +42,10 @@ class NetworkView:
             with urllib.request.urlopen(url, timeout=5) as reply:
                 text = reply.read().decode()
             counts[node_id] = sum(
-                float(line.rsplit(" ", 1)[1])
-                for line in text.splitlines()
-                if line.startswith('xnode_open_subscriptions{method="SubscribeEnvelopes"}')
+                sample.value
+                for family in text_string_to_metric_families(text)
+                if family.name == "xnode_open_subscriptions"
+                for sample in family.samples
+                if sample.labels.get("method") == "SubscribeEnvelopes"
             )
         return counts
