@@ -288,7 +288,13 @@ async def _serve(
 ) -> tuple[str, NodeHealth]:
     """Metrics, then the gRPC server with its health following the dependencies."""
     if settings.metrics_address:
-        stack.callback(serve_metrics(settings.metrics_address, node_id).stop)
+        try:
+            metrics = serve_metrics(settings.metrics_address, node_id)
+        except OSError as exc:
+            raise StartupError(
+                f"cannot serve metrics on {settings.metrics_address}: {exc}"
+            ) from exc
+        stack.callback(metrics.stop)
     chain, store = parts.chain, parts.store
     subscribe = Subscribe(store, parts.state.fanout, keepalive_s=settings.keepalive_seconds)
     publish = Publish(
