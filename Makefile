@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-$(shell cat pyproject.toml package-lock.json 2>/dev/null | sha1sum | cut -c1-12)
 NODES ?= 3
 
-.PHONY: setup run test test-fast lint proto proto-check contracts bench image clean
+.PHONY: setup run test test-fast lint proto proto-check contracts bench image spark-dist clean
 
 setup: $(STAMP)
 
@@ -49,5 +49,10 @@ bench: setup
 image:
 	bash scripts/build_image.sh
 
+# What spark-submit ships to a cluster (README, "Data pipeline"): dist/spark/xnode_spark.zip,
+# launcher.py, requirements.txt, environment.tar.gz. SPARK_PYTHON: the executors' interpreter.
+spark-dist: setup
+	$(PY) -m spark_jobs.packaging --out dist/spark $(if $(SPARK_PYTHON),--python $(SPARK_PYTHON))
+
 clean:
-	rm -rf $(VENV) node_modules .xnode
+	rm -rf $(VENV) node_modules .xnode dist/spark build/spark

@@ -70,10 +70,10 @@ class Module:
         return self.path.relative_to(self.root).as_posix()
 
 
-def find_module(name: str) -> Module | None:
+def find_module(name: str, sources: Sequence[Path] = SOURCE_ROOTS) -> Module | None:
     """The first-party source file of a dotted module name, as Python would find it."""
     parts = name.split(".")
-    for root in SOURCE_ROOTS:
+    for root in sources:
         base = root.joinpath(*parts)
         for path in (base / "__init__.py", base.parent / f"{parts[-1]}.py"):
             if path.is_file():
@@ -163,7 +163,7 @@ class Closure:
     third_party: frozenset[str]  # dotted names imported from outside
 
 
-def follow_imports(roots: Iterable[str]) -> Closure:
+def follow_imports(roots: Iterable[str], sources: Sequence[Path] = SOURCE_ROOTS) -> Closure:
     """The first-party modules the roots import, transitively, and what they import from
     third parties. A first-party module that does not exist is an error."""
     found: dict[str, Module] = {}
@@ -179,7 +179,7 @@ def follow_imports(roots: Iterable[str]) -> Closure:
         for prefix in _prefixes(name):
             if prefix in found:
                 continue
-            module = find_module(prefix)
+            module = find_module(prefix, sources)
             if module is None:
                 if required or prefix != name:
                     raise PackagingError(f"first-party module {prefix} not found under the sources")
@@ -232,7 +232,7 @@ def distributions(modules: Iterable[str]) -> dict[str, str]:
         origin = _origin(name)
         owner = owners.get(origin) if origin is not None else None
         if owner is None:
-            raise PackagingError(f"{name} is imported by the jobs but no installed distribution")
+            raise PackagingError(f"{name} is imported by the jobs but is not installed here")
         if owner not in SPARK_PROVIDED:
             found[owner] = importlib.metadata.version(owner)
     return found

@@ -135,7 +135,7 @@ def test_executors_run_the_shipped_code_and_environment(
     found = json.loads(done.stdout.strip().splitlines()[-1])
 
     venv = Path(sys.prefix).resolve()
-    spark_lib = spark_home() / "python" / "lib"  # the Spark installation's pyspark and py4j
+    spark_install = spark_home()  # its python/lib/*.zip and jars hold pyspark and py4j
     driver = found["driver"]
     for name in ("spark_jobs.inputs", "xnode.core.crypto", "xmtp"):
         # The dist's zip, or pyspark's copy of it (SparkFiles); never the checkout.
@@ -158,7 +158,7 @@ def test_executors_run_the_shipped_code_and_environment(
             assert _inside(modules[name], environment), name
         for entry in task["sys_path"]:
             assert not _inside(entry, REPO_ROOT), entry
-            assert not _inside(entry, venv) or _inside(entry, spark_lib), entry
+            assert not _inside(entry, venv) or _inside(entry, spark_install), entry
     assert seen == set(workers)  # an executor on each worker ran tasks
     for worker in cluster.workers:
         executors = cluster.app_dirs(worker)
