@@ -51,6 +51,7 @@ from xnode.store.notifications import CommitListener
 from xnode.store.probe import PostgresProbe
 from xnode.store.replication import ReplicationStore
 from xnode.store.sequencer import Sequencer
+from xnode.usecases.admission import Admission
 from xnode.usecases.health import HealthMonitor
 from xnode.usecases.logs import CheckpointIntake, CheckpointIssuer, LogQueries
 from xnode.usecases.node_state import NodeState
@@ -297,8 +298,14 @@ async def _serve(
         stack.callback(metrics.stop)
     chain, store = parts.chain, parts.store
     subscribe = Subscribe(store, parts.state.fanout, keepalive_s=settings.keepalive_seconds)
+    admission = Admission()
     publish = Publish(
-        node_id, parts.state.clock, store, parts.originator, chain.publisher if chain else None
+        node_id,
+        parts.state.clock,
+        store,
+        parts.originator,
+        chain.publisher if chain else None,
+        admission,
     )
     service = EnvelopeService(publish, Query(store, chain.store if chain else None), subscribe)
     registry = parts.registry
@@ -314,7 +321,7 @@ async def _serve(
     server, health_servicer, address = _grpc_server(
         settings, service, MisbehaviorService(parts.reports), auth, logs
     )
-    serving = GrpcServing(server, subscribe, settings.shutdown_grace_seconds)
+    serving = GrpcServing(server, subscribe, admission, settings.shutdown_grace_seconds)
     stack.push_async_callback(serving.stop)
     probe = PostgresProbe(settings.database_dsn)
     stack.callback(probe.close)
@@ -345,11 +352,13 @@ async def create_pool(settings: Settings) -> asyncpg.Pool:
 
 @dataclass
 class GrpcServing:
-    """The gRPC server's start and its release (subscriptions end, then in-flight requests
-    finish within the grace)."""
+    """The gRPC server's start and its drain: new publishes are refused with UNAVAILABLE and
+    live subscriptions end with UNAVAILABLE at once; publishes already accepted finish with
+    their answers within the grace; then the server stops."""
 
     server: grpc.aio.Server
     subscribe: Subscribe
+    admission: Admission
     grace_s: float
     started: bool = False
 
@@ -358,12 +367,19 @@ class GrpcServing:
         self.started = True
 
     async def stop(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.grace_s
+        self.admission.close()
         self.subscribe.close_all()
         if not self.started:
             # A grpc.aio server that bound its port but never started holds the port until
             # it has started and stopped.
             await self.server.start()
-        await self.server.stop(self.grace_s)
+        elif not await self.admission.drained(self.grace_s):
+            log.warning(
+                "drain_grace_exceeded", in_flight=self.admission.in_flight, grace_s=self.grace_s
+            )
+        await self.server.stop(max(deadline - loop.time(), 0.0))
 
 
 @dataclass(frozen=True)

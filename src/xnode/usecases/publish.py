@@ -14,6 +14,7 @@ from xnode.core.envelopes import ValidPayerEnvelope, check_depends_on, validate_
 from xnode.core.errors import Reason, Rejected
 from xnode.core.vector_clock import NodeClock
 from xnode.observability.metrics import ENVELOPES_STORED, PUBLISH_LATENCY
+from xnode.usecases.admission import Admission
 from xnode.usecases.ports import ChainPublisher, EnvelopeReader, Originate
 
 MAX_PUBLISH_ENVELOPES = 1000
@@ -52,15 +53,22 @@ class Publish:
         store: EnvelopeReader,
         originator: Originate,
         chain: ChainPublisher | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.node_id = node_id
+        self.admission = admission or Admission()
         self._clock = clock
         self._store = store
         self._originator = originator
         self._chain = chain
 
     async def __call__(self, envelopes: Sequence[envelopes_pb2.PayerEnvelope]) -> list[bytes]:
-        """The serialized OriginatorEnvelopes, one per payer envelope, in request order."""
+        """The serialized OriginatorEnvelopes, one per payer envelope, in request order;
+        Rejected(UNAVAILABLE) before any work once the node drains."""
+        with self.admission.admit():
+            return await self._publish(envelopes)
+
+    async def _publish(self, envelopes: Sequence[envelopes_pb2.PayerEnvelope]) -> list[bytes]:
         started = time.perf_counter()
         if not envelopes:
             raise Rejected(Reason.MALFORMED, "payer_envelopes is empty")

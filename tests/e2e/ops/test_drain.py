@@ -1,0 +1,87 @@
+"""SIGTERM under publish load, as an operator does it: what the node accepted it finishes
+and answers; what it did not accept it refuses with UNAVAILABLE before doing any of it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+import grpc
+
+from xnode.api.client import NodeClient
+from xnode.core.crypto import SigningKey
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import parse_originator_envelope
+
+GROUP = b"\x43" * 16
+TOPIC = b"\x00" + GROUP
+PAYER = SigningKey.generate()
+CALLERS = 16
+GRACE_S = 5.0
+
+
+async def _caller(address: str, tag: str, outcomes: dict[bytes, grpc.StatusCode]) -> None:
+    """Publishes one envelope at a time until the node answers anything but OK."""
+    async with NodeClient(address) as client:
+        for i in range(1_000_000):
+            payload = f"{tag}-{i:07d}.".encode()
+            try:
+                await client.publish_group_messages(PAYER, 100, GROUP, [payload])
+            except grpc.aio.AioRpcError as exc:
+                outcomes[payload] = exc.code()
+                return
+            outcomes[payload] = grpc.StatusCode.OK
+
+
+async def _stored(address: str) -> list[bytes]:
+    out: list[bytes] = []
+    async with NodeClient(address) as client:
+        cursor = Cursor()
+        while page := await client.query(originators=[100], cursor=cursor, limit=1000):
+            out += [e.SerializeToString() for e in page]
+            cursor = Cursor({100: parse_originator_envelope(out[-1]).sequence_id})
+    return out
+
+
+async def _subscription_end(call: Any) -> grpc.StatusCode:
+    try:
+        async for _ in call:
+            pass
+    except grpc.aio.AioRpcError as exc:
+        return exc.code()
+    return grpc.StatusCode.OK
+
+
+async def test_sigterm_under_load_answers_every_accepted_publish(
+    spawn_node: Any, database: str, node_spec: Any
+) -> None:
+    for round_ in range(3):
+        node = spawn_node(database, node_spec, shutdown_grace_seconds=str(GRACE_S))
+        outcomes: dict[bytes, grpc.StatusCode] = {}
+        async with NodeClient(node.address) as watcher:
+            subscription = asyncio.create_task(_subscription_end(watcher.subscribe([TOPIC])))
+            callers = [
+                asyncio.create_task(_caller(node.address, f"r{round_}-c{c:02d}", outcomes))
+                for c in range(CALLERS)
+            ]
+            while len(outcomes) < 200:
+                await asyncio.sleep(0.02)
+            started = time.monotonic()
+            code = await asyncio.to_thread(node.terminate, GRACE_S + 10)
+            took = time.monotonic() - started
+            await asyncio.wait_for(asyncio.gather(*callers), 30)
+            subscription_status = await asyncio.wait_for(subscription, 30)
+        output = node.output()
+        assert code == 0, output[-3000:]
+        assert took < GRACE_S + 3, f"round {round_}: the drain took {took:.1f} s"
+        counts = Counter(outcomes.values())
+        assert set(counts) <= {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}, (
+            f"round {round_}: {counts}"
+        )
+        assert subscription_status == grpc.StatusCode.UNAVAILABLE, f"round {round_}"
+        stored = await _stored(spawn_node(database, node_spec).address)
+        for payload, status in outcomes.items():
+            is_stored = any(payload in raw for raw in stored)
+            assert is_stored == (status == grpc.StatusCode.OK), (round_, payload, status)
