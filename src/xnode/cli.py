@@ -73,7 +73,14 @@ def _cmd_devnet(args: argparse.Namespace) -> int:
 
 def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--node", default="127.0.0.1:5050", help="node gRPC address")
+    common.add_argument(
+        "--node",
+        default="127.0.0.1:5050",
+        help="node gRPC address: host:port (plaintext) or https://host:port (TLS)",
+    )
+    common.add_argument("--ca-file", help="PEM CA the https:// node is checked against")
+    common.add_argument("--cert-file", help="PEM client certificate, if the node asks for one")
+    common.add_argument("--key-file", help="PEM private key of --cert-file")
     common.add_argument("--json", action="store_true", help="print one JSON object per line")
     publish = sub.add_parser("publish", parents=[common], help="publish group messages")
     publish.add_argument("--group-id", required=True, help="MLS group id, hex (16 bytes)")
@@ -118,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     devnet.add_argument("--dir", default=".xnode", help="state directory")
     devnet.add_argument("--base-port", type=int, default=5050)
+    devnet.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS between nodes and for clients: a throwaway CA in <dir>/tls, https:// addresses",
+    )
     devnet.set_defaults(func=_cmd_devnet)
     add_chain_parser(sub)
     add_export_parsers(sub)

@@ -14,6 +14,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import parse_originator_envelope
 from xnode.core.topics import Topic, TopicKind
+from xnode.tls import ClientTls, TlsConfigError, target_of
 
 
 def _parse_cursor(text: str) -> Cursor:
@@ -52,9 +53,20 @@ def _topics(args: argparse.Namespace) -> list[bytes]:
     return [bytes.fromhex(t) for t in args.topic] + group_topics
 
 
+def _hint(address: str, code: grpc.StatusCode) -> str:
+    if code is grpc.StatusCode.UNAVAILABLE and not target_of(address)[1]:
+        return " (if the node serves TLS: --node https://HOST:PORT --ca-file CA.pem)"
+    return ""
+
+
 async def run_client_command(args: argparse.Namespace) -> int:
     try:
-        async with NodeClient(args.node) as client:
+        tls = ClientTls.from_files(args.ca_file, args.cert_file, args.key_file)
+    except TlsConfigError as exc:
+        print(f"xnode: {exc}", file=sys.stderr)
+        return 2
+    try:
+        async with NodeClient(args.node, tls) as client:
             if args.command == "publish":
                 payer = (
                     SigningKey.from_hex(args.payer_key) if args.payer_key else SigningKey.generate()
@@ -81,6 +93,7 @@ async def run_client_command(args: argparse.Namespace) -> int:
                         call.cancel()
                         break
     except grpc.aio.AioRpcError as exc:
-        print(f"xnode: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        hint = _hint(args.node, exc.code())
+        print(f"xnode: {exc.code().name}: {exc.details()}{hint}", file=sys.stderr)
         return 1
     return 0

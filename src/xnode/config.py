@@ -80,6 +80,22 @@ class Settings(BaseSettings):
     shutdown_grace_seconds: float = Field(
         10.0, description="How long SIGTERM waits for in-flight requests", ge=0
     )
+    tls_cert_file: Path | None = Field(
+        None,
+        description="PEM certificate chain served on the gRPC and metrics ports (and shown to "
+        "https:// peers that ask); unset: plaintext, for local development",
+    )
+    tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file")
+    tls_client_ca_file: Path | None = Field(
+        None, description="PEM CA that client certificates are checked against; unset: none asked"
+    )
+    tls_client_cert: Literal["optional", "require"] = Field(
+        "optional",
+        description="With tls_client_ca_file: require a client certificate, or check one if given",
+    )
+    tls_peer_ca_file: Path | None = Field(
+        None, description="PEM CA that https:// peers' certificates must chain to (default: system)"
+    )
     migrate_on_start: bool = Field(True, description="Apply database migrations at start-up")
     db_pool_size: int = Field(16, description="Most Postgres connections per process", gt=1)
     replication_response_timeout_seconds: float = Field(

@@ -37,7 +37,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope
 from xnode.core.registry import Registry, RegistryError
 from xnode.observability.logging import configure_logging
-from xnode.observability.metrics import observe_batch, serve_metrics
+from xnode.observability.metrics import MetricsTls, observe_batch, serve_metrics
 from xnode.replication.worker import ReplicationConfig, ReplicationWorker
 from xnode.static_registry import StaticRegistrySource
 from xnode.store.chain import ChainStore
@@ -51,6 +51,7 @@ from xnode.store.notifications import CommitListener
 from xnode.store.probe import PostgresProbe
 from xnode.store.replication import ReplicationStore
 from xnode.store.sequencer import Sequencer
+from xnode.tls import ClientTls, ServerTls, TlsConfigError
 from xnode.usecases.admission import Admission
 from xnode.usecases.health import HealthMonitor
 from xnode.usecases.logs import CheckpointIntake, CheckpointIssuer, LogQueries
@@ -162,6 +163,37 @@ def _no_registry() -> Registry:
     return _NO_REGISTRY
 
 
+@dataclass(frozen=True)
+class NodeTls:
+    """What the listeners serve (None: plaintext) and how peers are checked."""
+
+    served: ServerTls | None
+    peers: ClientTls
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> NodeTls:
+        try:
+            served = ServerTls.from_files(
+                settings.tls_cert_file,
+                settings.tls_key_file,
+                settings.tls_client_ca_file,
+                settings.tls_client_cert == "require",
+            )
+            peer_ca = ClientTls.from_files(settings.tls_peer_ca_file).root_certificates
+        except TlsConfigError as exc:
+            raise StartupError(str(exc)) from exc
+        return cls(served, served.as_client(peer_ca) if served else ClientTls(peer_ca))
+
+    def warn_if_plaintext(self, settings: Settings, address: str) -> None:
+        if self.served is None:
+            log.warning(
+                "plaintext_listener",
+                grpc=address,
+                metrics=settings.metrics_address or None,
+                detail="no TLS: for local development only; set tls_cert_file and tls_key_file",
+            )
+
+
 async def start_node(settings: Settings) -> Node:
     """Starts every part of the node; when a step fails, what started before it is released
     (connections closed, tasks ended, ports freed) before the error propagates."""
@@ -169,9 +201,11 @@ async def start_node(settings: Settings) -> Node:
         key = settings.signing_key()
     except (OSError, ValueError) as exc:
         raise StartupError(f"signer key: {exc}") from exc
+    tls = NodeTls.from_settings(settings)
     async with AsyncExitStack() as stack:
-        node = await _start(settings, key, stack)
+        node = await _start(settings, key, tls, stack)
         node.cleanup = stack.pop_all()
+    tls.warn_if_plaintext(settings, node.address)
     log.info(
         "node_listening",
         node_id=node.node_id,
@@ -183,7 +217,7 @@ async def start_node(settings: Settings) -> Node:
     return node
 
 
-async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> Node:
+async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: AsyncExitStack) -> Node:
     chain = await _connect_chain(settings)
     if chain is not None:
         stack.push_async_callback(chain.close)
@@ -230,7 +264,7 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
     issuer.start()
     reports = MisbehaviorStore(pool, key)
     parts = NodeParts(store, state, originator, reports, registry, chain_parts, logs)
-    address, health = await _serve(settings, node_id, parts, stack)
+    address, health = await _serve(settings, node_id, parts, tls.served, stack)
     replication = None
     if registry is not None:
         replication = ReplicationWorker(
@@ -241,7 +275,7 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
             MisbehaviorLog(reports),
             state.stored,
             token,
-            ReplicationConfig.from_settings(settings),
+            ReplicationConfig.from_settings(settings, tls.peers),
             checkpoints=CheckpointIntake(logs),
         )
         stack.push_async_callback(replication.stop)
@@ -285,12 +319,16 @@ class NodeParts:
 
 
 async def _serve(
-    settings: Settings, node_id: int, parts: NodeParts, stack: AsyncExitStack
+    settings: Settings,
+    node_id: int,
+    parts: NodeParts,
+    tls: ServerTls | None,
+    stack: AsyncExitStack,
 ) -> tuple[str, NodeHealth]:
     """Metrics, then the gRPC server with its health following the dependencies."""
     if settings.metrics_address:
         try:
-            metrics = serve_metrics(settings.metrics_address, node_id)
+            metrics = serve_metrics(settings.metrics_address, node_id, _metrics_tls(tls))
         except OSError as exc:
             raise StartupError(
                 f"cannot serve metrics on {settings.metrics_address}: {exc}"
@@ -319,7 +357,7 @@ async def _serve(
         )
         logs = LogService(queries)
     server, health_servicer, address = _grpc_server(
-        settings, service, MisbehaviorService(parts.reports), auth, logs
+        settings, service, MisbehaviorService(parts.reports), auth, logs, tls
     )
     serving = GrpcServing(server, subscribe, admission, settings.shutdown_grace_seconds)
     stack.push_async_callback(serving.stop)
@@ -337,6 +375,12 @@ async def _serve(
     await monitor.start()
     await serving.start()
     return address, NodeHealth(monitor, health_servicer)
+
+
+def _metrics_tls(tls: ServerTls | None) -> MetricsTls | None:
+    if tls is None:
+        return None
+    return MetricsTls(tls.cert_file, tls.key_file, tls.client_ca_file, tls.require_client_cert)
 
 
 async def create_pool(settings: Settings) -> asyncpg.Pool:
@@ -399,6 +443,7 @@ def _grpc_server(
     misbehavior: MisbehaviorService,
     auth: NodeAuthInterceptor,
     logs: LogService | None = None,
+    tls: ServerTls | None = None,
 ) -> tuple[grpc.aio.Server, health.HealthServicer, str]:
     limit = settings.max_message_mib * 1024 * 1024
     server = grpc.aio.server(
@@ -426,7 +471,10 @@ def _grpc_server(
         ],
         server,
     )
-    port = server.add_insecure_port(settings.listen_address)
+    if tls is None:
+        port = server.add_insecure_port(settings.listen_address)
+    else:
+        port = server.add_secure_port(settings.listen_address, tls.credentials())
     if port == 0:
         raise StartupError(f"cannot listen on {settings.listen_address}")
     host = settings.listen_address.rpartition(":")[0]

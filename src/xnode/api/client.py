@@ -15,6 +15,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import build_payer_envelope, cursor_to_proto
 from xnode.core.topics import Topic, TopicKind
+from xnode.tls import ClientTls, open_channel
 
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 25 * 1024 * 1024),
@@ -36,8 +37,11 @@ def group_message_envelope(
 
 
 class NodeClient:
-    def __init__(self, address: str) -> None:
-        self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    """A client of one node. `address` is host:port (plaintext) or https://host:port (TLS,
+    the server checked against `tls.root_certificates`, or the system roots)."""
+
+    def __init__(self, address: str, tls: ClientTls | None = None) -> None:
+        self.channel = open_channel(address, tls, CHANNEL_OPTIONS)
         self.replication = message_api_pb2_grpc.ReplicationApiStub(self.channel)  # type: ignore[no-untyped-call]
 
     async def __aenter__(self) -> NodeClient:

@@ -28,8 +28,10 @@ from rich.table import Table
 
 from xnode.core.crypto import SigningKey
 from xnode.core.registry import NodeEntry, Registry
+from xnode.devtools.certs import devnet_ca
 from xnode.devtools.devgateway import GATEWAY_PORT, spawn_gateway
 from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_cluster
+from xnode.tls import ClientTls, open_blocking_channel, target_of
 
 # Piped output (no terminal) is not cut to 80 columns: the table holds long DSNs.
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
@@ -46,7 +48,8 @@ class DevnetError(RuntimeError):
 @dataclass
 class DevNode:
     node_id: int
-    address: str
+    address: str  # host:port it listens on
+    url: str  # its registry address: http:// or, with --tls, https://
     metrics: str
     dsn: str
     key_file: str
@@ -85,9 +88,11 @@ def plan_nodes(
     count: int,
     base_port: int,
     known: dict[int, NodeEntry] | None = None,
+    tls: bool = False,
 ) -> list[DevNode]:
     """Keys, databases and ports for nodes 100, 200, ...; a node already registered keeps the
-    address the registry has for it (on the chain, addresses never change)."""
+    address the registry has for it (on the chain, addresses never change, nor https://)."""
+    scheme = "https" if tls else "http"
     nodes = []
     for i in range(count):
         node_id = 100 * (i + 1)
@@ -100,7 +105,12 @@ def plan_nodes(
                 f"remove {state} to start a fresh network"
             )
         if registered is not None:
-            address = registered.http_address.removeprefix("http://")
+            address, secure = target_of(registered.http_address)
+            if secure != tls:
+                raise DevnetError(
+                    f"node {node_id} is registered at {registered.http_address}; remove "
+                    f"{state} to start a fresh network {'with' if tls else 'without'} TLS"
+                )
         else:
             address = f"127.0.0.1:{_port_or_free(base_port + i)}"
         database = f"xnode_{node_id}"
@@ -109,6 +119,7 @@ def plan_nodes(
             DevNode(
                 node_id=node_id,
                 address=address,
+                url=f"{scheme}://{address}",
                 metrics=f"127.0.0.1:{_port_or_free(METRICS_PORT + i)}",
                 dsn=cluster.dsn(database),
                 key_file=str(key_file),
@@ -121,18 +132,37 @@ def plan_nodes(
 
 def write_registry_file(state: Path, nodes: list[DevNode]) -> Path:
     """The same registry as a static file, for `--registry file`."""
-    registry = Registry(
-        NodeEntry(n.node_id, bytes.fromhex(n.public_key[2:]), f"http://{n.address}") for n in nodes
-    )
+    registry = Registry(NodeEntry(n.node_id, bytes.fromhex(n.public_key[2:]), n.url) for n in nodes)
     path = state / "nodes.json"
     path.write_text(registry.to_json())
     return path
 
 
-def _spawn(node: DevNode, registry_env: dict[str, str], state: Path) -> subprocess.Popen[bytes]:
+def tls_env(state: Path, nodes: list[DevNode]) -> dict[int, dict[str, str]]:
+    """A throwaway CA (kept in <dir>/tls) and a certificate for each node: every node serves
+    TLS, checks its peers against the CA and shows its certificate to peers that ask."""
+    directory = state / "tls"
+    ca = devnet_ca(directory)
+    ca_file = str(directory / "ca.pem")
+    env = {}
+    for node in nodes:
+        cert_file, key_file = ca.issue_files(directory, f"node-{node.node_id}")
+        env[node.node_id] = {
+            "XNODE_TLS_CERT_FILE": str(cert_file),
+            "XNODE_TLS_KEY_FILE": str(key_file),
+            "XNODE_TLS_CLIENT_CA_FILE": ca_file,
+            "XNODE_TLS_PEER_CA_FILE": ca_file,
+        }
+    return env
+
+
+def _spawn(
+    node: DevNode, registry_env: dict[str, str], state: Path, tls: dict[str, str]
+) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         **registry_env,
+        **tls,
         "XNODE_LISTEN_ADDRESS": node.address,
         "XNODE_DATABASE_DSN": node.dsn,
         "XNODE_SIGNER_KEY_FILE": node.key_file,
@@ -149,9 +179,11 @@ def _spawn(node: DevNode, registry_env: dict[str, str], state: Path) -> subproce
     )
 
 
-def wait_serving(address: str, timeout_s: float = 60.0) -> bool:
+def wait_serving(address: str, timeout_s: float = 60.0, tls: ClientTls | None = None) -> bool:
+    """Whether the node at `address` (host:port, or https://host:port checked with `tls`)
+    says SERVING within `timeout_s`."""
     deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(address) as channel:
+    with open_blocking_channel(address, tls) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             try:
@@ -165,13 +197,19 @@ def wait_serving(address: str, timeout_s: float = 60.0) -> bool:
 
 
 def _print_table(
-    nodes: list[DevNode], cluster: PgCluster, chain_url: str, state: Path, gateway: str
+    nodes: list[DevNode],
+    cluster: PgCluster,
+    chain_url: str,
+    state: Path,
+    gateway: str,
+    ca_file: Path | None,
 ) -> None:
     table = Table(title="xnode devnet")
     for column in ("node id", "gRPC", "metrics", "database"):
         table.add_column(column)
     for n in nodes:
-        table.add_row(str(n.node_id), n.address, f"http://{n.metrics}/metrics", n.dsn)
+        metrics = f"{'https' if ca_file else 'http'}://{n.metrics}/metrics"
+        table.add_row(str(n.node_id), n.url if ca_file else n.address, metrics, n.dsn)
     table.add_row("gateway", gateway, "", "(PayerApi: clients publish here)")
     console.print(table)
     console.print(
@@ -180,7 +218,7 @@ def _print_table(
     console.print(f"Keys, DSNs and contract addresses: {state / 'devnet.json'}")
     console.print(
         "Try: xnode publish --node-id 100 --node "
-        + nodes[0].address
+        + (f"{nodes[0].url} --ca-file {ca_file}" if ca_file else nodes[0].address)
         + " --group-id 00112233445566778899aabbccddeeff --message hi"
     )
     console.print("Ctrl-C stops the network.")
@@ -197,9 +235,16 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
             proc.kill()
 
 
-def _describe(nodes: list[DevNode], cluster: PgCluster, chain: dict[str, object]) -> str:
+def _describe(
+    nodes: list[DevNode], cluster: PgCluster, chain: dict[str, object], ca_file: Path | None
+) -> str:
     return json.dumps(
-        {"postgres": cluster.dsn(), "chain": chain, "nodes": [asdict(n) for n in nodes]},
+        {
+            "postgres": cluster.dsn(),
+            "chain": chain,
+            "tls_ca_file": str(ca_file) if ca_file else None,
+            "nodes": [asdict(n) for n in nodes],
+        },
         indent=2,
     )
 
@@ -230,13 +275,13 @@ def run_devnet(args: argparse.Namespace) -> int:
         try:
             with console.status("starting anvil and the contracts"):
                 chain = DevChain.start(state, _port_or_free(ANVIL_PORT))
-            nodes = plan_nodes(state, cluster, args.nodes, args.base_port, chain.registered())
+            nodes = plan_nodes(
+                state, cluster, args.nodes, args.base_port, chain.registered(), args.tls
+            )
         except (AnvilError, DevnetError) as exc:
             console.print(f"[red]xnode devnet: {exc}")
             return 1
-        planned = [
-            (n.node_id, bytes.fromhex(n.public_key[2:]), f"http://{n.address}") for n in nodes
-        ]
+        planned = [(n.node_id, bytes.fromhex(n.public_key[2:]), n.url) for n in nodes]
         with console.status("registering nodes"):
             chain.register(planned, FUND_WEI)
         registry_env = chain.node_env()
@@ -245,24 +290,27 @@ def run_devnet(args: argparse.Namespace) -> int:
                 "XNODE_REGISTRY_SOURCE": "file",
                 "XNODE_NODES_FILE": str(write_registry_file(state, nodes)),
             }
-        processes = [_spawn(n, registry_env, state) for n in nodes]
+        certs = tls_env(state, nodes) if args.tls else {}
+        ca_file = state / "tls" / "ca.pem" if args.tls else None
+        client_tls = ClientTls.from_files(ca_file) if ca_file else None
+        processes = [_spawn(n, registry_env, state, certs.get(n.node_id, {})) for n in nodes]
         gateway = f"127.0.0.1:{_port_or_free(GATEWAY_PORT)}"
         processes.append(spawn_gateway(state, gateway, gateway_key_file(state), registry_env))
         with console.status(f"starting {len(nodes)} node(s) and the gateway"):
-            for name, address, proc in [
+            for name, address, tls, proc in [
                 *(
-                    (f"node {n.node_id}", n.address, p)
+                    (f"node {n.node_id}", n.url, client_tls, p)
                     for n, p in zip(nodes, processes, strict=False)
                 ),
-                ("the gateway", gateway, processes[-1]),
+                ("the gateway", gateway, None, processes[-1]),
             ]:
-                if not wait_serving(address) or proc.poll() is not None:
+                if not wait_serving(address, tls=tls) or proc.poll() is not None:
                     console.print(f"[red]{name} did not start; see its log in {state}")
                     return 1
-        description = json.loads(_describe(nodes, cluster, chain.describe()))
+        description = json.loads(_describe(nodes, cluster, chain.describe(), ca_file))
         description["gateway"] = {"address": gateway, "url": f"http://{gateway}"}
         (state / "devnet.json").write_text(json.dumps(description, indent=2))
-        _print_table(nodes, cluster, chain.url, state, gateway)
+        _print_table(nodes, cluster, chain.url, state, gateway, ca_file)
         while not stop_requested:
             if any(p.poll() is not None for p in processes):
                 console.print("[red]a node exited; stopping the network (see its log)")

@@ -77,11 +77,30 @@ class MetricsServer:
         self.thread.join()
 
 
-def serve_metrics(address: str, node_id: int) -> MetricsServer:
+@dataclass(frozen=True)
+class MetricsTls:
+    """The metrics port over HTTPS: the node's certificate and key files, and the CA client
+    certificates are checked against (required, or checked when given)."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str | None = None
+    require_client_cert: bool = False
+
+
+def serve_metrics(address: str, node_id: int, tls: MetricsTls | None = None) -> MetricsServer:
     host, _, port = address.rpartition(":")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeLabelled(node_id))
-    server, thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
+    server, thread = start_http_server(
+        int(port),
+        addr=host or "127.0.0.1",
+        registry=registry,
+        certfile=tls.cert_file if tls else None,
+        keyfile=tls.key_file if tls else None,
+        client_cafile=tls.client_ca_file if tls else None,
+        client_auth_required=bool(tls and tls.client_ca_file and tls.require_client_cert),
+    )
     return MetricsServer(server, thread)
 
 

@@ -29,6 +29,7 @@ from xnode.core.verification import Verdict
 from xnode.core.wire import FrameError, originator_envelopes
 from xnode.observability.metrics import REPLICATION_RECONNECTS, REPLICATION_STREAMS
 from xnode.replication.ingest import OriginatorLog
+from xnode.tls import is_handshake_failure
 
 log = structlog.get_logger(__name__)
 
@@ -184,6 +185,7 @@ class PeerStream:
             SUBSCRIBE_ORIGINATORS, request_serializer=_identity, response_deserializer=_identity
         )
         self._log = log.bind(peer=peer, originator=target.originator, mode=mode.value)
+        self._tls_refused = False
 
     async def run(self) -> None:
         """Until cancelled: stream, and after each end or failure, wait and resume."""
@@ -194,6 +196,7 @@ class PeerStream:
                 return  # grpc or a cleanup absorbed the cancel: honour it, don't reconnect
             if answered:
                 self._backoff.reset()
+                self._tls_refused = False
             delay = self._backoff.next_delay()
             REPLICATION_RECONNECTS.labels(str(self.peer), self._mode.value).inc()
             await asyncio.sleep(delay)
@@ -295,9 +298,22 @@ class PeerStream:
             return
         if code is grpc.StatusCode.CANCELLED:
             return
+        if code is grpc.StatusCode.UNAVAILABLE and is_handshake_failure(details):
+            self._refused_by_tls(details)
+            if self._hooks is not None:
+                self._hooks.unreachable()
+            return
         elapsed = self._clock.monotonic_s() - started
         unreachable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
         kind = misbehavior.UNRESPONSIVE_NODE if unreachable else misbehavior.FAILED_REQUEST
         await self._report(kind, elapsed, f"{code.name}: {details}")
         if not answered and self._hooks is not None:
             self._hooks.unreachable()
+
+    def _refused_by_tls(self, details: str) -> None:
+        """The TLS handshake failed: a certificate of another CA, a name that does not match,
+        a peer without TLS. A matter of configuration, not of the peer's liveness: not
+        reported as misbehavior, logged once until a stream gets through."""
+        if not self._tls_refused:
+            self._tls_refused = True
+            self._log.error("peer_tls_refused", detail=details)

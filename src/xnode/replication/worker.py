@@ -26,6 +26,7 @@ from xnode.replication.checkpoints import CheckpointFollower
 from xnode.replication.ingest import IngestContext, OnStored, OriginatorLog
 from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
+from xnode.tls import ClientTls, open_channel
 from xnode.usecases.logs import CheckpointIntake
 from xnode.usecases.registry_source import RegistrySource
 
@@ -41,9 +42,12 @@ class ReplicationConfig:
     disabled_fallback_s: float
     verify_threads: int
     max_message_bytes: int
+    peer_tls: ClientTls | None = None  # https:// peers: their CA (None: system roots)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> ReplicationConfig:
+    def from_settings(
+        cls, settings: Settings, peer_tls: ClientTls | None = None
+    ) -> ReplicationConfig:
         return cls(
             timeouts=Timeouts(
                 response_s=settings.replication_response_timeout_seconds,
@@ -56,6 +60,7 @@ class ReplicationConfig:
             disabled_fallback_s=settings.replication_disabled_fallback_seconds,
             verify_threads=settings.replication_verify_threads,
             max_message_bytes=settings.max_message_mib * 1024 * 1024,
+            peer_tls=peer_tls,
         )
 
 
@@ -63,8 +68,9 @@ def has_address(entry: NodeEntry) -> bool:
     return bool(entry.http_address.removeprefix("https://").removeprefix("http://").strip("/"))
 
 
-def open_channel(address: str, config: ReplicationConfig) -> grpc.aio.Channel:
-    """A channel to a registry `http_address`: https:// is TLS, http:// or bare is plaintext."""
+def peer_channel(address: str, config: ReplicationConfig) -> grpc.aio.Channel:
+    """A channel to a registry `http_address`: https:// is TLS (checked against the peer CA),
+    http:// or bare is plaintext."""
     options = [
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
@@ -75,10 +81,7 @@ def open_channel(address: str, config: ReplicationConfig) -> grpc.aio.Channel:
         ("grpc.max_reconnect_backoff_ms", int(config.backoff_max_s * 1000)),
         ("grpc.use_local_subchannel_pool", 1),
     ]
-    if address.startswith("https://"):
-        target = address.removeprefix("https://").rstrip("/")
-        return grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(), options=options)
-    return grpc.aio.insecure_channel(address.removeprefix("http://").rstrip("/"), options=options)
+    return open_channel(address, config.peer_tls, options)
 
 
 class PeerLink:
@@ -295,7 +298,7 @@ class ReplicationWorker:
             return cached[1]
         if cached is not None:
             self.spawn_coroutine(cached[1].close(1.0))
-        channel = open_channel(entry.http_address, self.config)
+        channel = peer_channel(entry.http_address, self.config)
         self._channels[entry.node_id] = (entry.http_address, channel)
         return channel
 

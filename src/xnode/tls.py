@@ -1,0 +1,146 @@
+"""TLS between nodes and for clients (XIP-49 3.2.3).
+
+An address with `https://` is reached over TLS, verified against a configured CA (or the
+system roots); `http://` or a bare host:port is plaintext, for local development. The node
+serves TLS from a certificate and key file, and may ask clients for certificates of its CA."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+HTTPS = "https://"
+HTTP = "http://"
+
+ChannelOptions = Sequence[tuple[str, Any]]
+
+
+class TlsConfigError(ValueError):
+    """TLS settings that do not fit together, or files that cannot be read."""
+
+
+def _read(path: Path | str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise TlsConfigError(f"cannot read the {what} {path}: {exc}") from exc
+
+
+def target_of(address: str) -> tuple[str, bool]:
+    """(host:port, whether it is reached over TLS) of a registry or client address."""
+    if address.startswith(HTTPS):
+        return address.removeprefix(HTTPS).rstrip("/"), True
+    return address.removeprefix(HTTP).rstrip("/"), False
+
+
+@dataclass(frozen=True)
+class ClientTls:
+    """How this side checks a TLS server (`root_certificates`; None: the system roots) and
+    the certificate it shows when the server asks for one."""
+
+    root_certificates: bytes | None = None
+    private_key: bytes | None = None
+    certificate_chain: bytes | None = None
+
+    @classmethod
+    def from_files(
+        cls,
+        ca_file: Path | str | None = None,
+        cert_file: Path | str | None = None,
+        key_file: Path | str | None = None,
+    ) -> ClientTls:
+        if (cert_file is None) != (key_file is None):
+            raise TlsConfigError("a client certificate needs both its certificate and key file")
+        return cls(
+            _read(ca_file, "CA file") if ca_file is not None else None,
+            _read(key_file, "key file") if key_file is not None else None,
+            _read(cert_file, "certificate file") if cert_file is not None else None,
+        )
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            self.root_certificates, self.private_key, self.certificate_chain
+        )
+
+
+def open_channel(
+    address: str, tls: ClientTls | None = None, options: ChannelOptions = ()
+) -> grpc.aio.Channel:
+    """An asyncio channel to `address`: TLS for https:// (`tls` None: system roots, no
+    client certificate), plaintext otherwise."""
+    target, secure = target_of(address)
+    if secure:
+        credentials = (tls or ClientTls()).credentials()
+        return grpc.aio.secure_channel(target, credentials, options=list(options))
+    return grpc.aio.insecure_channel(target, options=list(options))
+
+
+def open_blocking_channel(address: str, tls: ClientTls | None = None) -> grpc.Channel:
+    """The same as `open_channel`, for code without an event loop."""
+    target, secure = target_of(address)
+    if secure:
+        return grpc.secure_channel(target, (tls or ClientTls()).credentials())
+    return grpc.insecure_channel(target)
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """What a listener serves: its certificate chain and key; with `client_ca`, it asks
+    clients for a certificate of that CA (and refuses them without one when
+    `require_client_cert`)."""
+
+    certificate_chain: bytes
+    private_key: bytes
+    client_ca: bytes | None = None
+    require_client_cert: bool = False
+    cert_file: str = ""
+    key_file: str = ""
+    client_ca_file: str | None = None
+
+    @classmethod
+    def from_files(
+        cls,
+        cert_file: Path | None,
+        key_file: Path | None,
+        client_ca_file: Path | None = None,
+        require_client_cert: bool = False,
+    ) -> ServerTls | None:
+        """None when no certificate is configured (plaintext)."""
+        if cert_file is None and key_file is None:
+            if client_ca_file is not None:
+                raise TlsConfigError("tls_client_ca_file needs tls_cert_file and tls_key_file")
+            return None
+        if cert_file is None or key_file is None:
+            raise TlsConfigError("TLS needs both tls_cert_file and tls_key_file")
+        return cls(
+            _read(cert_file, "certificate file"),
+            _read(key_file, "key file"),
+            _read(client_ca_file, "client CA file") if client_ca_file is not None else None,
+            require_client_cert,
+            str(cert_file),
+            str(key_file),
+            str(client_ca_file) if client_ca_file is not None else None,
+        )
+
+    def credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials(
+            [(self.private_key, self.certificate_chain)],
+            root_certificates=self.client_ca,
+            require_client_auth=self.require_client_cert and self.client_ca is not None,
+        )
+
+    def as_client(self, peer_ca: bytes | None) -> ClientTls:
+        """What this node uses towards https:// peers: their CA, and its own certificate in
+        case they ask for one."""
+        return ClientTls(peer_ca, self.private_key, self.certificate_chain)
+
+
+def is_handshake_failure(details: str) -> bool:
+    """Whether a failed call's details say the TLS handshake failed (an unknown CA, a name
+    mismatch, a plaintext server), as opposed to the peer being down."""
+    lowered = details.lower()
+    return "handshake" in lowered or "certificate_verify_failed" in lowered

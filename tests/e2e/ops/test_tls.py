@@ -1,0 +1,198 @@
+"""TLS between `xnode run` processes (XIP-49 3.2.3): a network whose registry says https://
+converges over TLS; a peer with a certificate of another CA is refused; a plaintext client
+is told clearly that the port speaks TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.conftest import REPLICATION_TEST_SETTINGS, NodeProcess, NodeSpec
+from tests.e2e.replication.conftest import eventually
+from xnode.api.client import NodeClient
+from xnode.core.crypto import SigningKey
+from xnode.core.registry import NodeEntry, Registry
+from xnode.devtools.certs import CertAuthority
+from xnode.devtools.devnet import wait_serving
+from xnode.devtools.postgres import free_port
+from xnode.tls import ClientTls
+
+PAYER = SigningKey.generate()
+GROUP = b"\x51" * 16
+TOPIC = b"\x00" + GROUP
+ROGUE = 300  # its certificate comes from another CA
+
+
+@dataclass
+class TlsNetwork:
+    directory: Path
+    ca: CertAuthority
+    rogue_ca: CertAuthority
+    spec: NodeSpec
+    addresses: dict[int, str]
+    metrics: dict[int, str]
+    dsns: dict[int, str]
+    spawn: Callable[..., NodeProcess]
+    processes: dict[int, NodeProcess]
+
+    @property
+    def ca_file(self) -> Path:
+        return self.directory / "ca.pem"
+
+    def url(self, node_id: int) -> str:
+        return f"https://{self.addresses[node_id]}"
+
+    def client_tls(self, node_id: int) -> ClientTls:
+        """Trusts the CA that signed `node_id`'s certificate; shows the client certificate
+        the nodes require (from the network's CA)."""
+        cert_file = self.directory / "client.pem"
+        key_file = self.directory / "client.key"
+        ca = self.rogue_ca if node_id == ROGUE else self.ca
+        return ClientTls(ca.pem, key_file.read_bytes(), cert_file.read_bytes())
+
+    def start(self, node_id: int) -> None:
+        issuer = self.rogue_ca if node_id == ROGUE else self.ca
+        cert_file, key_file = issuer.issue_files(self.directory, f"node-{node_id}")
+        settings = {
+            **REPLICATION_TEST_SETTINGS,
+            "listen_address": self.addresses[node_id],
+            "metrics_address": self.metrics[node_id],
+            "tls_cert_file": cert_file,
+            "tls_key_file": key_file,
+            "tls_client_ca_file": self.ca_file,
+            "tls_client_cert": "require",
+            "tls_peer_ca_file": self.ca_file,
+        }
+        self.processes[node_id] = self.spawn(
+            self.dsns[node_id],
+            self.spec,
+            node_id,
+            wait=False,
+            **{k: str(v) for k, v in settings.items()},
+        )
+        if not wait_serving(self.url(node_id), 60, self.client_tls(node_id)):
+            pytest.fail(f"node {node_id} did not serve:\n{self.processes[node_id].output()}")
+
+    async def originated_by(self, node_id: int, originator: int) -> list[bytes]:
+        async with NodeClient(self.url(node_id), self.client_tls(node_id)) as client:
+            found = await client.query(originators=[originator])
+        return [e.SerializeToString() for e in found]
+
+    def reconnects(self, node_id: int, peer: int) -> float:
+        """xnode_replication_stream_reconnects_total of node_id's streams from `peer`, read
+        over the metrics port's TLS (with the client certificate it requires)."""
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        context.load_cert_chain(self.directory / "client.pem", self.directory / "client.key")
+        url = f"https://{self.metrics[node_id]}/metrics"
+        with urllib.request.urlopen(url, context=context, timeout=5) as response:
+            text = response.read().decode()
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("xnode_replication_stream_reconnects_total{")
+            and f'peer="{peer}"' in line
+        )
+
+
+@pytest.fixture
+def tls_network(
+    node_spec: NodeSpec,
+    new_database: Callable[[], str],
+    spawn_node: Callable[..., NodeProcess],
+    tmp_path: Path,
+) -> TlsNetwork:
+    """Nodes 100, 200, 300 registered at https:// addresses, all trusting one CA and
+    requiring client certificates of it; node 300's own certificate is from another CA.
+    None started."""
+    ca, rogue = CertAuthority.create("xnode test CA"), CertAuthority.create("rogue CA")
+    (tmp_path / "ca.pem").write_bytes(ca.pem)
+    ca.issue_files(tmp_path, "client")
+    addresses = {n: f"127.0.0.1:{free_port()}" for n in node_spec.keys}
+    registry = Registry(
+        NodeEntry(n, key.public_key, f"https://{addresses[n]}") for n, key in node_spec.keys.items()
+    )
+    node_spec.nodes_file.write_text(registry.to_json())
+    return TlsNetwork(
+        tmp_path,
+        ca,
+        rogue,
+        node_spec,
+        addresses,
+        {n: f"127.0.0.1:{free_port()}" for n in node_spec.keys},
+        {n: new_database() for n in node_spec.keys},
+        spawn_node,
+        {},
+    )
+
+
+async def test_tls_network_converges_and_refuses_a_peer_of_another_ca(
+    tls_network: TlsNetwork,
+) -> None:
+    for node_id in (100, 200, ROGUE):
+        tls_network.start(node_id)
+    for node_id in (100, ROGUE):
+        async with NodeClient(tls_network.url(node_id), tls_network.client_tls(node_id)) as c:
+            await c.publish_group_messages(
+                PAYER, node_id, GROUP, [b"%d-%d" % (node_id, i) for i in range(5)]
+            )
+    sent = await tls_network.originated_by(100, 100)
+    assert len(sent) == 5
+
+    async def replicated_over_tls() -> bool:
+        return await tls_network.originated_by(200, 100) == sent
+
+    await eventually(replicated_over_tls)
+
+    async def refused_repeatedly() -> bool:
+        return tls_network.reconnects(100, ROGUE) >= 3
+
+    await eventually(refused_repeatedly)
+    for node_id in (100, 200):
+        assert await tls_network.originated_by(node_id, ROGUE) == [], "nothing from the rogue"
+        assert tls_network.processes[node_id].output().count('"peer_tls_refused"') == 1
+    assert tls_network.processes[100].output().count('"plaintext_listener"') == 0
+
+
+async def test_a_plaintext_client_against_the_tls_port_fails_clearly(
+    tls_network: TlsNetwork,
+) -> None:
+    tls_network.start(100)
+    address = tls_network.addresses[100]
+    started = time.monotonic()
+    async with NodeClient(address) as plaintext:
+        with pytest.raises(grpc.aio.AioRpcError) as failed:
+            await plaintext.publish_group_messages(PAYER, 100, GROUP, [b"x"])
+    assert failed.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert time.monotonic() - started < 10, "fails at once, not at the deadline"
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "xnode.cli", "query", "--node", address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ,
+    )
+    assert done.returncode == 1
+    assert "UNAVAILABLE" in done.stderr and "https://" in done.stderr, done.stderr
+    # Without the client certificate the node requires, TLS alone does not get in either.
+    async with NodeClient(tls_network.url(100), ClientTls(tls_network.ca.pem)) as anonymous:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await anonymous.query(originators=[100])
+    assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+
+
+def test_plaintext_is_logged_loudly_once(spawn_node: Any, database: str, node_spec: Any) -> None:
+    node = spawn_node(database, node_spec)
+    assert node.output().count('"plaintext_listener"') == 1
