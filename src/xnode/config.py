@@ -78,7 +78,9 @@ class Settings(BaseSettings):
     )
     max_message_mib: int = Field(25, description="Largest gRPC message, MiB", gt=0)
     shutdown_grace_seconds: float = Field(
-        10.0, description="How long SIGTERM waits for in-flight requests", ge=0
+        10.0,
+        description="SIGTERM: how long accepted publishes get to answer (new: UNAVAILABLE)",
+        ge=0,
     )
     tls_cert_file: Path | None = Field(
         None,

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ import pytest
 
 from tests.conftest import REPLICATION_TEST_SETTINGS, NodeProcess, NodeSpec
 from tests.e2e.replication.conftest import eventually
+from tests.e2e.replication.test_devnet import interrupt, start_devnet
 from xnode.api.client import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.registry import NodeEntry, Registry
@@ -196,3 +199,41 @@ async def test_a_plaintext_client_against_the_tls_port_fails_clearly(
 def test_plaintext_is_logged_loudly_once(spawn_node: Any, database: str, node_spec: Any) -> None:
     node = spawn_node(database, node_spec)
     assert node.output().count('"plaintext_listener"') == 1
+
+
+@pytest.fixture
+def devnet_state() -> Iterator[Path]:
+    """Outside pytest's private tmp: Postgres runs as `postgres` when we are root."""
+    root = Path(tempfile.mkdtemp(prefix="xnode-devnet-tls-"))
+    root.chmod(0o755)
+    yield root / "state"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_devnet_tls_runs_the_network_over_tls(devnet_state: Path) -> None:
+    proc, described = start_devnet(devnet_state, free_port(), "--tls")
+    try:
+        nodes = {n["node_id"]: n for n in described["nodes"]}
+        assert all(n["url"].startswith("https://127.0.0.1:") for n in nodes.values())
+        tls = ClientTls.from_files(described["tls_ca_file"])
+        async with NodeClient(nodes[100]["url"], tls) as client:
+            await client.publish_group_messages(PAYER, 100, GROUP, [b"a", b"b"])
+
+        async def replicated() -> bool:
+            async with NodeClient(nodes[200]["url"], tls) as client:
+                return len(await client.query(topics=[TOPIC])) == 2
+
+        await eventually(replicated)
+        command = ["query", "--node", nodes[200]["url"], "--ca-file", described["tls_ca_file"]]
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "xnode.cli", *command, "--group-id", GROUP.hex()],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0 and len(done.stdout.splitlines()) == 2, done.stderr
+        log = (devnet_state / "node-200.log").read_text()
+        assert "plaintext_listener" not in log
+    finally:
+        assert interrupt(proc) == 0

@@ -26,12 +26,14 @@ from xnode.devtools.postgres import free_port
 GROUP = bytes([9]) * 16
 
 
-def start_devnet(state: Path, base_port: int) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+def start_devnet(
+    state: Path, base_port: int, *extra: str
+) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     state.mkdir(exist_ok=True)
     described = state / "devnet.json"
     described.unlink(missing_ok=True)
     log = (state.parent / "devnet.out").open("ab")
-    command = ["devnet", "--nodes", "2", "--dir", str(state), "--base-port", str(base_port)]
+    command = ["devnet", "--nodes", "2", "--dir", str(state), "--base-port", str(base_port), *extra]
     proc = subprocess.Popen(
         [sys.executable, "-m", "xnode.cli", *command],
         stdout=log,
