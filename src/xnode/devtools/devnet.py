@@ -295,7 +295,12 @@ def run_devnet(args: argparse.Namespace) -> int:
         client_tls = ClientTls.from_files(ca_file) if ca_file else None
         processes = [_spawn(n, registry_env, state, certs.get(n.node_id, {})) for n in nodes]
         gateway = f"127.0.0.1:{_port_or_free(GATEWAY_PORT)}"
-        processes.append(spawn_gateway(state, gateway, gateway_key_file(state), registry_env))
+        gateway_registry_env = registry_env | (
+            {"XNODE_TLS_CA_FILE": str(ca_file)} if ca_file else {}
+        )
+        processes.append(
+            spawn_gateway(state, gateway, gateway_key_file(state), gateway_registry_env)
+        )
         with console.status(f"starting {len(nodes)} node(s) and the gateway"):
             for name, address, tls, proc in [
                 *(

@@ -10,6 +10,7 @@ import structlog
 
 from xnode.api.client import CHANNEL_OPTIONS
 from xnode.core.registry import Registry
+from xnode.tls import ClientTls
 
 log = structlog.get_logger(__name__)
 
@@ -32,7 +33,8 @@ def grpc_target(url: str) -> tuple[str, bool]:
 
 
 class NodeChannels:
-    def __init__(self, max_message_bytes: int, down_s: float) -> None:
+    def __init__(self, max_message_bytes: int, down_s: float, tls: ClientTls | None = None) -> None:
+        self._tls = tls or ClientTls()
         self._options = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
@@ -47,7 +49,7 @@ class NodeChannels:
         if channel is None:
             target, secure = grpc_target(url)
             channel = (
-                grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(), self._options)
+                grpc.aio.secure_channel(target, self._tls.credentials(), self._options)
                 if secure
                 else grpc.aio.insecure_channel(target, self._options)
             )

@@ -20,6 +20,7 @@ from xnode.gateway.service import SERVICE, PayerService, payer_handlers
 from xnode.gateway.settings import GatewaySettings
 from xnode.observability.logging import configure_logging
 from xnode.server import StartupError, open_registry
+from xnode.tls import ClientTls, TlsConfigError
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -80,7 +81,11 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
         raise StartupError(f"payer key: {exc}") from exc
     registry, chain = await _open_registry(settings)
     limit = settings.max_message_mib * 1024 * 1024
-    channels = NodeChannels(limit, settings.node_down_seconds)
+    try:
+        tls = ClientTls.from_files(settings.tls_ca_file) if settings.tls_ca_file else None
+    except TlsConfigError as exc:
+        raise StartupError(f"tls: {exc}") from exc
+    channels = NodeChannels(limit, settings.node_down_seconds, tls)
 
     def registry_changed(new: Registry) -> None:
         task = asyncio.get_running_loop().create_task(channels.retain(new))

@@ -53,6 +53,9 @@ class GatewaySettings(BaseSettings):
         description="A node that was unreachable is tried last for this long",
         ge=0,
     )
+    tls_ca_file: Path | None = Field(
+        None, description="CA that https:// nodes' certificates chain to (default: system roots)"
+    )
     chain_visibility_seconds: float = Field(
         5.0,
         description="Longest wait for the other nodes to serve a commit or identity update",

@@ -24,7 +24,8 @@ import pytest
 from tests.conftest import REPLICATION_TEST_SETTINGS, NodeProcess, NodeSpec
 from tests.e2e.replication.conftest import eventually
 from tests.e2e.replication.test_devnet import interrupt, start_devnet
-from xnode.api.client import NodeClient
+from xmtp.xmtpv4.payer_api import payer_api_pb2, payer_api_pb2_grpc
+from xnode.api.client import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.certs import CertAuthority
@@ -219,6 +220,11 @@ def devnet_state() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+async def _count_is(url: str, tls: ClientTls, count: int) -> bool:
+    async with NodeClient(url, tls) as client:
+        return len(await client.query(topics=[TOPIC])) == count
+
+
 async def test_devnet_tls_runs_the_network_over_tls(devnet_state: Path) -> None:
     proc, described = start_devnet(devnet_state, free_port(), "--tls")
     try:
@@ -233,6 +239,16 @@ async def test_devnet_tls_runs_the_network_over_tls(devnet_state: Path) -> None:
                 return len(await client.query(topics=[TOPIC])) == 2
 
         await eventually(replicated)
+        # The gateway (plaintext for clients here) reaches the nodes over TLS with the CA.
+        async with grpc.aio.insecure_channel(described["gateway"]["address"]) as channel:
+            payer = payer_api_pb2_grpc.PayerApiStub(channel)  # type: ignore[no-untyped-call]
+            answer = await payer.PublishClientEnvelopes(
+                payer_api_pb2.PublishClientEnvelopesRequest(
+                    envelopes=[group_message_envelope(GROUP, b"via the gateway")]
+                )
+            )
+        assert len(answer.originator_envelopes) == 1
+        await eventually(lambda: _count_is(nodes[200]["url"], tls, 3))
         command = ["query", "--node", nodes[200]["url"], "--ca-file", described["tls_ca_file"]]
         done = await asyncio.to_thread(
             subprocess.run,
@@ -241,7 +257,7 @@ async def test_devnet_tls_runs_the_network_over_tls(devnet_state: Path) -> None:
             text=True,
             timeout=60,
         )
-        assert done.returncode == 0 and len(done.stdout.splitlines()) == 2, done.stderr
+        assert done.returncode == 0 and len(done.stdout.splitlines()) == 3, done.stderr
         log = (devnet_state / "node-200.log").read_text()
         assert "plaintext_listener" not in log
     finally:
