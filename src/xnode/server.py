@@ -193,7 +193,6 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
     state = NodeState(node_id, await store.vector_clock(), store.originator_range)
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     sequencer = Sequencer(pool, node_id, key, token)
-    await sequencer.prime()
     logs = LogStore(pool)
     issuer = CheckpointIssuer(
         logs, node_id, key, settings.log_checkpoint_envelopes, settings.log_checkpoint_seconds
@@ -214,22 +213,7 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
     if registry is not None:
         stack.push_async_callback(registry.stop)
         await registry.start()
-    listener = CommitListener(settings.database_dsn, token, state.committed_elsewhere)
-    stack.push_async_callback(listener.stop)
-    listener.start()
-    originator = Originator(
-        TimedAppend(sequencer),
-        CheckpointedCommit(state, issuer),
-        settings.max_batch,
-        BatchStats([observe_batch]),
-    )
-    stack.push_async_callback(originator.close)  # accepted publishes commit before the pool
-    originator.start()
-    stack.push_async_callback(issuer.stop)
-    issuer.start()
     reports = MisbehaviorStore(pool, key)
-    parts = NodeParts(store, state, originator, reports, registry, chain_parts, logs)
-    address, health = await _serve(settings, node_id, parts, stack)
     replication = None
     if registry is not None:
         replication = ReplicationWorker(
@@ -244,10 +228,43 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
             checkpoints=CheckpointIntake(logs),
         )
         stack.push_async_callback(replication.stop)
+        await _recover_own_log(settings, replication, sequencer, state)
+    await sequencer.prime()
+    listener = CommitListener(settings.database_dsn, token, state.committed_elsewhere)
+    stack.push_async_callback(listener.stop)
+    listener.start()
+    originator = Originator(
+        TimedAppend(sequencer),
+        CheckpointedCommit(state, issuer),
+        settings.max_batch,
+        BatchStats([observe_batch]),
+    )
+    stack.push_async_callback(originator.close)  # accepted publishes commit before the pool
+    originator.start()
+    stack.push_async_callback(issuer.stop)
+    issuer.start()
+    parts = NodeParts(store, state, originator, reports, registry, chain_parts, logs)
+    address, health = await _serve(settings, node_id, parts, stack)
+    if replication is not None:
         await replication.start()
     # Runs first when the node stops: health says NOT_SERVING before anything drains.
     stack.push_async_callback(health.drain)
     return Node(node_id, address, state, pool, registry, replication, chain_parts, health.monitor)
+
+
+async def _recover_own_log(
+    settings: Settings, replication: ReplicationWorker, sequencer: Sequencer, state: NodeState
+) -> None:
+    """Before the originator takes publishes: never sign again a sequence id a peer holds
+    (a database restored from an older backup); see xnode.replication.recovery."""
+    node_id = state.node_id
+    if not settings.recover_own_log_on_start:
+        log.info("own_log_check_disabled", setting="recover_own_log_on_start")
+        return
+    outcome = await replication.recover_own_log(state.vector_clock().get(node_id))
+    if outcome.behind:
+        await sequencer.resume_after(outcome.peer_top)
+        state.clock.merge({node_id: outcome.peer_top})
 
 
 async def _open_database(
