@@ -6,7 +6,7 @@ import asyncio
 import os
 import signal
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
@@ -37,7 +37,13 @@ from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope
 from xnode.core.registry import Registry, RegistryError
 from xnode.observability.logging import configure_logging
-from xnode.observability.metrics import observe_batch, serve_metrics
+from xnode.observability.metrics import (
+    Reading,
+    ScrapedGauge,
+    observe_batch,
+    resident_memory,
+    serve_metrics,
+)
 from xnode.replication.worker import ReplicationConfig, ReplicationWorker
 from xnode.static_registry import StaticRegistrySource
 from xnode.store.chain import ChainStore
@@ -306,7 +312,7 @@ async def _serve(
     """Metrics, then the gRPC server with its health following the dependencies."""
     if settings.metrics_address:
         try:
-            metrics = serve_metrics(settings.metrics_address, node_id)
+            metrics = serve_metrics(settings.metrics_address, node_id, _node_gauges(parts))
         except OSError as exc:
             raise StartupError(
                 f"cannot serve metrics on {settings.metrics_address}: {exc}"
@@ -347,6 +353,72 @@ async def _serve(
     await monitor.start()
     await serving.start()
     return address, NodeHealth(monitor, health_servicer)
+
+
+def _node_gauges(parts: NodeParts) -> list[ScrapedGauge]:
+    """What the dashboard reads from the node itself when it scrapes (see README Metrics)."""
+    state, pool = parts.state, parts.store.pool
+
+    def clock() -> list[tuple[Sequence[str], float]]:
+        return [((str(o),), float(s)) for o, s in state.vector_clock().items()]
+
+    def connections() -> list[tuple[Sequence[str], float]]:
+        size = pool.get_size()
+        in_use = size - pool.get_idle_size()
+        return [(("in_use",), in_use), (("open",), size), (("max",), pool.get_max_size())]
+
+    gauges = [
+        ScrapedGauge(
+            "xnode_vector_clock_sequence_id",
+            "Highest sequence id stored, by originator (the node's vector clock)",
+            ["originator"],
+            clock,
+        ),
+        ScrapedGauge(
+            "xnode_db_pool_connections",
+            "Postgres connections of this process: in_use, open, max",
+            ["state"],
+            connections,
+        ),
+        ScrapedGauge("xnode_process_resident_memory_bytes", "Resident memory", [], resident_memory),
+    ]
+    if parts.chain is not None:
+        gauges += _chain_gauges(parts.chain)
+    return gauges
+
+
+def _single(read: Callable[[], float | None]) -> Reading:
+    """A reading of one unlabelled value; no sample while it is unknown."""
+
+    def reading() -> list[tuple[Sequence[str], float]]:
+        value = read()
+        return [] if value is None else [((), float(value))]
+
+    return reading
+
+
+def _chain_gauges(chain: ChainServices) -> list[ScrapedGauge]:
+    status = chain.indexer.status
+    return [
+        ScrapedGauge(
+            "xnode_chain_index_lag_blocks",
+            "Blocks the chain head is ahead of the last indexed block",
+            [],
+            _single(lambda: status.lag_blocks),
+        ),
+        ScrapedGauge(
+            "xnode_chain_indexed_block",
+            "Last block indexed",
+            [],
+            _single(lambda: status.tip_number),
+        ),
+        ScrapedGauge(
+            "xnode_chain_index_step_age_seconds",
+            "Seconds since the indexer last stepped successfully (grows while it is stalled)",
+            [],
+            _single(status.since_step_s),
+        ),
+    ]
 
 
 async def create_pool(settings: Settings) -> asyncpg.Pool:
