@@ -82,8 +82,9 @@ def test_alert_rules_pass_promtool(prometheus_installed: None) -> None:
 
 
 class Prometheus:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, log: Path) -> None:
         self.url = url
+        self.log = log
 
     def get(self, path: str, **params: str) -> Any:
         query = urllib.parse.urlencode(params)
@@ -117,19 +118,20 @@ def prometheus(
         )
     )
     port = free_port()
-    log = (tmp_path / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    log = tmp_path / "prometheus.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                "prometheus",
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
-        yield Prometheus(f"http://127.0.0.1:{port}"), metrics
+        yield Prometheus(f"http://127.0.0.1:{port}", log), metrics
     finally:
         proc.terminate()
         try:
@@ -174,11 +176,19 @@ async def test_every_dashboard_panel_returns_data_from_a_running_network(
 
 async def _scrapes_succeed(server: Prometheus) -> None:
     async def all_up() -> bool:
-        data = await asyncio.to_thread(server.get, "/api/v1/targets")
+        try:
+            data = await asyncio.to_thread(server.get, "/api/v1/targets")
+        except OSError:  # not listening yet
+            return False
         targets = data["activeTargets"]
         return len(targets) == len(NODES) and all(t["health"] == "up" for t in targets)
 
-    await eventually(all_up, within_s=60)
+    try:
+        await eventually(all_up, within_s=60)
+    except AssertionError:
+        raise AssertionError(
+            f"Prometheus did not scrape every node:\n{server.log.read_text()[-3000:]}"
+        ) from None
 
 
 def _has_data(result: list[dict[str, Any]]) -> bool:
