@@ -121,6 +121,11 @@ class Settings(BaseSettings):
     replication_disabled_fallback_seconds: float = Field(
         21600.0, description="How long a disabled node's envelopes are fetched via others", ge=0
     )
+    recover_own_log_on_start: bool = Field(
+        True,
+        description="Before serving publishes, fetch this node's own envelopes that peers hold "
+        "beyond its database (after a restore from backup) and sequence past them",
+    )
     replication_verify_threads: int = Field(
         2, description="Threads verifying signatures of envelopes received from peers", ge=1
     )

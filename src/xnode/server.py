@@ -6,7 +6,7 @@ import asyncio
 import os
 import signal
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
@@ -37,7 +37,14 @@ from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope
 from xnode.core.registry import Registry, RegistryError
 from xnode.observability.logging import configure_logging
-from xnode.observability.metrics import MetricsTls, observe_batch, serve_metrics
+from xnode.observability.metrics import (
+    MetricsTls,
+    Reading,
+    ScrapedGauge,
+    observe_batch,
+    resident_memory,
+    serve_metrics,
+)
 from xnode.replication.worker import ReplicationConfig, ReplicationWorker
 from xnode.static_registry import StaticRegistrySource
 from xnode.store.chain import ChainStore
@@ -228,7 +235,6 @@ async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: Async
     state = NodeState(node_id, await store.vector_clock(), store.originator_range)
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     sequencer = Sequencer(pool, node_id, key, token)
-    await sequencer.prime()
     logs = LogStore(pool)
     issuer = CheckpointIssuer(
         logs, node_id, key, settings.log_checkpoint_envelopes, settings.log_checkpoint_seconds
@@ -249,22 +255,7 @@ async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: Async
     if registry is not None:
         stack.push_async_callback(registry.stop)
         await registry.start()
-    listener = CommitListener(settings.database_dsn, token, state.committed_elsewhere)
-    stack.push_async_callback(listener.stop)
-    listener.start()
-    originator = Originator(
-        TimedAppend(sequencer),
-        CheckpointedCommit(state, issuer),
-        settings.max_batch,
-        BatchStats([observe_batch]),
-    )
-    stack.push_async_callback(originator.close)  # accepted publishes commit before the pool
-    originator.start()
-    stack.push_async_callback(issuer.stop)
-    issuer.start()
     reports = MisbehaviorStore(pool, key)
-    parts = NodeParts(store, state, originator, reports, registry, chain_parts, logs)
-    address, health = await _serve(settings, node_id, parts, tls.served, stack)
     replication = None
     if registry is not None:
         replication = ReplicationWorker(
@@ -279,10 +270,43 @@ async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: Async
             checkpoints=CheckpointIntake(logs),
         )
         stack.push_async_callback(replication.stop)
+        await _recover_own_log(settings, replication, sequencer, state)
+    await sequencer.prime()
+    listener = CommitListener(settings.database_dsn, token, state.committed_elsewhere)
+    stack.push_async_callback(listener.stop)
+    listener.start()
+    originator = Originator(
+        TimedAppend(sequencer),
+        CheckpointedCommit(state, issuer),
+        settings.max_batch,
+        BatchStats([observe_batch]),
+    )
+    stack.push_async_callback(originator.close)  # accepted publishes commit before the pool
+    originator.start()
+    stack.push_async_callback(issuer.stop)
+    issuer.start()
+    parts = NodeParts(store, state, originator, reports, registry, chain_parts, logs)
+    address, health = await _serve(settings, node_id, parts, tls.served, stack)
+    if replication is not None:
         await replication.start()
     # Runs first when the node stops: health says NOT_SERVING before anything drains.
     stack.push_async_callback(health.drain)
     return Node(node_id, address, state, pool, registry, replication, chain_parts, health.monitor)
+
+
+async def _recover_own_log(
+    settings: Settings, replication: ReplicationWorker, sequencer: Sequencer, state: NodeState
+) -> None:
+    """Before the originator takes publishes: never sign again a sequence id a peer holds
+    (a database restored from an older backup); see xnode.replication.recovery."""
+    node_id = state.node_id
+    if not settings.recover_own_log_on_start:
+        log.info("own_log_check_disabled", setting="recover_own_log_on_start")
+        return
+    outcome = await replication.recover_own_log(state.vector_clock().get(node_id))
+    if outcome.behind:
+        await sequencer.resume_after(outcome.peer_top)
+        state.clock.merge({node_id: outcome.peer_top})
 
 
 async def _open_database(
@@ -328,7 +352,9 @@ async def _serve(
     """Metrics, then the gRPC server with its health following the dependencies."""
     if settings.metrics_address:
         try:
-            metrics = serve_metrics(settings.metrics_address, node_id, _metrics_tls(tls))
+            metrics = serve_metrics(
+                settings.metrics_address, node_id, _node_gauges(parts), _metrics_tls(tls)
+            )
         except OSError as exc:
             raise StartupError(
                 f"cannot serve metrics on {settings.metrics_address}: {exc}"
@@ -381,6 +407,72 @@ def _metrics_tls(tls: ServerTls | None) -> MetricsTls | None:
     if tls is None:
         return None
     return MetricsTls(tls.cert_file, tls.key_file, tls.client_ca_file, tls.require_client_cert)
+
+
+def _node_gauges(parts: NodeParts) -> list[ScrapedGauge]:
+    """What the dashboard reads from the node itself when it scrapes (see README Metrics)."""
+    state, pool = parts.state, parts.store.pool
+
+    def clock() -> list[tuple[Sequence[str], float]]:
+        return [((str(o),), float(s)) for o, s in state.vector_clock().items()]
+
+    def connections() -> list[tuple[Sequence[str], float]]:
+        size = pool.get_size()
+        in_use = size - pool.get_idle_size()
+        return [(("in_use",), in_use), (("open",), size), (("max",), pool.get_max_size())]
+
+    gauges = [
+        ScrapedGauge(
+            "xnode_vector_clock_sequence_id",
+            "Highest sequence id stored, by originator (the node's vector clock)",
+            ["originator"],
+            clock,
+        ),
+        ScrapedGauge(
+            "xnode_db_pool_connections",
+            "Postgres connections of this process: in_use, open, max",
+            ["state"],
+            connections,
+        ),
+        ScrapedGauge("xnode_process_resident_memory_bytes", "Resident memory", [], resident_memory),
+    ]
+    if parts.chain is not None:
+        gauges += _chain_gauges(parts.chain)
+    return gauges
+
+
+def _single(read: Callable[[], float | None]) -> Reading:
+    """A reading of one unlabelled value; no sample while it is unknown."""
+
+    def reading() -> list[tuple[Sequence[str], float]]:
+        value = read()
+        return [] if value is None else [((), float(value))]
+
+    return reading
+
+
+def _chain_gauges(chain: ChainServices) -> list[ScrapedGauge]:
+    status = chain.indexer.status
+    return [
+        ScrapedGauge(
+            "xnode_chain_index_lag_blocks",
+            "Blocks the chain head is ahead of the last indexed block",
+            [],
+            _single(lambda: status.lag_blocks),
+        ),
+        ScrapedGauge(
+            "xnode_chain_indexed_block",
+            "Last block indexed",
+            [],
+            _single(lambda: status.tip_number),
+        ),
+        ScrapedGauge(
+            "xnode_chain_index_step_age_seconds",
+            "Seconds since the indexer last stepped successfully (grows while it is stalled)",
+            [],
+            _single(status.since_step_s),
+        ),
+    ]
 
 
 async def create_pool(settings: Settings) -> asyncpg.Pool:

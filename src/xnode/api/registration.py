@@ -4,6 +4,7 @@ Handlers return already-serialized responses, so the response serializer is the 
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from xnode.api.errors import count_rejected, stream_errors, unary_errors
 from xnode.api.misbehavior import MisbehaviorService
 from xnode.api.service import EnvelopeService
 from xnode.core.errors import Reason
+from xnode.observability.metrics import REQUEST_LATENCY
 
 PACKAGE = "xmtp.xmtpv4.message_api"
 SERVICES = {
@@ -91,10 +93,15 @@ def method_handler(
         )
 
     behavior = unary_errors(getattr(service, method.name), api, method.name)
+    latency = REQUEST_LATENCY.labels(api, method.name)
 
     async def unary(data: bytes, context: Any) -> Any:
-        request = await _decode(message_type, data, context, (api, method.name))
-        return await behavior(request, context)
+        started = time.perf_counter()
+        try:
+            request = await _decode(message_type, data, context, (api, method.name))
+            return await behavior(request, context)
+        finally:
+            latency.observe(time.perf_counter() - started)
 
     return grpc.unary_unary_rpc_method_handler(
         unary, request_deserializer=_identity, response_serializer=serialize

@@ -54,6 +54,17 @@ class IndexStatus:
     def tip_number(self) -> int | None:
         return self.tip.number if self.tip else None
 
+    @property
+    def lag_blocks(self) -> int | None:
+        """Blocks the chain head is ahead of the last indexed block."""
+        if self.head is None or self.tip is None:
+            return None
+        return max(0, self.head - self.tip.number)
+
+    def since_step_s(self) -> float | None:
+        """Seconds since the last successful step (or observation): grows while stalled."""
+        return None if self._last_ok is None else self._clock.monotonic_s() - self._last_ok
+
     def unavailable_reason(self) -> str | None:
         """Why chain publishes must wait (XIP-49 3.2.6), or None when the index is current."""
         if self._last_ok is None or self.head is None or self.tip is None:

@@ -6,13 +6,14 @@ nodes started in one process (tests) share them."""
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
@@ -42,6 +43,12 @@ ENVELOPES_STORED = Counter(
     "xnode_envelopes_stored_total", "Envelopes stored, by originator", ["originator"]
 )
 OPEN_SUBSCRIPTIONS = Gauge("xnode_open_subscriptions", "Open subscription streams", ["method"])
+REQUEST_LATENCY = Histogram(
+    "xnode_request_seconds",
+    "Unary request latency, receipt to answer (refusals included), by API and method",
+    ["api", "method"],
+    buckets=_FAST,
+)
 
 
 def observe_batch(size: int, seconds: float) -> None:
@@ -88,10 +95,50 @@ class MetricsTls:
     require_client_cert: bool = False
 
 
-def serve_metrics(address: str, node_id: int, tls: MetricsTls | None = None) -> MetricsServer:
+# What a ScrapedGauge reads: (label values, value) pairs.
+Reading = Callable[[], Iterable[tuple[Sequence[str], float]]]
+
+
+class ScrapedGauge(Collector):
+    """A gauge read from the node when scraped: the node's own state (its vector clock, its
+    pool) is served as it is, with nothing to keep current on the hot paths, and per node even
+    when several nodes share a process."""
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str], read: Reading):
+        self._name = name
+        self._documentation = documentation
+        self._labels = list(labels)
+        self._read = read
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(self._name, self._documentation, labels=self._labels)
+        for values, value in self._read():
+            family.add_metric(list(values), value)
+        yield family
+
+
+def resident_memory() -> Iterable[tuple[Sequence[str], float]]:
+    """This process's resident set (Linux); nothing elsewhere."""
+    try:
+        with open("/proc/self/statm") as statm:
+            pages = int(statm.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return []
+    return [((), float(pages * os.sysconf("SC_PAGE_SIZE")))]
+
+
+def serve_metrics(
+    address: str, node_id: int, gauges: Sequence[Collector] = (), tls: MetricsTls | None = None
+) -> MetricsServer:
+    """The process-wide metrics and this node's `gauges`, all labelled with the node id;
+    over HTTPS with `tls`."""
     host, _, port = address.rpartition(":")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeLabelled(node_id))
+    own = CollectorRegistry(auto_describe=False)
+    for gauge in gauges:
+        own.register(gauge)
+    registry.register(NodeLabelled(node_id, own))
     server, thread = start_http_server(
         int(port),
         addr=host or "127.0.0.1",

@@ -126,7 +126,7 @@ class _Pipeline:
             await self._log.store(batch, self._source, self._direct)
 
 
-def _request(originator: int, after: int) -> api.SubscribeOriginatorsRequest:
+def originators_request(originator: int, after: int) -> api.SubscribeOriginatorsRequest:
     return api.SubscribeOriginatorsRequest(
         filter=api.SubscribeOriginatorsRequest.OriginatorFilter(
             originator_node_ids=[originator], last_seen=cursor_to_proto(Cursor({originator: after}))
@@ -144,11 +144,11 @@ def _as_subscribe_request(originator: int, after: int) -> api.SubscribeEnvelopes
     )
 
 
-def _identity(data: bytes) -> bytes:
+def identity(data: bytes) -> bytes:
     return data
 
 
-def _head_from(metadata: Any, originator: int) -> int:
+def head_from(metadata: Any, originator: int) -> int:
     for key, value in metadata or ():
         if key == CLOCK_METADATA and isinstance(value, bytes):
             with contextlib.suppress(Exception):
@@ -182,7 +182,7 @@ class PeerStream:
         self._hooks = hooks
         self._clock = clock
         self._call = channel.unary_stream(
-            SUBSCRIBE_ORIGINATORS, request_serializer=_identity, response_deserializer=_identity
+            SUBSCRIBE_ORIGINATORS, request_serializer=identity, response_deserializer=identity
         )
         self._log = log.bind(peer=peer, originator=target.originator, mode=mode.value)
         self._tls_refused = False
@@ -206,7 +206,7 @@ class PeerStream:
         after = self._target.sequence_id
         started = self._clock.monotonic_s()
         call = self._call(
-            _request(self._target.originator, after).SerializeToString(),
+            originators_request(self._target.originator, after).SerializeToString(),
             metadata=self._tokens.metadata_for(self.peer),
         )
         pipeline = _Pipeline(self._target, self.peer, self._mode is Mode.DIRECT)
@@ -253,7 +253,7 @@ class PeerStream:
                 await pipeline.put(raws)
 
     async def _first_answer(self, call: Any, elapsed_s: float) -> None:
-        self._target.saw_head(_head_from(await call.initial_metadata(), self._target.originator))
+        self._target.saw_head(head_from(await call.initial_metadata(), self._target.originator))
         if self._hooks is None:
             return
         self._hooks.reachable()

@@ -25,6 +25,7 @@ from xnode.core.registry import NodeEntry, Registry
 from xnode.replication.checkpoints import CheckpointFollower
 from xnode.replication.ingest import IngestContext, OnStored, OriginatorLog
 from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore
+from xnode.replication.recovery import OwnLogFetch, OwnLogRecovery, recover_own_log
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
 from xnode.tls import ClientTls, open_channel
 from xnode.usecases.logs import CheckpointIntake
@@ -184,6 +185,10 @@ class PeerLink:
             self._timer.cancel()
 
 
+def _keys_of(registry: Registry) -> dict[int, bytes]:
+    return {n.node_id: n.public_key for n in registry.nodes.values()}
+
+
 class ReplicationWorker:
     def __init__(
         self,
@@ -240,6 +245,23 @@ class ReplicationWorker:
         self._apply(self._source.current())
         log.info("replication_started", node_id=self.node_id, peers=sorted(self._links))
 
+    async def recover_own_log(self, local_top: int) -> OwnLogRecovery:
+        """Before this node originates: stores what peers hold of its own log beyond
+        `local_top` (see xnode.replication.recovery); call before start()."""
+        self._keys = _keys_of(self._registry)
+        positions = await self._store.newest_per_originator()
+        target = OriginatorLog(self.node_id, positions.get(self.node_id), self._ctx)
+        peers = [
+            e for e in self._registry.nodes.values() if e.node_id != self.node_id and has_address(e)
+        ]
+
+        def fetch(peer: NodeEntry) -> OwnLogFetch:
+            channel = self._channel(peer)
+            timeouts = self.config.timeouts
+            return OwnLogFetch(peer.node_id, channel, target, local_top, self._tokens, timeouts)
+
+        return await recover_own_log(local_top, peers, lambda peer: fetch(peer)())
+
     async def stop(self) -> None:
         self._stopped = True
         for link in self._links.values():
@@ -258,7 +280,7 @@ class ReplicationWorker:
         if self._stopped:
             return
         self._registry = registry
-        self._keys = {n.node_id: n.public_key for n in registry.nodes.values()}
+        self._keys = _keys_of(registry)
         for entry in registry.nodes.values():
             if entry.node_id == self.node_id:
                 continue

@@ -25,6 +25,15 @@ from xnode.store.notifications import NOTIFY_CHANNEL
 _READ_CLOCK = "SELECT sequence_id, last_ns FROM vector_clock WHERE originator_node_id = $1"
 _LOCK_CLOCK = _READ_CLOCK + " FOR UPDATE"
 
+# Past what peers hold of this node's own log: timestamps continue after the newest stored.
+_RESUME_AFTER = """
+UPDATE vector_clock SET
+    sequence_id = GREATEST(sequence_id, $2),
+    last_ns = GREATEST(last_ns, COALESCE(
+        (SELECT max(originator_ns) FROM originator_envelopes WHERE originator_node_id = $1), 0))
+WHERE originator_node_id = $1
+"""
+
 _ROWS = """
     SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[],
                          $6::bytea[], $7::bytea[])"""
@@ -222,6 +231,12 @@ class Sequencer:
             return None
         self._frontier = frontier
         return signed
+
+    async def resume_after(self, sequence_id: int) -> None:
+        """The next id signed is above `sequence_id` (and above what is stored): peers hold
+        this node's envelopes up to it, e.g. after a restore from an older backup."""
+        await self._pool.execute(_RESUME_AFTER, self._node_id, sequence_id)
+        await self.prime()
 
     async def prime(self) -> None:
         """Reads the clock and this node's log tree (growing it over any leaves it lacks) so

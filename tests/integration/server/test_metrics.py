@@ -70,3 +70,26 @@ async def test_metrics_carry_the_node_and_rejections_name_api_method_and_reason(
         ]
         >= 1
     )
+
+
+async def test_the_nodes_own_state_is_read_when_scraped(
+    start_node: Any, database: str, node_spec: NodeSpec
+) -> None:
+    metrics = f"127.0.0.1:{free_port()}"
+    node = await start_node(
+        **node_settings(database, node_spec, metrics_address=metrics, db_pool_size=5)
+    )
+    async with NodeClient(node.address) as client:
+        await client.publish_group_messages(SigningKey.generate(), 100, GROUP, [b"a", b"b"])
+        await client.query(topics=[b"\x00" + GROUP])
+    samples = await asyncio.to_thread(_scrape, metrics)
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, frozenset({**labels, "node": "100"}.items()))]
+
+    assert value("xnode_vector_clock_sequence_id", originator="100") == 2
+    assert value("xnode_db_pool_connections", state="max") == 5
+    assert 1 <= value("xnode_db_pool_connections", state="open") <= 5
+    assert value("xnode_db_pool_connections", state="in_use") >= 0
+    assert value("xnode_process_resident_memory_bytes") > 10 * 2**20
+    assert value("xnode_request_seconds_count", api="replication", method="QueryEnvelopes") >= 1

@@ -132,3 +132,23 @@ async def test_lone_sequencer_takes_the_one_statement_path(database: str) -> Non
     assert (sequencer.fast_appends, sequencer.locked_appends) == (5, 0)
     assert [seq for seq, _ in await stored(pool)] == list(range(1, 11))
     await pool.close()
+
+
+async def test_resuming_after_what_peers_hold_skips_those_ids_and_keeps_time_order(
+    database: str,
+) -> None:
+    pool = await asyncpg.create_pool(database, min_size=1, max_size=2)
+    await claim_database(pool, NODE, KEY.public_key)
+    sequencer = Sequencer(pool, NODE, KEY, "test")
+    await sequencer.prime()
+    later = time.time_ns() + 3_600 * 10**9
+    async with pool.acquire() as conn, conn.transaction():  # as if replicated back from a peer
+        await append_originated(conn, NODE, KEY, envelopes(3), later, "test")
+    await pool.execute("UPDATE vector_clock SET last_ns = 0 WHERE originator_node_id = $1", NODE)
+    await sequencer.resume_after(20)  # a peer holds up to 20 (some expired, not stored here)
+    signed = await sequencer.append(envelopes(2, "new"), time.time_ns())
+    assert [e.sequence_id for e in signed] == [21, 22]
+    assert signed[0].originator_ns > later  # after the newest stored, whatever the wall clock
+    await sequencer.resume_after(5)  # never back
+    assert [e.sequence_id for e in await sequencer.append(envelopes(1), time.time_ns())] == [23]
+    await pool.close()
