@@ -1,0 +1,157 @@
+"""Evidence that proves itself (issue 9 part 5): whether a safety report's envelopes prove
+its claim to a third party holding only the registry keys.
+
+Used by the node (client reports that prove nothing are refused) and by the council's
+aggregation job (it counts only what this says is proven). What proves what:
+- DUPLICATE_SEQUENCE_ID: two envelopes of the accused originator with one sequence id and
+  different signed content, both signatures recovering to the accused's registry key (a fork,
+  xnode.core.forks);
+- OUT_OF_ORDER: two envelopes of the accused whose signed timestamps go back while their
+  sequence ids go up. A sequence gap alone proves nothing: envelopes expire and relays skip;
+- INVALID_PAYLOAD: an envelope the accused signed whose payer envelope breaks the
+  payer-envelope rule (XIP-49 3.3.4, core.envelopes.validate_payer_envelope), named in the
+  answer so anyone can re-check it;
+- CAUSAL_ORDERING and BLOCKCHAIN_INCONSISTENCY need state beyond the report (other
+  envelopes, the chain): never proven by a report alone.
+Every envelope in a safety report must be signed by the accused: a report padded with
+someone else's envelopes is not clean evidence."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+from google.protobuf.message import DecodeError
+
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode.core.crypto import SignatureError, originator_digest, recover_public_key
+from xnode.core.envelopes import validate_payer_envelope
+from xnode.core.errors import Rejected
+from xnode.core.misbehavior import (
+    DUPLICATE_SEQUENCE_ID,
+    INVALID_PAYLOAD,
+    OUT_OF_ORDER,
+    SAFETY_TYPES,
+    type_name,
+)
+
+# node id -> every registry key it may have signed with (snapshots may hold a rotation).
+RegistryKeys = Mapping[int, Collection[bytes]]
+PAYER_ENVELOPE_RULE = "payer-envelope rule (XIP-49 3.3.4)"
+
+
+@dataclass(frozen=True, slots=True)
+class SignedEnvelope:
+    """An envelope whose originator signature recovers to the accused's registry key."""
+
+    sequence_id: int
+    originator_ns: int
+    unsigned: bytes
+    payer_envelope_bytes: bytes
+
+
+class Unproven(Exception):
+    """Why a report proves nothing; str() names what failed."""
+
+
+def _signed_by(
+    envelope: envelopes_pb2.OriginatorEnvelope, index: int, node_id: int, keys: Collection[bytes]
+) -> SignedEnvelope:
+    where = f"envelope {index}"
+    try:
+        unsigned = envelopes_pb2.UnsignedOriginatorEnvelope.FromString(
+            envelope.unsigned_originator_envelope
+        )
+    except DecodeError as exc:
+        raise Unproven(f"{where}: unsigned originator envelope does not decode ({exc})") from None
+    if unsigned.originator_node_id != node_id:
+        raise Unproven(
+            f"{where}: originated by node {unsigned.originator_node_id}, not the accused {node_id}"
+        )
+    if envelope.WhichOneof("proof") != "originator_signature":
+        raise Unproven(f"{where}: carries no originator signature")
+    digest = originator_digest(envelope.unsigned_originator_envelope)
+    try:
+        signer = recover_public_key(envelope.originator_signature.bytes, digest)
+    except SignatureError as exc:
+        raise Unproven(f"{where}: originator signature does not recover ({exc})") from None
+    if signer not in keys:
+        raise Unproven(f"{where}: not signed by node {node_id}'s registry key")
+    return SignedEnvelope(
+        unsigned.originator_sequence_id,
+        unsigned.originator_ns,
+        envelope.unsigned_originator_envelope,
+        unsigned.payer_envelope_bytes,
+    )
+
+
+def _fork(signed: Sequence[SignedEnvelope]) -> None:
+    for a, b in combinations(signed, 2):
+        if a.sequence_id == b.sequence_id and a.unsigned != b.unsigned:
+            return
+    raise Unproven("no two envelopes with one sequence id and different signed content")
+
+
+def _out_of_order(signed: Sequence[SignedEnvelope]) -> None:
+    for a, b in combinations(signed, 2):
+        first, second = sorted((a, b), key=lambda e: e.sequence_id)
+        if first.sequence_id < second.sequence_id and first.originator_ns > second.originator_ns:
+            return
+    raise Unproven(
+        "no two envelopes whose signed timestamps go back as their sequence ids go up "
+        "(a sequence gap alone proves nothing: envelopes expire and relays skip)"
+    )
+
+
+def payer_rule_broken(payer_envelope_bytes: bytes, originator: int) -> str | None:
+    """What the payer-envelope rule finds wrong with these bytes, or None if they pass."""
+    try:
+        payer = envelopes_pb2.PayerEnvelope.FromString(payer_envelope_bytes)
+    except DecodeError as exc:
+        return f"payer envelope does not decode ({exc})"
+    try:
+        validate_payer_envelope(payer, originator)
+    except Rejected as exc:
+        return f"{exc.reason.value}: {exc.detail}"
+    return None
+
+
+def _invalid_payload(signed: Sequence[SignedEnvelope], node_id: int) -> None:
+    for envelope in signed:
+        if payer_rule_broken(envelope.payer_envelope_bytes, node_id) is not None:
+            return
+    raise Unproven(f"every envelope passes the {PAYER_ENVELOPE_RULE}")
+
+
+def check_claim(report: mb.UnsignedMisbehaviorReport, keys: RegistryKeys) -> None:
+    """Raises Unproven, naming what failed, unless the report's own envelopes prove that its
+    misbehaving node did what its type says."""
+    kind, node_id = int(report.type), report.misbehaving_node_id
+    if kind not in SAFETY_TYPES or report.WhichOneof("failure") != "safety":
+        raise Unproven(f"a {type_name(kind)} report carries no proof: only safety reports do")
+    if kind not in (DUPLICATE_SEQUENCE_ID, OUT_OF_ORDER, INVALID_PAYLOAD):
+        raise Unproven(f"a {type_name(kind)} claim cannot be checked from the report alone")
+    node_keys = keys.get(node_id)
+    if not node_keys:
+        raise Unproven(f"misbehaving node {node_id} has no registry key")
+    envelopes = report.safety.envelopes
+    if not envelopes:
+        raise Unproven("the report carries no envelopes")
+    signed = [_signed_by(e, i, node_id, node_keys) for i, e in enumerate(envelopes)]
+    if kind == DUPLICATE_SEQUENCE_ID:
+        _fork(signed)
+    elif kind == OUT_OF_ORDER:
+        _out_of_order(signed)
+    else:
+        _invalid_payload(signed, node_id)
+
+
+def why_unproven(report: mb.UnsignedMisbehaviorReport, keys: RegistryKeys) -> str | None:
+    """None when the report proves its claim, else what failed."""
+    try:
+        check_claim(report, keys)
+    except Unproven as exc:
+        return str(exc)
+    return None

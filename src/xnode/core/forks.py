@@ -1,0 +1,27 @@
+"""Forks (issue 9 part 4): two different envelopes an originator signed for one sequence id.
+
+A fork proves itself (both signatures recover to the originator's registry key,
+xnode.core.evidence), so every node keeps both as evidence. Only one can sit in the log, and
+every node must keep the same one whatever order it saw them in, or the network never
+converges after an equivocation. The rule is the jami-swarm idea of a deterministic conflict
+rule: the signed OriginatorEnvelope bytes with the lower keccak256 stay in the log."""
+
+from __future__ import annotations
+
+from xnode.core.crypto import keccak256
+
+
+def envelope_hash(raw: bytes) -> bytes:
+    """keccak256 of the signed OriginatorEnvelope bytes, exactly as stored and served."""
+    return keccak256(raw)
+
+
+def log_keeps(stored: bytes, newcomer: bytes) -> bytes:
+    """Which of two envelopes for one (originator, sequence id) stays in the log: the lower
+    `envelope_hash`. Symmetric, so the order they arrive in does not matter."""
+    return newcomer if envelope_hash(newcomer) < envelope_hash(stored) else stored
+
+
+def newcomer_wins(stored: bytes, newcomer: bytes) -> bool:
+    """True when `newcomer` must replace the stored envelope in the log."""
+    return stored != newcomer and log_keeps(stored, newcomer) == newcomer
