@@ -373,9 +373,8 @@ async def _serve(
     )
     service = EnvelopeService(publish, Query(store, chain.store if chain else None), subscribe)
     registry = parts.registry
-    auth = NodeAuthInterceptor(
-        node_id, registry.current if registry else _no_registry, parts.state.vector_clock
-    )
+    current_registry = registry.current if registry else _no_registry
+    auth = NodeAuthInterceptor(node_id, current_registry, parts.state.vector_clock)
     logs = None
     if parts.logs is not None:
         queries = LogQueries(
@@ -383,7 +382,12 @@ async def _serve(
         )
         logs = LogService(queries)
     server, health_servicer, address = _grpc_server(
-        settings, service, MisbehaviorService(parts.reports), auth, logs, tls
+        settings,
+        service,
+        MisbehaviorService(parts.reports, lambda: current_registry().keys()),
+        auth,
+        logs,
+        tls,
     )
     serving = GrpcServing(server, subscribe, admission, settings.shutdown_grace_seconds)
     stack.push_async_callback(serving.stop)

@@ -6,6 +6,7 @@ stored after `after_ns`, oldest first, at most 1000 per call: page with the last
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -15,8 +16,9 @@ from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.api.errors import StoreErrors, abort_store, count_rejected
 from xnode.core import wire
 from xnode.core.cursors import MAX_SEQUENCE_ID
-from xnode.core.errors import Rejected
-from xnode.core.misbehavior import check_client_report, type_name
+from xnode.core.errors import Reason, Rejected
+from xnode.core.evidence import RegistryKeys, why_unproven
+from xnode.core.misbehavior import SAFETY_TYPES, check_client_report, type_name
 from xnode.usecases.ports import MisbehaviorReports
 
 log = structlog.get_logger(__name__)
@@ -25,14 +27,25 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class MisbehaviorService:
-    def __init__(self, store: MisbehaviorReports) -> None:
+    def __init__(self, store: MisbehaviorReports, keys: Callable[[], RegistryKeys]) -> None:
+        """`keys`: the registry keys a client's safety report must prove its claim against."""
         self._store = store
+        self._keys = keys
+
+    def _check(self, report: mb.UnsignedMisbehaviorReport) -> None:
+        check_client_report(report)
+        if int(report.type) in SAFETY_TYPES:
+            # A report this node signs must prove itself (xnode.core.evidence): hosting
+            # unprovable accusations would lend them this node's signature.
+            failure = why_unproven(report, self._keys())
+            if failure is not None:
+                raise Rejected(Reason.MALFORMED, f"the report proves nothing: {failure}")
 
     async def SubmitMisbehaviorReport(
         self, request: mb.SubmitMisbehaviorReportRequest, context: Context
     ) -> bytes:
         try:
-            check_client_report(request.report)
+            self._check(request.report)
         except Rejected as exc:
             count_rejected("misbehavior", "SubmitMisbehaviorReport", exc.reason.value)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

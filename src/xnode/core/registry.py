@@ -32,6 +32,10 @@ class Registry:
     def get(self, node_id: int) -> NodeEntry | None:
         return self.nodes.get(node_id)
 
+    def keys(self) -> dict[int, tuple[bytes]]:
+        """node id -> its registry key, as xnode.core.evidence checks signatures against."""
+        return {n.node_id: (n.public_key,) for n in self.nodes.values()}
+
     def find_by_key(self, public_key: bytes) -> NodeEntry | None:
         return next((n for n in self.nodes.values() if n.public_key == public_key), None)
 

@@ -13,8 +13,9 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2_grpc
-from xnode.api.client import NodeClient
+from xnode.api.client import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey, misbehavior_digest, recover_public_key
+from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
 from xnode.core.node_tokens import issue_token
 from xnode.core.wire import originator_envelopes
 
@@ -35,6 +36,17 @@ async def first_frame(address: str, metadata: tuple[tuple[str, str], ...]) -> by
         frame: bytes = await call.__aiter__().__anext__()
         call.cancel()
         return frame
+
+
+def signed_by(
+    key: SigningKey, node_id: int, seq: int, text: bytes
+) -> envelopes_pb2.OriginatorEnvelope:
+    payer = build_payer_envelope(
+        group_message_envelope(GROUP, text), SigningKey.generate(), node_id
+    )
+    valid = validate_payer_envelope(payer, node_id)
+    raw = originate(valid, node_id, seq, time.time_ns(), key).raw
+    return envelopes_pb2.OriginatorEnvelope.FromString(raw)
 
 
 def bearer(token: str) -> tuple[tuple[str, str], ...]:
@@ -79,15 +91,32 @@ async def test_misbehavior_api_refuses_node_flagged_client_reports_and_serves_si
     start_node: Any, network: Network
 ) -> None:
     node = await start_node(**network.settings(100))
-    envelope = envelopes_pb2.OriginatorEnvelope(unsigned_originator_envelope=b"u")
+    key = network.spec.keys[200]
+    fork = [signed_by(key, 200, 5, b"one"), signed_by(key, 200, 5, b"two")]
     report = mb.UnsignedMisbehaviorReport(
         reporter_time_ns=1,
         misbehaving_node_id=200,
         type=mb.MISBEHAVIOR_DUPLICATE_SEQUENCE_ID,
-        safety=mb.SafetyFailure(envelopes=[envelope, envelope]),
+        safety=mb.SafetyFailure(envelopes=fork),
     )
     async with grpc.aio.insecure_channel(node.address) as channel:
         stub = misbehavior_api_pb2_grpc.MisbehaviorApiStub(channel)  # type: ignore[no-untyped-call]
+        honest = mb.UnsignedMisbehaviorReport()
+        honest.CopyFrom(report)
+        honest.safety.envelopes[1].CopyFrom(signed_by(key, 200, 6, b"two"))
+        forged = mb.UnsignedMisbehaviorReport()
+        forged.CopyFrom(report)
+        forged.safety.envelopes[1].CopyFrom(signed_by(SigningKey.generate(), 200, 5, b"two"))
+        for misleading, failure in [
+            (honest, "no two envelopes with one sequence id"),
+            (forged, "envelope 1: not signed by node 200's registry key"),
+        ]:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.SubmitMisbehaviorReport(
+                    mb.SubmitMisbehaviorReportRequest(report=misleading)
+                )
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert failure in (err.value.details() or ""), err.value.details()
         flagged = mb.UnsignedMisbehaviorReport()
         flagged.CopyFrom(report)
         flagged.submitted_by_node = True
