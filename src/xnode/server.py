@@ -17,6 +17,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from xnode.api.auth import NodeAuthInterceptor
+from xnode.api.forks import SERVICE_NAME as FORK_SERVICE
+from xnode.api.forks import ForkService, add_fork_service
 from xnode.api.health import GrpcHealthBoard, health_dependencies
 from xnode.api.logs import SERVICE_NAME as LOG_SERVICE
 from xnode.api.logs import LogService, add_log_service
@@ -49,6 +51,7 @@ from xnode.replication.worker import ReplicationConfig, ReplicationWorker
 from xnode.static_registry import StaticRegistrySource
 from xnode.store.chain import ChainStore
 from xnode.store.envelopes import EnvelopeStore
+from xnode.store.forks import ForkStore
 from xnode.store.identity import claim_database
 from xnode.store.leader import LeaderLock
 from xnode.store.logs import LogStore
@@ -60,7 +63,7 @@ from xnode.store.replication import ReplicationStore
 from xnode.store.sequencer import Sequencer
 from xnode.tls import ClientTls, ServerTls, TlsConfigError
 from xnode.usecases.admission import Admission
-from xnode.usecases.health import HealthMonitor
+from xnode.usecases.health import DATABASE, HealthMonitor
 from xnode.usecases.logs import CheckpointIntake, CheckpointIssuer, LogQueries
 from xnode.usecases.node_state import NodeState
 from xnode.usecases.originator import BatchStats, Originator
@@ -388,6 +391,7 @@ async def _serve(
         auth,
         logs,
         tls,
+        ForkService(ForkStore(parts.store.pool)),
     )
     serving = GrpcServing(server, subscribe, admission, settings.shutdown_grace_seconds)
     stack.push_async_callback(serving.stop)
@@ -397,7 +401,7 @@ async def _serve(
     dependencies[LOG_SERVICE] = dependencies["query"]  # the database
     monitor = HealthMonitor(
         GrpcHealthBoard(health_servicer),
-        dependencies,
+        {**dependencies, FORK_SERVICE: frozenset({DATABASE})},
         probe,
         chain,
     )
@@ -540,6 +544,7 @@ def _grpc_server(
     auth: NodeAuthInterceptor,
     logs: LogService | None = None,
     tls: ServerTls | None = None,
+    forks: ForkService | None = None,
 ) -> tuple[grpc.aio.Server, health.HealthServicer, str]:
     limit = settings.max_message_mib * 1024 * 1024
     server = grpc.aio.server(
@@ -556,9 +561,12 @@ def _grpc_server(
     server.add_generic_rpc_handlers([misbehavior_handlers(misbehavior)])
     if logs is not None:
         add_log_service(logs, server)
+    if forks is not None:
+        add_fork_service(forks, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [*service_names(), *([LOG_SERVICE] if logs is not None else [])]
+    names += [FORK_SERVICE] if forks is not None else []
     reflection.enable_server_reflection(
         [
             *names,

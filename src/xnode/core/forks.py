@@ -8,6 +8,8 @@ rule: the signed OriginatorEnvelope bytes with the lower keccak256 stay in the l
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from xnode.core.crypto import keccak256
 
 
@@ -25,3 +27,22 @@ def log_keeps(stored: bytes, newcomer: bytes) -> bytes:
 def newcomer_wins(stored: bytes, newcomer: bytes) -> bool:
     """True when `newcomer` must replace the stored envelope in the log."""
     return stored != newcomer and log_keeps(stored, newcomer) == newcomer
+
+
+@dataclass(frozen=True, slots=True)
+class ForkResolution:
+    """What storing one version of a forked sequence id did."""
+
+    previous: bytes  # the version the log held before
+    replaced: bool  # the newcomer took its place in the log
+    new_evidence: bool  # a version not kept as fork evidence before
+
+
+@dataclass(frozen=True, slots=True)
+class Fork:
+    """Every known signed version of one (originator, sequence id); `versions[0]` is the one
+    the log keeps."""
+
+    originator_node_id: int
+    sequence_id: int
+    versions: tuple[bytes, ...]

@@ -16,7 +16,7 @@ import structlog
 from google.protobuf.message import DecodeError
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode.core import misbehavior
+from xnode.core import forks, misbehavior
 from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope
 from xnode.core.verification import (
@@ -122,8 +122,8 @@ class OriginatorLog:
     async def store(self, verdicts: Sequence[Verdict], source: int, direct: bool) -> None:
         async with self._lock:
             valid = await self._rejected(verdicts, source)
-            fresh = await self._checked(valid, direct)
-            await self._insert(fresh)
+            fresh, forked = await self._checked(valid, direct)
+            await self._insert(fresh, forked)
 
     async def _rejected(self, verdicts: Sequence[Verdict], source: int) -> list[IndexedEnvelope]:
         valid: list[IndexedEnvelope] = []
@@ -150,16 +150,22 @@ class OriginatorLog:
             await self._ctx.reports.record(report, detail)
         return valid
 
-    async def _checked(self, valid: list[IndexedEnvelope], direct: bool) -> list[IndexedEnvelope]:
-        """Order checks (report, then store anyway) and duplicates within the batch."""
+    async def _checked(
+        self, valid: list[IndexedEnvelope], direct: bool
+    ) -> tuple[list[IndexedEnvelope], list[IndexedEnvelope]]:
+        """Order checks (report, then store anyway); of two versions of one sequence id in
+        the batch, the one xnode.core.forks keeps goes on, the other is returned apart."""
         fresh: dict[int, IndexedEnvelope] = {}
+        forked: list[IndexedEnvelope] = []
         previous = self.position
         now = self._now_ns()
         for env in sorted(valid, key=lambda e: e.sequence_id):
             prior = fresh.get(env.sequence_id)
             if prior is not None:
                 if prior.raw != env.raw:
-                    await self._duplicate(prior.raw, env.raw)
+                    winner = forks.log_keeps(prior.raw, env.raw)
+                    fresh[env.sequence_id] = prior if winner == prior.raw else env
+                    forked.append(env if winner == prior.raw else prior)
                 continue
             problem = order_problem(previous, env, now, check_sequence=direct)
             if problem is not None:
@@ -171,7 +177,7 @@ class OriginatorLog:
             fresh[env.sequence_id] = env
             if previous is None or env.sequence_id > previous.sequence_id:
                 previous = Position(env.sequence_id, env.originator_ns, env.raw)
-        return list(fresh.values())
+        return list(fresh.values()), forked
 
     async def _duplicate(self, first: bytes, second: bytes) -> None:
         report = misbehavior.safety_report(
@@ -182,14 +188,19 @@ class OriginatorLog:
         )
         await self._ctx.reports.record(report, "two different envelopes share a sequence id")
 
-    async def _insert(self, fresh: list[IndexedEnvelope]) -> None:
+    async def _insert(self, fresh: list[IndexedEnvelope], forked: list[IndexedEnvelope]) -> None:
+        """Stores what is new; a version that differs from the stored one is a fork, settled
+        by xnode.core.forks on every node alike. When the newcomer takes the stored one's
+        place, live subscribers are told nothing: they were already sent that sequence id
+        (one version of it), and queries serve the log's version from then on."""
         if not fresh:
             return
         ctx = self._ctx
         inserted = {seq for _, seq in await ctx.store.insert_received(fresh, ctx.notice_token)}
         known = [e for e in fresh if e.sequence_id not in inserted]
-        conflicts = await self._conflicts(known) if known else set()
-        kept = [e for e in fresh if e.sequence_id not in conflicts]
+        in_log = {e.sequence_id: e.raw for e in fresh}
+        await self._forks(await self._differing(known) + forked, in_log)
+        kept = [e for e in fresh if in_log[e.sequence_id] == e.raw]
         if kept and kept[-1].sequence_id > self.sequence_id:
             top = kept[-1]
             self.position = Position(top.sequence_id, top.originator_ns, top.raw)
@@ -200,16 +211,23 @@ class OriginatorLog:
             REPLICATION_RECEIVED.labels(self._label).inc(len(stored))
             await ctx.on_stored([e.stored() for e in stored])
 
-    async def _conflicts(self, known: list[IndexedEnvelope]) -> set[int]:
-        """Sequence ids already stored with other bytes: DUPLICATE_SEQUENCE_ID, both kept as
-        proof (the stored one stays stored, the other lives in the report)."""
+    async def _differing(self, known: list[IndexedEnvelope]) -> list[IndexedEnvelope]:
+        """Envelopes stored already with other bytes (one cheap read: relays resend a lot)."""
+        if not known:
+            return []
         existing = await self._ctx.store.stored_envelopes(
             self.originator, [e.sequence_id for e in known]
         )
-        conflicts = set()
-        for env in known:
-            have = existing.get(env.sequence_id)
-            if have is not None and have != env.raw:
-                conflicts.add(env.sequence_id)
-                await self._duplicate(have, env.raw)
-        return conflicts
+        return [e for e in known if existing.get(e.sequence_id, e.raw) != e.raw]
+
+    async def _forks(self, candidates: list[IndexedEnvelope], in_log: dict[int, bytes]) -> None:
+        """DUPLICATE_SEQUENCE_ID with both signed envelopes, once per version first seen."""
+        if not candidates:
+            return
+        resolutions = await self._ctx.store.resolve_forks(candidates)
+        for env, fork in zip(candidates, resolutions, strict=True):
+            if fork is None:
+                continue
+            in_log[env.sequence_id] = env.raw if fork.replaced else fork.previous
+            if fork.new_evidence:
+                await self._duplicate(fork.previous, env.raw)

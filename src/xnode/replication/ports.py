@@ -8,6 +8,7 @@ from typing import Protocol
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.envelopes import IndexedEnvelope
+from xnode.core.forks import ForkResolution
 from xnode.core.verification import Position
 
 
@@ -30,6 +31,14 @@ class ReplicaStore(Protocol):
         """Stores what is not stored yet, in one transaction, and tells other processes
         (their commit notices carry `notice_token`); returns the (originator, sequence id)
         keys that were new."""
+        ...
+
+    async def resolve_forks(
+        self, envelopes: Sequence[IndexedEnvelope]
+    ) -> list[ForkResolution | None]:
+        """Each envelope differs from the stored one at its (originator, sequence id): keeps
+        both as fork evidence and puts the one xnode.core.forks picks in the log, all in one
+        transaction; None where nothing (or the same bytes) is stored."""
         ...
 
 

@@ -9,7 +9,9 @@ from collections.abc import Sequence
 import asyncpg
 
 from xnode.core.envelopes import IndexedEnvelope
+from xnode.core.forks import ForkResolution
 from xnode.core.verification import Position
+from xnode.store.forks import resolve_fork
 from xnode.store.logs import extend_trees, leaf_columns
 from xnode.store.notifications import NOTIFY_CHANNEL, commit_notice
 
@@ -97,3 +99,11 @@ class ReplicationStore:
                     commit_notice(notice_token, inserted),
                 )
         return inserted
+
+    async def resolve_forks(
+        self, envelopes: Sequence[IndexedEnvelope]
+    ) -> list[ForkResolution | None]:
+        """Each envelope against the log's version of its sequence id (xnode.store.forks),
+        in one transaction. Nothing is notified: see OriginatorLog._insert."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            return [await resolve_fork(conn, e) for e in envelopes]

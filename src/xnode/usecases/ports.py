@@ -9,6 +9,7 @@ from typing import Protocol
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope, ValidPayerEnvelope
+from xnode.core.forks import Fork
 from xnode.core.query import EnvelopeQuery
 
 
@@ -43,6 +44,14 @@ class MisbehaviorReports(Protocol):
 
     async def after(self, after_ns: int) -> list[bytes]:
         """Serialized reports stored after `after_ns`, oldest first, a page at most."""
+        ...
+
+
+class ForkEvidence(Protocol):
+    """Every signed version of forked sequence ids (xnode.core.forks), as this node keeps."""
+
+    async def forks(self, originator: int, after_sequence_id: int, limit: int) -> list[Fork]:
+        """Forks of `originator` above `after_sequence_id`, in order, at most `limit`."""
         ...
 
 

@@ -1,0 +1,49 @@
+"""ForkApi (xnode.forks.v1, issue 9): every signed version of each forked (originator,
+sequence id) this node keeps, the log's version first. Translates protobuf and statuses only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from xnode.api.errors import StoreErrors, abort_store
+from xnode.core.cursors import MAX_SEQUENCE_ID
+from xnode.usecases.ports import ForkEvidence
+from xnode_api.forks.v1 import forks_pb2 as pb
+from xnode_api.forks.v1 import forks_pb2_grpc
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ForkApi"].full_name
+MAX_FORKS = 1000
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class ForkService:
+    def __init__(self, forks: ForkEvidence) -> None:
+        self._forks = forks
+
+    async def QueryForks(
+        self, request: pb.QueryForksRequest, context: Context
+    ) -> pb.QueryForksResponse:
+        limit = request.limit if 0 < request.limit <= MAX_FORKS else MAX_FORKS
+        after = min(request.after_sequence_id, MAX_SEQUENCE_ID)  # nothing is stored beyond
+        try:
+            found = await self._forks.forks(request.originator_node_id, after, limit)
+        except StoreErrors as exc:
+            await abort_store(context, "QueryForks", exc)
+            raise
+        return pb.QueryForksResponse(
+            forks=[
+                pb.Fork(
+                    originator_node_id=f.originator_node_id,
+                    originator_sequence_id=f.sequence_id,
+                    versions=list(f.versions),
+                )
+                for f in found
+            ]
+        )
+
+
+def add_fork_service(service: ForkService, server: grpc.aio.Server) -> None:
+    forks_pb2_grpc.add_ForkApiServicer_to_server(service, server)  # type: ignore[no-untyped-call]

@@ -1,0 +1,76 @@
+"""Forked sequence ids (migration 0005): the deterministic rule applied to the log in one
+transaction, and every signed version kept as evidence."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from xnode.core.envelopes import IndexedEnvelope
+from xnode.core.forks import Fork, ForkResolution, envelope_hash, newcomer_wins
+
+MAX_QUERY_FORKS = 1000
+
+_KEEP = """
+INSERT INTO sequence_forks VALUES ($1, $2, $3, $4), ($1, $2, $5, $6)
+ON CONFLICT DO NOTHING
+RETURNING envelope_hash
+"""
+
+_REPLACE = """
+UPDATE originator_envelopes
+SET originator_ns = $3, topic = $4, expiry_unixtime = $5, payer_address = $6, envelope = $7
+WHERE originator_node_id = $1 AND originator_sequence_id = $2
+"""
+
+
+async def resolve_fork(
+    conn: asyncpg.Connection, newcomer: IndexedEnvelope
+) -> ForkResolution | None:
+    """Within the caller's transaction: keeps both versions as evidence and puts the one
+    xnode.core.forks picks in the log. None when the log holds nothing there or the same
+    bytes. The row is locked first, so concurrent streams agree on what was there."""
+    key = (newcomer.originator_node_id, newcomer.sequence_id)
+    stored = await conn.fetchval(
+        "SELECT envelope FROM originator_envelopes"
+        " WHERE originator_node_id = $1 AND originator_sequence_id = $2 FOR UPDATE",
+        *key,
+    )
+    if stored is None or bytes(stored) == newcomer.raw:
+        return None
+    previous = bytes(stored)
+    kept = await conn.fetch(
+        _KEEP, *key, envelope_hash(previous), previous, envelope_hash(newcomer.raw), newcomer.raw
+    )
+    replaced = newcomer_wins(previous, newcomer.raw)
+    if replaced:
+        await conn.execute(
+            _REPLACE,
+            *key,
+            newcomer.originator_ns,
+            newcomer.topic,
+            newcomer.expiry or None,  # 0 = never = NULL
+            newcomer.payer_address,
+            newcomer.raw,
+        )
+    return ForkResolution(previous, replaced, bool(kept))
+
+
+class ForkStore:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def forks(
+        self, originator: int, after_sequence_id: int, limit: int = MAX_QUERY_FORKS
+    ) -> list[Fork]:
+        """Forked sequence ids of `originator` above `after_sequence_id`, in order, each
+        with its versions lowest hash (the log's) first."""
+        rows = await self._pool.fetch(
+            "SELECT originator_sequence_id, array_agg(envelope ORDER BY envelope_hash)"
+            " FROM sequence_forks"
+            " WHERE originator_node_id = $1 AND originator_sequence_id > $2"
+            " GROUP BY 1 ORDER BY 1 LIMIT $3",
+            originator,
+            after_sequence_id,
+            limit,
+        )
+        return [Fork(originator, r[0], tuple(bytes(v) for v in r[1])) for r in rows]
