@@ -154,9 +154,11 @@ def render_markdown(data: CouncilData) -> str:
 _NOTES = (
     "Notes: reports are trusted only as far as their signatures go. A report whose host "
     "signature does not recover to the host's registry key is rejected as forged. Liveness "
-    "reporters are the hosts that signed the reports, for client-submitted reports too (the "
-    "client is anonymous; its host vouches for it); a node's reports about itself do not make "
-    "it a reporter. One verified safety proof flags a node."
+    "reporters are registered nodes reporting on their own (submitted_by_node); "
+    "client-submitted liveness reports are listed apart (client_liveness.parquet) and never "
+    "count toward the threshold; a node's reports about itself do not make it a reporter. A "
+    "safety report counts only when its own envelopes prove its claim (re-checked against "
+    "the registry keys); one such proof flags a node."
 )
 
 

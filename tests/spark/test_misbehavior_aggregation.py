@@ -24,19 +24,24 @@ UNRESPONSIVE, SLOW, OUT_OF_ORDER, DUPLICATE = 1, 2, 4, 5
 # FIXTURE. Hosts 100-400 and 900 (not in any registry) export; 500, 600, 700 misbehave.
 #  host 100: #1 UNRESPONSIVE 500 @T0+10m; #2 = #1 exported again (exact duplicate);
 #            #3 SLOW 700 @T0+5m; #4 DUPLICATE 600: two different envelopes 600:7  -> proof
+#            #5 DUPLICATE 500 (client): two honest envelopes 500:1, 500:2          -> unverified
+#            #6 UNRESPONSIVE 700 @T0+7m, client-submitted                 -> client_liveness
 #  host 200: #1 UNRESPONSIVE 500 @T0+20m, client-submitted; #2 UNRESPONSIVE 500 @T0+70m;
 #            #3 SLOW 700 @T0+6m signed by an impostor                              -> forged
 #            #4 DUPLICATE 600 but one envelope signed by 400                       -> unverified
+#            #5 UNRESPONSIVE 700 @T0+8m, the same client                  -> client_liveness
 #  host 300: #1 UNRESPONSIVE 500 @T0+30m; #2 UNRESPONSIVE about itself @T0;
 #            #3 DUPLICATE 600 with the same envelope twice                         -> unverified
-#            #4 OUT_OF_ORDER 600, envelopes 600:8 then 600:10, signed by 600       -> proof
+#            #4 OUT_OF_ORDER 600, envelopes 600:8 then 600:10 (a gap, honest)      -> unverified
+#            #5 OUT_OF_ORDER 600, 600:11 timestamped after 600:12                  -> proof
 #  host 400: #1 bytes that do not decode                                           -> malformed
 #  host 900: #1 UNRESPONSIVE 500, host unknown to every registry                   -> unknown_host
-# 500/UNRESPONSIVE, window T0: reporters {100, 200, 300} -> flagged at threshold 2 and 3.
+# 500/UNRESPONSIVE, window T0: reporting nodes {100, 300} (200's is a client's) -> flagged at
+# threshold 2, not 3. 700/UNRESPONSIVE: only a client's, through two hosts -> never flagged.
 
 
-def envelope(originator: int, signer: int, seq: int, data: bytes) -> bytes:
-    return g.signed_envelope(originator, KEYS[signer], seq, T0, data)
+def envelope(originator: int, signer: int, seq: int, data: bytes, ns: int = T0) -> bytes:
+    return g.signed_envelope(originator, KEYS[signer], seq, ns, data)
 
 
 @dataclass
@@ -65,12 +70,16 @@ def build_fixture(root: Path) -> Path:
     h100.add(g.liveness_report(700, SLOW, T0 + 5 * MIN))
     pair = [envelope(600, 600, 7, b"one"), envelope(600, 600, 7, b"two")]
     h100.add(g.safety_report(600, DUPLICATE, pair, T0 + 40 * MIN))
+    honest = [envelope(500, 500, 1, b"one"), envelope(500, 500, 2, b"two")]
+    h100.add(g.safety_report(500, DUPLICATE, honest, T0 + 44 * MIN))
+    h100.add(g.liveness_report(700, UNRESPONSIVE, T0 + 7 * MIN, submitted_by_node=False))
 
     h200.add(g.liveness_report(500, UNRESPONSIVE, T0 + 20 * MIN, submitted_by_node=False))
     h200.add(g.liveness_report(500, UNRESPONSIVE, T0 + 70 * MIN))
     h200.add(g.liveness_report(700, SLOW, T0 + 6 * MIN), forged_by=IMPOSTOR)
     framed = [envelope(600, 600, 7, b"one"), envelope(600, 400, 7, b"two")]
     h200.add(g.safety_report(600, DUPLICATE, framed, T0 + 41 * MIN))
+    h200.add(g.liveness_report(700, UNRESPONSIVE, T0 + 8 * MIN, submitted_by_node=False))
 
     h300.add(g.liveness_report(500, UNRESPONSIVE, T0 + 30 * MIN))
     h300.add(g.liveness_report(300, UNRESPONSIVE, T0))
@@ -78,6 +87,8 @@ def build_fixture(root: Path) -> Path:
     h300.add(g.safety_report(600, DUPLICATE, [same, same], T0 + 42 * MIN))
     gap = [envelope(600, 600, 8, b"eight"), envelope(600, 600, 10, b"ten")]
     h300.add(g.safety_report(600, OUT_OF_ORDER, gap, T0 + 43 * MIN))
+    back = [envelope(600, 600, 11, b"eleven", T0 + 5), envelope(600, 600, 12, b"twelve", T0)]
+    h300.add(g.safety_report(600, OUT_OF_ORDER, back, T0 + 45 * MIN))
 
     row = g.report_row(1, 400, KEYS[400], g.liveness_report(500, SLOW, T0), T0)
     h400.rows.append(dict(row, report=b"\xff\xff"))
@@ -98,20 +109,20 @@ def result(spark: Any, aggregation: ModuleType, fixture_root: Path, tmp_path_fac
     data = aggregation.run(spark, [fixture_root], out, threshold=2, window_minutes=60)
     tables = {
         n: pq.read_table(out / f"{n}.parquet").to_pylist()
-        for n in ("liveness", "safety", "flagged", "rejected")
+        for n in ("liveness", "client_liveness", "safety", "flagged", "rejected")
     }
     return data, tables, out
 
 
 def test_counts_match_the_hand_computed_fixture(result: Any) -> None:
     data, _, _ = result
-    assert data.rows_read == 14
+    assert data.rows_read == 18
     assert data.duplicates_removed == 1
-    assert data.accepted == 8
+    assert data.accepted == 10
     assert data.outcomes == {
-        "accepted": 8,
+        "accepted": 10,
         "forged": 1,
-        "unverified_proof": 2,
+        "unverified_proof": 4,
         "malformed": 1,
         "unknown_host": 1,
     }
@@ -125,9 +136,9 @@ def test_liveness_windows(result: Any) -> None:
     }
     assert set(rows) == {(500, 1, 0), (500, 1, 60), (700, 2, 0), (300, 1, 0)}
     first = rows[(500, 1, 0)]
-    assert first["report_count"] == 3  # the duplicate counted once, unknown host 900 not at all
-    assert first["reporters"] == [100, 200, 300]
-    assert (first["node_submitted"], first["client_submitted"]) == (2, 1)
+    # The duplicate counted once; unknown host 900 not at all; 200's is a client's.
+    assert first["report_count"] == 2
+    assert first["reporters"] == [100, 300]
     assert first["flagged"] is True
     assert rows[(500, 1, 60)]["distinct_reporters"] == 1 and not rows[(500, 1, 60)]["flagged"]
     # Without the forged report, 700 has a single reporter: not flagged.
@@ -136,24 +147,44 @@ def test_liveness_windows(result: Any) -> None:
     assert rows[(300, 1, 0)]["report_count"] == 1 and rows[(300, 1, 0)]["distinct_reporters"] == 0
 
 
+def test_client_liveness_reports_are_kept_apart_and_flag_nobody(result: Any) -> None:
+    """One client writing to two hosts about node 700: listed per host, never counted."""
+    _, tables, _ = result
+    clients = {
+        (r["misbehaving_node_id"], r["type"], r["host_node_id"]): r["report_count"]
+        for r in tables["client_liveness"]
+    }
+    assert clients == {(500, 1, 200): 1, (700, 1, 100): 1, (700, 1, 200): 1}
+    assert not [r for r in tables["liveness"] if (r["misbehaving_node_id"], r["type"]) == (700, 1)]
+    assert 700 not in {r["misbehaving_node_id"] for r in tables["flagged"]}
+
+
 def test_forged_and_unverifiable_reports_are_rejected_with_reasons(result: Any) -> None:
     _, tables, _ = result
     rejected = {(r["host_node_id"], r["report_id"]): r for r in tables["rejected"]}
     assert {k: r["reason_code"] for k, r in rejected.items()} == {
+        (100, 5): "unverified_proof",
         (200, 3): "forged",
         (200, 4): "unverified_proof",
         (300, 3): "unverified_proof",
+        (300, 4): "unverified_proof",
         (400, 1): "malformed",
         (900, 1): "unknown_host",
     }
-    assert "not signed by misbehaving node 600" in rejected[(200, 4)]["reason"]
-    assert "no two different envelopes" in rejected[(300, 3)]["reason"]
+    assert "envelope 1: not signed by node 600's registry key" in rejected[(200, 4)]["reason"]
+    assert "no two envelopes with one sequence id" in rejected[(300, 3)]["reason"]
+    # Honest but misleading: two honest envelopes, a gap left by expiry or a relay.
+    assert "no two envelopes with one sequence id" in rejected[(100, 5)]["reason"]
+    assert "a sequence gap alone proves nothing" in rejected[(300, 4)]["reason"]
+    assert 500 not in {r["misbehaving_node_id"] for r in tables["safety"]}
 
 
 def test_a_single_verified_proof_flags_the_node(result: Any) -> None:
     _, tables, _ = result
     proofs = {(r["host_node_id"], r["type"]) for r in tables["safety"]}
     assert proofs == {(100, DUPLICATE), (300, OUT_OF_ORDER)}
+    [back] = [r for r in tables["safety"] if r["type"] == OUT_OF_ORDER]
+    assert back["report_id"] == 5
     dup = next(r for r in tables["safety"] if r["type"] == DUPLICATE)
     assert (dup["duplicate_originator"], dup["duplicate_sequence_id"]) == (600, 7)
     flagged = {
@@ -170,6 +201,7 @@ def test_a_single_verified_proof_flags_the_node(result: Any) -> None:
 def test_report_files_are_complete(result: Any) -> None:
     _, _, out = result
     assert sorted(p.name for p in out.iterdir()) == [
+        "client_liveness.parquet",
         "flagged.parquet",
         "liveness.parquet",
         "rejected.parquet",
@@ -181,10 +213,10 @@ def test_report_files_are_complete(result: Any) -> None:
     assert html.count("<svg") == 4  # nodes 300, 500, 600, 700
     assert "Node 600" in html and "FLAGGED" in html
     md = (out / "report.md").read_text()
-    assert "| Rejected | 5 |" in md and "## Node 500" in md
+    assert "| Rejected | 7 |" in md and "## Node 500" in md
 
 
-@pytest.mark.parametrize(("threshold", "flagged"), [(3, True), (4, False)])
+@pytest.mark.parametrize(("threshold", "flagged"), [(2, True), (3, False)])
 def test_threshold_is_respected(
     spark: Any,
     aggregation: ModuleType,
@@ -267,3 +299,36 @@ def test_out_of_range_fields_are_malformed_not_a_crash(
     report = g.report_row(1, 100, KEYS[100], unsigned, T0)["report"]
     assert "out of range" in aggregation.verify_report(report)["error"]
     aggregation.verify_batch(pa.array([report]))  # converts to Arrow without overflow
+
+
+def test_no_honest_node_is_flagged_by_forged_or_misleading_reports(
+    spark: Any, aggregation: ModuleType, tmp_path: Path
+) -> None:
+    """Hosts 100-300 file everything one could build from node 700's honest envelopes, and
+    one client complains about 700 through every host; only 600's real fork flags anyone."""
+    INVALID_PAYLOAD, CAUSAL, CHAIN = 7, 6, 8
+    early, late = envelope(700, 700, 4, b"four", T0), envelope(700, 700, 5, b"five", T0 + 9)
+    resigned = envelope(700, 400, 4, b"other four")  # a "fork" the accused never signed
+    misleading = [
+        (DUPLICATE, [early, late]),
+        (DUPLICATE, [early, resigned]),
+        (OUT_OF_ORDER, [early, late]),
+        (OUT_OF_ORDER, [late, early]),  # listed backwards: the signed order is still right
+        (INVALID_PAYLOAD, [early]),
+        (CAUSAL, [early, late]),
+        (CHAIN, [early]),
+    ]
+    hosts = [Host(n, KEYS[n]) for n in (100, 200, 300)]
+    for host in hosts:
+        for kind, proof in misleading:
+            host.add(g.safety_report(700, kind, proof, T0, submitted_by_node=True))
+        host.add(g.liveness_report(700, UNRESPONSIVE, T0 + MIN, submitted_by_node=False))
+    fork = [envelope(600, 600, 3, b"a"), envelope(600, 600, 3, b"b")]
+    hosts[0].add(g.safety_report(600, DUPLICATE, fork, T0))
+    for host in hosts:
+        host.write(tmp_path / "export", KEYS)
+
+    data = aggregation.run(spark, [tmp_path / "export"], tmp_path / "out", threshold=2)
+
+    assert [(r["misbehaving_node_id"], r["type"]) for r in data.flagged] == [(600, DUPLICATE)]
+    assert data.outcomes["unverified_proof"] == 3 * len(misleading)
