@@ -261,6 +261,8 @@ async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: Async
     reports = MisbehaviorStore(pool, key)
     replication = None
     if registry is not None:
+        own_store = PostgresProbe(settings.database_dsn)  # its own connection, not the monitor's
+        stack.callback(own_store.close)
         replication = ReplicationWorker(
             node_id,
             key,
@@ -271,6 +273,7 @@ async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: Async
             token,
             ReplicationConfig.from_settings(settings, tls.peers),
             checkpoints=CheckpointIntake(logs),
+            own_store=own_store,
         )
         stack.push_async_callback(replication.stop)
         await _recover_own_log(settings, replication, sequencer, state)

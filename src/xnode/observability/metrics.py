@@ -186,6 +186,11 @@ MISBEHAVIOR_REPORTS = Counter(
     "Misbehavior reports stored, by type and source (node, client)",
     ["type", "source"],
 )
+LIVENESS_REPORTS_WITHHELD = Counter(
+    "xnode_liveness_reports_withheld_total",
+    "Liveness reports not filed because this node's own database was down or just back",
+    ["type"],
+)
 AUTH_REFUSED = Counter(
     "xnode_node_auth_refused_total", "Node tokens refused on replication streams"
 )

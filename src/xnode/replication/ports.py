@@ -47,3 +47,10 @@ class MisbehaviorRecorder(Protocol):
     carries on when a report cannot be stored."""
 
     async def record(self, unsigned: mb.UnsignedMisbehaviorReport, detail: str) -> None: ...
+
+
+class StoreHealth(Protocol):
+    """Whether this node's own database answers (store.probe.PostgresProbe, its own
+    connection): liveness reports are filed only while it does."""
+
+    async def reachable(self) -> bool: ...

@@ -24,7 +24,8 @@ from xnode.core.node_tokens import TokenProvider
 from xnode.core.registry import NodeEntry, Registry
 from xnode.replication.checkpoints import CheckpointFollower
 from xnode.replication.ingest import IngestContext, OnStored, OriginatorLog
-from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore
+from xnode.replication.own_health import OwnHealthGate
+from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore, StoreHealth
 from xnode.replication.recovery import OwnLogFetch, OwnLogRecovery, recover_own_log
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
 from xnode.tls import ClientTls, open_channel
@@ -202,10 +203,15 @@ class ReplicationWorker:
         config: ReplicationConfig,
         clock: Clock = SYSTEM_CLOCK,
         checkpoints: CheckpointIntake | None = None,
+        own_store: StoreHealth | None = None,
     ) -> None:
+        """`own_store`: this node's database health; when given, liveness reports are filed
+        only while it answers (replication.own_health)."""
         self.node_id = node_id
         self.config = config
-        self.reports = reports
+        self.reports: MisbehaviorRecorder = (
+            OwnHealthGate(reports, own_store, clock) if own_store is not None else reports
+        )
         self._source = source
         self._store = store
         self._clock = clock
