@@ -1,12 +1,20 @@
 """Forked sequence ids (migration 0005): the deterministic rule applied to the log in one
-transaction, and every signed version kept as evidence."""
+transaction, and every signed version kept as evidence.
+
+When the newcomer takes the stored version's place, the committed log follows: its leaf is
+rewritten and the tree is rebuilt from that sequence id (the perfect subtrees covering it
+or later are dropped and `extend_trees` grows them again), so every node ends with the same
+leaves and roots whatever order it saw the versions in."""
 
 from __future__ import annotations
 
 import asyncpg
 
+from xnode.core.checkpoints import envelope_leaf, has_log
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.forks import Fork, ForkResolution, envelope_hash, newcomer_wins
+from xnode.core.reconciliation import fingerprint_part
+from xnode.store.logs import extend_trees
 
 MAX_QUERY_FORKS = 1000
 
@@ -21,6 +29,33 @@ UPDATE originator_envelopes
 SET originator_ns = $3, topic = $4, expiry_unixtime = $5, payer_address = $6, envelope = $7
 WHERE originator_node_id = $1 AND originator_sequence_id = $2
 """
+
+# Leaf index = sequence id - 1; a perfect subtree (level, node_index) covers leaf indices
+# [node_index << level, (node_index + 1) << level).
+_REPLACE_LEAF = """
+WITH leaf AS (
+    UPDATE log_leaves SET leaf_hash = $3, fingerprint = $4
+    WHERE originator_node_id = $1 AND sequence_id = $2
+), nodes AS (
+    DELETE FROM log_nodes
+    WHERE originator_node_id = $1 AND ((node_index + 1) << level) > $2 - 1
+)
+UPDATE log_trees SET tree_size = least(tree_size, $2 - 1) WHERE originator_node_id = $1
+"""
+
+
+async def _replace_leaf(conn: asyncpg.Connection, envelope: IndexedEnvelope) -> None:
+    if not has_log(envelope.originator_node_id):
+        return
+    leaf = envelope.leaf or envelope_leaf(envelope.raw)
+    await conn.execute(
+        _REPLACE_LEAF,
+        envelope.originator_node_id,
+        envelope.sequence_id,
+        leaf,
+        fingerprint_part(leaf),
+    )
+    await extend_trees(conn, [envelope.originator_node_id])
 
 
 async def resolve_fork(
@@ -52,6 +87,7 @@ async def resolve_fork(
             newcomer.payer_address,
             newcomer.raw,
         )
+        await _replace_leaf(conn, newcomer)
     return ForkResolution(previous, replaced, bool(kept))
 
 

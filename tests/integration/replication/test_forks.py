@@ -17,6 +17,7 @@ from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.api.client import group_message_envelope
 from xnode.core import wire
+from xnode.core.checkpoints import envelope_leaf
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
 from xnode.core.evidence import why_unproven
@@ -111,13 +112,14 @@ async def test_nodes_that_saw_a_fork_in_opposite_orders_converge(
     key = network.spec.keys[200]
     one, other = signed(key, 1, b"one"), signed(key, 1, b"other")
     winner = log_keeps(one, other)
+    rest = [signed(key, seq, b"%d" % seq) for seq in range(2, 21)]  # a stored subtree of 16
     registry = Registry(NodeEntry(n, k.public_key, "") for n, k in network.spec.keys.items())
     peer = ForkingPeer(registry)
     server = await peer.serve(network.addresses[200])
     nodes = []
     try:
         for node_id, order in ((100, [one, other]), (300, [other, one])):
-            peer.scripts[node_id] = [[order[0]], [order[1]]]
+            peer.scripts[node_id] = [[order[0], *rest], [order[1]]]
             node = await start_node(**network.settings(node_id))
             nodes.append(node)
 
@@ -130,7 +132,7 @@ async def test_nodes_that_saw_a_fork_in_opposite_orders_converge(
 
     keys = {200: [key.public_key]}
     for node in nodes:
-        assert await in_log(node) == [winner]
+        assert await in_log(node) == [winner, *rest]
         [fork] = await forks_of(node)
         assert (fork.originator_node_id, fork.originator_sequence_id) == (200, 1)
         assert list(fork.versions) == [winner, one if winner == other else other]
@@ -138,7 +140,19 @@ async def test_nodes_that_saw_a_fork_in_opposite_orders_converge(
         assert report.misbehaving_node_id == 200
         assert {e.SerializeToString() for e in report.safety.envelopes} == {one, other}
         assert why_unproven(report, keys) is None
-    rows = [
-        await n.pool.fetch("SELECT * FROM sequence_forks ORDER BY envelope_hash") for n in nodes
-    ]
-    assert [tuple(r) for r in rows[0]] == [tuple(r) for r in rows[1]]
+    for query in (
+        "SELECT * FROM sequence_forks ORDER BY envelope_hash",
+        # The committed log follows the envelope the log keeps, on both nodes alike.
+        "SELECT * FROM log_leaves WHERE originator_node_id = 200 ORDER BY sequence_id",
+        "SELECT * FROM log_nodes WHERE originator_node_id = 200 ORDER BY level, node_index",
+        "SELECT * FROM log_trees WHERE originator_node_id = 200",
+    ):
+        rows = [[tuple(r) for r in await n.pool.fetch(query)] for n in nodes]
+        assert rows[0] == rows[1], query
+        assert rows[0], query
+    leaf = await nodes[0].pool.fetchval(
+        "SELECT leaf_hash FROM log_leaves WHERE originator_node_id = 200 AND sequence_id = 1"
+    )
+    assert bytes(leaf) == envelope_leaf(winner)
+    size = "SELECT tree_size FROM log_trees WHERE originator_node_id = 200"
+    assert await nodes[0].pool.fetchval(size) == 20
