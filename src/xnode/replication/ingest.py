@@ -1,5 +1,6 @@
 """Storing what peers send: verification in worker threads, then, one batch at a time per
-originator, order checks, an idempotent insert, duplicate detection and live delivery.
+originator, order checks, an idempotent insert, forks settled by xnode.core.forks (every
+node keeps the same version in its log) and live delivery.
 
 Every stream that carries an originator's envelopes (its direct stream, or fallback streams
 through other peers) stores through that originator's OriginatorLog, so they deduplicate
