@@ -30,7 +30,7 @@ from tests.spark.standalone import (
 from tests.spark.test_misbehavior_aggregation import build_fixture
 from tests.spark.test_retention_expiry import AS_OF, EXPECTED_RANGES, write_fixture
 
-COUNCIL_TABLES = ("liveness", "safety", "flagged", "rejected")
+COUNCIL_TABLES = ("liveness", "client_liveness", "safety", "flagged", "rejected")
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_misbehavior_aggregation_equals_local_mode(
         "60",
     )
 
-    assert "8 accepted, 5 rejected (1 forged), flagged nodes [500, 600]" in stdout
+    assert "10 accepted, 7 rejected (1 forged), flagged nodes [500, 600]" in stdout
     for name in COUNCIL_TABLES:
         expected = pq.read_table(local / f"{name}.parquet")
         got = pq.read_table(out / f"{name}.parquet")
