@@ -17,6 +17,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from xnode.api.auth import NodeAuthInterceptor
+from xnode.api.fees import SERVICE_NAME as FEES_SERVICE
+from xnode.api.fees import FeesService
 from xnode.api.health import GrpcHealthBoard, health_dependencies
 from xnode.api.logs import SERVICE_NAME as LOG_SERVICE
 from xnode.api.logs import LogService, add_log_service
@@ -35,6 +37,7 @@ from xnode.config import Settings
 from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope
+from xnode.core.fees import Pricing
 from xnode.core.registry import Registry, RegistryError
 from xnode.observability.logging import configure_logging
 from xnode.observability.metrics import observe_batch, serve_metrics
@@ -45,6 +48,7 @@ from xnode.store.envelopes import EnvelopeStore
 from xnode.store.identity import claim_database
 from xnode.store.leader import LeaderLock
 from xnode.store.logs import LogStore
+from xnode.store.limits import SharedBuckets
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.misbehavior import MisbehaviorLog, MisbehaviorStore
 from xnode.store.notifications import CommitListener
@@ -53,12 +57,14 @@ from xnode.store.replication import ReplicationStore
 from xnode.store.sequencer import Sequencer
 from xnode.usecases.health import HealthMonitor
 from xnode.usecases.logs import CheckpointIntake, CheckpointIssuer, LogQueries
+from xnode.usecases.limits import ApiLimits
 from xnode.usecases.node_state import NodeState
 from xnode.usecases.originator import BatchStats, Originator
 from xnode.usecases.publish import Publish
 from xnode.usecases.query import Query
 from xnode.usecases.registry_source import RegistrySource
 from xnode.usecases.subscribe import Subscribe
+from xnode_api.fees.v1 import fees_pb2_grpc
 
 log = structlog.get_logger(__name__)
 
@@ -192,7 +198,8 @@ async def _start(settings: Settings, key: SigningKey, stack: AsyncExitStack) -> 
     store = EnvelopeStore(pool)
     state = NodeState(node_id, await store.vector_clock(), store.originator_range)
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    sequencer = Sequencer(pool, node_id, key, token)
+    pricing = Pricing(settings.fee_schedule(), settings.fee_rate_window_seconds)
+    sequencer = Sequencer(pool, node_id, key, token, pricing)
     await sequencer.prime()
     logs = LogStore(pool)
     issuer = CheckpointIssuer(
@@ -296,11 +303,18 @@ async def _serve(
             ) from exc
         stack.callback(metrics.stop)
     chain, store = parts.chain, parts.store
-    subscribe = Subscribe(store, parts.state.fanout, keepalive_s=settings.keepalive_seconds)
-    publish = Publish(
-        node_id, parts.state.clock, store, parts.originator, chain.publisher if chain else None
+    limits = ApiLimits(settings.limit_policy(), SharedBuckets(parts.store.pool))
+    subscribe = Subscribe(
+        store, parts.state.fanout, keepalive_s=settings.keepalive_seconds, limits=limits
     )
-    service = EnvelopeService(publish, Query(store, chain.store if chain else None), subscribe)
+    publish = Publish(
+        node_id,
+        parts.state.clock,
+        store,
+        parts.originator,
+        chain.publisher if chain else None,
+        limits,
+    )
     registry = parts.registry
     auth = NodeAuthInterceptor(
         node_id, registry.current if registry else _no_registry, parts.state.vector_clock
@@ -311,8 +325,15 @@ async def _serve(
             parts.logs, min(1.0, settings.log_checkpoint_seconds), settings.keepalive_seconds
         )
         logs = LogService(queries)
+    query = Query(store, chain.store if chain else None, limits)
+    service = EnvelopeService(publish, query, subscribe, auth.caller)
     server, health_servicer, address = _grpc_server(
-        settings, service, MisbehaviorService(parts.reports), auth, logs
+        settings,
+        service,
+        MisbehaviorService(parts.reports, limits, auth.caller),
+        auth,
+        FeesService(node_id, settings.fee_schedule()),
+        logs,
     )
     serving = GrpcServing(server, subscribe, settings.shutdown_grace_seconds)
     stack.push_async_callback(serving.stop)
@@ -382,6 +403,7 @@ def _grpc_server(
     service: EnvelopeService,
     misbehavior: MisbehaviorService,
     auth: NodeAuthInterceptor,
+    fees: FeesService,
     logs: LogService | None = None,
 ) -> tuple[grpc.aio.Server, health.HealthServicer, str]:
     limit = settings.max_message_mib * 1024 * 1024
@@ -399,12 +421,14 @@ def _grpc_server(
     server.add_generic_rpc_handlers([misbehavior_handlers(misbehavior)])
     if logs is not None:
         add_log_service(logs, server)
+    fees_pb2_grpc.add_FeesApiServicer_to_server(fees, server)  # type: ignore[no-untyped-call]
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [*service_names(), *([LOG_SERVICE] if logs is not None else [])]
     reflection.enable_server_reflection(
         [
             *names,
+            FEES_SERVICE,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ],

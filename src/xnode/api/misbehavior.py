@@ -6,17 +6,20 @@ stored after `after_ns`, oldest first, at most 1000 per call: page with the last
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 import structlog
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.api.errors import StoreErrors, abort_store, count_rejected
+from xnode.api.errors import StoreErrors, abort_limited, abort_store, count_rejected
 from xnode.core import wire
 from xnode.core.cursors import MAX_SEQUENCE_ID
 from xnode.core.errors import Rejected
+from xnode.core.limits import LimitExceeded
 from xnode.core.misbehavior import check_client_report, type_name
+from xnode.usecases.limits import ApiLimits, Caller
 from xnode.usecases.ports import MisbehaviorReports
 
 log = structlog.get_logger(__name__)
@@ -25,12 +28,24 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class MisbehaviorService:
-    def __init__(self, store: MisbehaviorReports) -> None:
+    def __init__(
+        self,
+        store: MisbehaviorReports,
+        limits: ApiLimits | None = None,
+        caller_of: Callable[[Context], Caller] | None = None,
+    ) -> None:
         self._store = store
+        self._limits = limits
+        self._caller_of = caller_of or (lambda context: Caller.from_peer(context.peer()))
 
     async def SubmitMisbehaviorReport(
         self, request: mb.SubmitMisbehaviorReportRequest, context: Context
     ) -> bytes:
+        if self._limits is not None:
+            try:
+                await self._limits.report(self._caller_of(context))
+            except LimitExceeded as exc:
+                await abort_limited(context, exc, "misbehavior")
         try:
             check_client_report(request.report)
         except Rejected as exc:

@@ -14,6 +14,7 @@ from xnode.core.envelopes import ValidPayerEnvelope, check_depends_on, validate_
 from xnode.core.errors import Reason, Rejected
 from xnode.core.vector_clock import NodeClock
 from xnode.observability.metrics import ENVELOPES_STORED, PUBLISH_LATENCY
+from xnode.usecases.limits import ANONYMOUS, ApiLimits, Caller
 from xnode.usecases.ports import ChainPublisher, EnvelopeReader, Originate
 
 MAX_PUBLISH_ENVELOPES = 1000
@@ -52,15 +53,21 @@ class Publish:
         store: EnvelopeReader,
         originator: Originate,
         chain: ChainPublisher | None = None,
+        limits: ApiLimits | None = None,
     ) -> None:
         self.node_id = node_id
+        self._limits = limits
         self._clock = clock
         self._store = store
         self._originator = originator
         self._chain = chain
 
-    async def __call__(self, envelopes: Sequence[envelopes_pb2.PayerEnvelope]) -> list[bytes]:
-        """The serialized OriginatorEnvelopes, one per payer envelope, in request order."""
+    async def __call__(
+        self, envelopes: Sequence[envelopes_pb2.PayerEnvelope], caller: Caller = ANONYMOUS
+    ) -> list[bytes]:
+        """The serialized OriginatorEnvelopes, one per payer envelope, in request order.
+        Raises LimitExceeded, before anything is stored, when the caller or a payer is over
+        its limits."""
         started = time.perf_counter()
         if not envelopes:
             raise Rejected(Reason.MALFORMED, "payer_envelopes is empty")
@@ -74,6 +81,8 @@ class Publish:
             valid = await asyncio.to_thread(validate_all, envelopes, self.node_id)
         else:
             valid = validate_all(envelopes, self.node_id)
+        if self._limits is not None:
+            await self._limits.publish(caller, valid)
         await self._check_depends_on(valid)
         answers = await self._route(valid)
         PUBLISH_LATENCY.observe(time.perf_counter() - started)
