@@ -141,10 +141,16 @@ class Settings(BaseSettings):
         2.0, description="A limit's bucket holds this many seconds of its rate", gt=0
     )
     limit_publish_envelopes_per_second: float = Field(
-        200.0, description="Published envelopes per second, per payer and per client IP", gt=0
+        200.0, description="Published envelopes per second per payer address", gt=0
     )
     limit_publish_bytes_per_second: float = Field(
-        4_194_304.0, description="Published bytes per second, per payer and per client IP", gt=0
+        4_194_304.0, description="Published bytes per second per payer address", gt=0
+    )
+    limit_publish_ip_envelopes_per_second: float = Field(
+        1000.0, description="Published envelopes per second per client IP", gt=0
+    )
+    limit_publish_ip_bytes_per_second: float = Field(
+        16_777_216.0, description="Published bytes per second per client IP", gt=0
     )
     limit_query_requests_per_second: float = Field(
         50.0, description="Queries per second per client IP", gt=0
@@ -216,6 +222,8 @@ class Settings(BaseSettings):
         return LimitPolicy(
             publish_envelopes=per_second(self.limit_publish_envelopes_per_second),
             publish_bytes=per_second(self.limit_publish_bytes_per_second),
+            publish_ip_envelopes=per_second(self.limit_publish_ip_envelopes_per_second),
+            publish_ip_bytes=per_second(self.limit_publish_ip_bytes_per_second),
             query_requests=per_second(self.limit_query_requests_per_second),
             query_bytes=per_second(self.limit_query_bytes_per_second),
             subscribe_requests=per_second(self.limit_subscribe_requests_per_second),

@@ -55,6 +55,8 @@ ANONYMOUS = Caller("unknown")
 class LimitPolicy:
     publish_envelopes: Limit
     publish_bytes: Limit
+    publish_ip_envelopes: Limit
+    publish_ip_bytes: Limit
     query_requests: Limit
     query_bytes: Limit
     subscribe_requests: Limit
@@ -100,8 +102,8 @@ class ApiLimits:
             f"publish:{caller.subject}",
             len(charged),
             sum(len(e.raw) for e in charged),
-            self._for(caller, policy.publish_envelopes),
-            self._for(caller, policy.publish_bytes),
+            self._for(caller, policy.publish_ip_envelopes),
+            self._for(caller, policy.publish_ip_bytes),
         )
         for payer, (count, size) in sorted(per_payer.items()):
             charges += self._volume(
