@@ -95,7 +95,7 @@ class LimitExceeded(Exception):
     def __init__(self, kind: Kind, subject: str, retry_after_s: float) -> None:
         self.kind = kind
         self.subject = subject
-        self.retry_after_s = retry_after_s
+        self.retry_after_s = max(retry_after_s, 0.1)  # nothing refills faster than asked
         super().__init__(
             f"{subject} is over its {kind.value} limit; retry in {retry_after_s:.1f} s"
             if kind is not Kind.DENIED

@@ -7,6 +7,7 @@ memory until the time its bucket needs to refill, so a flood does not either."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 
@@ -39,6 +40,7 @@ class SharedBuckets:
         self._monotonic = monotonic
         self._leased: dict[str, float] = {}  # tokens this process holds per bucket
         self._blocked: dict[str, float] = {}  # refused until (monotonic seconds)
+        self._locks: dict[str, asyncio.Lock] = {}
         self.leases = 0  # database round trips, for the benchmark
 
     async def take(self, charges: Sequence[Charge]) -> LimitExceeded | None:
@@ -55,25 +57,38 @@ class SharedBuckets:
     async def spend(self, charge: Charge) -> None:
         self._leased[charge.key] = self._leased.get(charge.key, 0.0) - charge.cost
 
-    async def _take(self, charge: Charge) -> LimitExceeded | None:
+    def _spend_held(self, charge: Charge) -> bool:
         held = self._leased.get(charge.key, 0.0)
         if held >= charge.cost:
             self._leased[charge.key] = held - charge.cost
+            return True
+        return False
+
+    async def _take(self, charge: Charge) -> LimitExceeded | None:
+        if self._spend_held(charge):
             return None
-        now = self._monotonic()
-        until = self._blocked.get(charge.key)
-        if until is not None:
-            if now < until:
-                return LimitExceeded(charge.kind, _subject(charge.key), until - now)
-            del self._blocked[charge.key]
-        need = min(charge.cost - held, charge.limit.capacity)
-        granted, left = await self._lease(charge.key, charge.limit, need)
-        if granted < need:
-            wait = charge.limit.wait_s(need - left)
-            self._blocked[charge.key] = now + wait
-            return LimitExceeded(charge.kind, _subject(charge.key), wait)
-        # A cost above the capacity is admitted on a full bucket (and drains it).
-        self._leased[charge.key] = max(0.0, held + granted - charge.cost)
+        # One lease per bucket at a time in this process: concurrent requests wait for it
+        # rather than each draining the shared bucket.
+        lock = self._locks.setdefault(charge.key, asyncio.Lock())
+        async with lock:
+            if self._spend_held(charge):
+                return None
+            now = self._monotonic()
+            until = self._blocked.get(charge.key)
+            if until is not None:
+                if now < until:
+                    return LimitExceeded(charge.kind, _subject(charge.key), until - now)
+                del self._blocked[charge.key]
+            held = self._leased.get(charge.key, 0.0)
+            need = min(charge.cost - held, charge.limit.capacity)
+            granted, left = await self._lease(charge.key, charge.limit, need)
+            if granted < need:
+                wait = charge.limit.wait_s(need - left)
+                self._blocked[charge.key] = now + wait
+                return LimitExceeded(charge.kind, _subject(charge.key), wait)
+            # A cost above the capacity is admitted on a full bucket (and drains it).
+            after = self._leased.get(charge.key, 0.0) + granted - charge.cost
+            self._leased[charge.key] = max(after, 0.0) if charge.cost > held + granted else after
         return None
 
     async def _lease(self, key: str, limit: Limit, need: float) -> tuple[float, float]:

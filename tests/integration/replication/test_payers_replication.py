@@ -25,7 +25,7 @@ from xnode.core.envelopes import (
     parse_originator_envelope,
     validate_payer_envelope,
 )
-from xnode.core.fees import FeeSchedule, Fees
+from xnode.core.fees import Fees, FeeSchedule
 from xnode_api.fees.v1 import fees_pb2_grpc
 
 GROUP = bytes(range(16))
