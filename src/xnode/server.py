@@ -47,8 +47,8 @@ from xnode.store.chain import ChainStore
 from xnode.store.envelopes import EnvelopeStore
 from xnode.store.identity import claim_database
 from xnode.store.leader import LeaderLock
-from xnode.store.logs import LogStore
 from xnode.store.limits import SharedBuckets
+from xnode.store.logs import LogStore
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.misbehavior import MisbehaviorLog, MisbehaviorStore
 from xnode.store.notifications import CommitListener
@@ -56,8 +56,8 @@ from xnode.store.probe import PostgresProbe
 from xnode.store.replication import ReplicationStore
 from xnode.store.sequencer import Sequencer
 from xnode.usecases.health import HealthMonitor
-from xnode.usecases.logs import CheckpointIntake, CheckpointIssuer, LogQueries
 from xnode.usecases.limits import ApiLimits
+from xnode.usecases.logs import CheckpointIntake, CheckpointIssuer, LogQueries
 from xnode.usecases.node_state import NodeState
 from xnode.usecases.originator import BatchStats, Originator
 from xnode.usecases.publish import Publish

@@ -19,8 +19,8 @@ from xnode.core.crypto import (
 )
 from xnode.core.cursors import Cursor, out_of_range
 from xnode.core.errors import Reason, Rejected
-from xnode.core.merkle import leaf_hash
 from xnode.core.fees import NO_FEES, Fees
+from xnode.core.merkle import leaf_hash
 from xnode.core.retention import expiry_unixtime
 from xnode.core.topics import KIND_OF_PAYLOAD, Topic, TopicError
 

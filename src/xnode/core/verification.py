@@ -21,8 +21,8 @@ from xnode.core.envelopes import (
     validate_payer_envelope,
 )
 from xnode.core.errors import Rejected
-from xnode.core.merkle import leaf_hash
 from xnode.core.fees import FeeSchedule
+from xnode.core.merkle import leaf_hash
 from xnode.core.retention import DEFAULT_RETENTION_SECONDS
 
 MAX_FUTURE_NS = 5 * 60 * NS_PER_SECOND
