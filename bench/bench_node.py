@@ -149,21 +149,26 @@ async def copy_ceiling(dsn: str, rows: int = 200_000) -> float:
 
 
 def start_node_process(
-    cluster: PgCluster, work: Path, key: SigningKey
+    cluster: PgCluster,
+    work: Path,
+    key: SigningKey,
+    database: str = "bench",
+    extra: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
-    cluster.create_database("bench")
-    upgrade_to_head(cluster.dsn("bench"))
+    cluster.create_database(database)
+    upgrade_to_head(cluster.dsn(database))
     nodes = work / "nodes.json"
     nodes.write_text(Registry([NodeEntry(NODE, key.public_key, "")]).to_json())
     address = f"127.0.0.1:{free_port()}"
     env = {
         **os.environ,
         "XNODE_LISTEN_ADDRESS": address,
-        "XNODE_DATABASE_DSN": cluster.dsn("bench"),
+        "XNODE_DATABASE_DSN": cluster.dsn(database),
         "XNODE_SIGNER_KEY": key.hex(),
         "XNODE_NODES_FILE": str(nodes),
         "XNODE_METRICS_ADDRESS": "",
         "XNODE_LOG_LEVEL": "warning",
+        **(extra or {}),
     }
     proc = subprocess.Popen([sys.executable, "-m", "xnode.cli", "run"], env=env)
     if not wait_serving(address):
@@ -314,14 +319,69 @@ def row(name: str, value: str, ceiling: str = "", ratio: str = "", target: str =
     print(f"| {name} | {value} | {ceiling} | {ratio} | {target} |", flush=True)
 
 
+# Limits checked on every publish but never reached: what the checks cost, not refusals.
+_LIMITS = {
+    "off": {"XNODE_LIMITS_ENABLED": "false"},
+    "on": {
+        "XNODE_LIMITS_ENABLED": "true",
+        **{
+            f"XNODE_LIMIT_PUBLISH_{what}_PER_SECOND": "1e12"
+            for what in ("ENVELOPES", "BYTES", "IP_ENVELOPES", "IP_BYTES")
+        },
+    },
+}
+
+
+async def limits_overhead(cluster: PgCluster, work: Path, seconds: float, rounds: int) -> None:
+    """Publish throughput with the API limits on and off: two node processes, one database
+    each, measured alternately in the same run (so drift and neighbours hit both alike)."""
+    key = SigningKey.generate()
+    procs = {}
+    for mode, extra in _LIMITS.items():
+        procs[mode] = await asyncio.to_thread(
+            start_node_process, cluster, work, key, f"limits_{mode}", extra
+        )
+    results: dict[tuple[str, str], list[float]] = {}
+    try:
+        for _ in range(rounds):
+            for mode, (_, address) in procs.items():
+                singles = await publish_singles(address, seconds)
+                batched = await publish_batches(address, seconds)
+                results.setdefault((mode, "singles"), []).append(singles)
+                results.setdefault((mode, "batches"), []).append(batched)
+    finally:
+        for proc, _ in procs.values():
+            proc.terminate()
+            proc.wait(30)
+    print("| publish | limits off | limits on | cost |\n|---|---|---|---|")
+    for shape, label in (
+        ("singles", "single envelopes, 64 callers"),
+        ("batches", "batches of 100, 8 callers"),
+    ):
+        off = sum(results[("off", shape)]) / rounds
+        on = sum(results[("on", shape)]) / rounds
+        print(f"| {label} | {off:,.0f} env/s | {on:,.0f} env/s | {(off - on) / off:+.1%} |")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--stored", type=int, default=1_000_000)
+    parser.add_argument(
+        "--limits", action="store_true", help="only publish with the API limits on and off"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="alternations for --limits")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="xnode-bench-"))
     work.chmod(0o755)
     cluster = start_cluster(work / "pg", fsync=True)
+    if args.limits:
+        try:
+            await limits_overhead(cluster, work, args.seconds, args.rounds)
+        finally:
+            cluster.stop()
+            shutil.rmtree(work, ignore_errors=True)
+        return
     key = SigningKey.generate()
     proc, address = await asyncio.to_thread(start_node_process, cluster, work, key)
     rss = Rss(proc.pid)

@@ -1,4 +1,4 @@
-"""Benchmark of the two Spark jobs on synthetic exports (spark_jobs/gen_data.py).
+"""Benchmark of the three Spark jobs on synthetic exports (spark_jobs/gen_data.py).
 
     .venv/bin/python bench/bench_spark.py [--rows 10000000] [--reports 200000] [--master local[2]]
 
@@ -26,7 +26,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from spark_jobs import gen_data as g
-from spark_jobs import misbehavior_aggregation, retention_expiry
+from spark_jobs import misbehavior_aggregation, payer_usage, retention_expiry
 from spark_jobs.session import build_session
 from xnode.core.constants import NS_PER_SECOND, SECONDS_PER_DAY
 
@@ -101,6 +101,7 @@ def main() -> int:
         council, aggregation_s = timed(
             lambda: misbehavior_aggregation.run(spark, [reports_dir], out / "council")
         )
+        usage, usage_s = timed(lambda: payer_usage.run(spark, [envelopes_dir], out / "usage"))
         spark.stop()
     finally:
         if args.workdir is None:
@@ -115,13 +116,15 @@ def main() -> int:
                 ("SparkSession start", "", f"{start:.1f}"),
                 ("retention_expiry", f"{env_rows:,}", f"{retention_s:.1f}"),
                 ("misbehavior_aggregation", f"{rep_rows:,}", f"{aggregation_s:.1f}"),
+                ("payer_usage", f"{env_rows:,}", f"{usage_s:.1f}"),
             ]
         )
     )
     print(
         f"\nplan: {plan['envelope_count']:,} expired envelopes in {len(plan['ranges']):,} ranges; "
         f"reports: {council.accepted:,} accepted, {council.rejected:,} rejected, "
-        f"{council.duplicates_removed:,} duplicates, {len(council.safety)} proofs"
+        f"{council.duplicates_removed:,} duplicates, {len(council.safety)} proofs; "
+        f"usage: {usage.envelopes:,} paid envelopes of {len(usage.payers)} payers"
     )
     return 0
 

@@ -29,6 +29,7 @@ from xnode.core.constants import (
 )
 from xnode.core.crypto import SigningKey, keccak256, misbehavior_digest
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
+from xnode.core.fees import NO_FEES, Fees
 from xnode.core.topics import Topic, TopicKind
 from xnode.export.schema import REPORT_SCHEMA
 
@@ -41,6 +42,8 @@ ENVELOPE_FILE_SCHEMA = pa.schema(
         ("expiry_unixtime", pa.int64()),
         ("payer_address", pa.binary()),
         ("size_bytes", pa.int32()),
+        ("base_fee_picodollars", pa.int64()),
+        ("congestion_fee_picodollars", pa.int64()),
         ("originator_envelope", pa.binary()),
     ]
 )
@@ -123,6 +126,8 @@ def envelope_table(envelopes: Iterable[Envelope]) -> pa.Table:
             "expiry_unixtime": pa.array([e.expiry for e in rows], pa.int64()),
             "payer_address": pa.array([None if c else b"\x11" * 20 for c in chain], pa.binary()),
             "size_bytes": pa.array([200] * len(rows), pa.int32()),
+            "base_fee_picodollars": pa.array([0] * len(rows), pa.int64()),
+            "congestion_fee_picodollars": pa.array([0] * len(rows), pa.int64()),
             "originator_envelope": pa.array([e.payload for e in rows], pa.binary()),
             "originator_node_id": pa.array([e.originator for e in rows], pa.int32()),
         }
@@ -180,12 +185,16 @@ def synthetic_envelopes(
     else:
         kinds = _KINDS
     kind = _pick(kinds, draws(0), pa.int8())
+    zero = pa.repeat(pa.scalar(0, pa.int64()), count)
     if chain:
-        expiry = pa.repeat(pa.scalar(0, pa.int64()), count)
+        expiry = zero
         payer = pa.nulls(count, pa.binary())
+        base_fee, congestion_fee = zero, zero
     else:
         expiry = _expiry(ns, kind, _pick(_RETENTION_DAYS, draws(1), pa.int64()))
         payer = _pick([keccak256(bytes([i]))[-20:] for i in range(16)], draws(3), pa.binary())
+        base_fee = _pick([10_000, 25_000, 180_000, 1_500_000], draws(5), pa.int64())
+        congestion_fee = _pick([0, 0, 0, 500, 5_000], draws(6), pa.int64())
     return pa.table(
         {
             "originator_sequence_id": seq,
@@ -195,6 +204,8 @@ def synthetic_envelopes(
             "expiry_unixtime": expiry,
             "payer_address": payer,
             "size_bytes": _pick([180, 420, 1500, 9000], draws(4), pa.int32()),
+            "base_fee_picodollars": base_fee,
+            "congestion_fee_picodollars": congestion_fee,
             "originator_envelope": pa.nulls(count, pa.binary()),
             "originator_node_id": pa.repeat(pa.scalar(originator, pa.int32()), count),
         }
@@ -212,16 +223,23 @@ _PAYER = SigningKey(keccak256(b"xnode-gen-data|payer"))
 
 
 def signed_envelope(
-    node_id: int, key: SigningKey, sequence_id: int, originator_ns: int, data: bytes
+    node_id: int,
+    key: SigningKey,
+    sequence_id: int,
+    originator_ns: int,
+    data: bytes,
+    payer_key: SigningKey = _PAYER,
+    fees: Fees = NO_FEES,
 ) -> bytes:
-    """A real OriginatorEnvelope for a group message, signed by `key` as originator `node_id`."""
+    """A real OriginatorEnvelope for a group message, signed by `key` as originator `node_id`
+    with `fees`, for a payer envelope signed by `payer_key`."""
     topic = Topic(TopicKind.GROUP_MESSAGES, keccak256(b"group", data[:8]))
     client = envelopes_pb2.ClientEnvelope(
         aad=envelopes_pb2.AuthenticatedData(target_originator=node_id, target_topic=topic.raw),
         group_message=mls_pb2.GroupMessageInput(v1=mls_pb2.GroupMessageInput.V1(data=data)),
     )
-    payer = validate_payer_envelope(build_payer_envelope(client, _PAYER, node_id), node_id)
-    return originate(payer, node_id, sequence_id, originator_ns, key).raw
+    payer = validate_payer_envelope(build_payer_envelope(client, payer_key, node_id), node_id)
+    return originate(payer, node_id, sequence_id, originator_ns, key, fees).raw
 
 
 def liveness_report(

@@ -57,6 +57,9 @@ ENVELOPE_COLUMNS: dict[str, ColumnRule] = {
     "expiry_unixtime": (_exactly(pa.int64()), "int64", True),
     "payer_address": (_binary_or_fixed, "binary", True),
     "size_bytes": (_exactly(pa.int32()), "int32", True),
+    # Absent from exports made before fees were signed (they were 0); Spark reads null.
+    "base_fee_picodollars": (_exactly(pa.int64()), "int64", False),
+    "congestion_fee_picodollars": (_exactly(pa.int64()), "int64", False),
     # Present only in `--with-payloads` exports; Spark reads null where it is absent.
     "originator_envelope": (_binary, "binary", False),
 }
@@ -84,6 +87,8 @@ ENVELOPE_SCHEMA = T.StructType(
         T.StructField("expiry_unixtime", T.LongType()),
         T.StructField("payer_address", T.BinaryType()),
         T.StructField("size_bytes", T.IntegerType()),
+        T.StructField("base_fee_picodollars", T.LongType()),
+        T.StructField("congestion_fee_picodollars", T.LongType()),
         T.StructField("originator_envelope", T.BinaryType()),
         # Hive partition columns, typed here so Spark does not infer `day` as a date.
         T.StructField("originator_node_id", T.IntegerType()),

@@ -7,13 +7,13 @@ The log's version is among the rows here. Rows are identical on every node that 
 same versions, so nodes can be compared row for row.
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 """
 
 from alembic import op
 
 revision = "0005"
-down_revision = "0003"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

@@ -14,6 +14,9 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from xnode.core.crypto import SigningKey
+from xnode.core.fees import FeeSchedule
+from xnode.core.limits import Limit
+from xnode.usecases.limits import LimitPolicy
 
 
 class Settings(BaseSettings):
@@ -138,6 +141,73 @@ class Settings(BaseSettings):
         5.0, description="Sign a checkpoint of this node's log every N seconds, when it grew", gt=0
     )
 
+    fee_envelope_picodollars: int = Field(
+        0, description="Base fee per envelope, picodollars (XIP 3.2.1; see Fees)", ge=0
+    )
+    fee_byte_day_picodollars: int = Field(
+        0, description="Base fee per payer-envelope byte per retention day, picodollars", ge=0
+    )
+    fee_target_rate: int = Field(
+        1000, description="Publish rate (envelopes/s) above which the congestion fee rises", ge=1
+    )
+    fee_congestion_step_picodollars: int = Field(
+        0, description="Congestion fee per 100% of publish rate above the target", ge=0
+    )
+    fee_congestion_max_picodollars: int = Field(
+        0, description="Highest congestion fee per envelope, picodollars", ge=0
+    )
+    fee_rate_window_seconds: int = Field(
+        10, description="Window of the publish rate the congestion fee follows", ge=1
+    )
+    limits_enabled: bool = Field(True, description="Rate and byte limits on the APIs (XIP 3.2.5)")
+    limit_burst_seconds: float = Field(
+        2.0, description="A limit's bucket holds this many seconds of its rate", gt=0
+    )
+    limit_publish_envelopes_per_second: float = Field(
+        200.0, description="Published envelopes per second per payer address", gt=0
+    )
+    limit_publish_bytes_per_second: float = Field(
+        4_194_304.0, description="Published bytes per second per payer address", gt=0
+    )
+    limit_publish_ip_envelopes_per_second: float = Field(
+        1000.0, description="Published envelopes per second per client IP", gt=0
+    )
+    limit_publish_ip_bytes_per_second: float = Field(
+        16_777_216.0, description="Published bytes per second per client IP", gt=0
+    )
+    limit_query_requests_per_second: float = Field(
+        50.0, description="Queries per second per client IP", gt=0
+    )
+    limit_query_bytes_per_second: float = Field(
+        16_777_216.0, description="Bytes of query answers per second per client IP", gt=0
+    )
+    limit_subscribe_requests_per_second: float = Field(
+        5.0, description="New subscriptions per second per client IP", gt=0
+    )
+    limit_subscriptions_per_ip: int = Field(
+        100, description="Concurrent subscriptions per client IP (per process)", ge=1
+    )
+    limit_peer_multiplier: float = Field(
+        20.0, description="Callers with a valid node token get limits this many times higher", ge=1
+    )
+    limit_reports_per_minute: float = Field(
+        10.0, description="Misbehavior reports per minute per reporter (client IP or node)", gt=0
+    )
+    payer_allow_list: str = Field(
+        "", description="Payer addresses (0x hex, comma separated) never limited here"
+    )
+    payer_deny_list: str = Field(
+        "", description="Payer addresses (0x hex, comma separated) whose publishes are refused"
+    )
+
+    @field_validator("payer_allow_list", "payer_deny_list")
+    @classmethod
+    def _addresses(cls, value: str) -> str:
+        for address in _addresses(value):
+            if len(address) != 20:
+                raise ValueError(f"expected 20-byte 0x addresses, got 0x{address.hex()}")
+        return value
+
     @field_validator("listen_address", "metrics_address")
     @classmethod
     def _host_port(cls, value: str) -> str:
@@ -157,9 +227,54 @@ class Settings(BaseSettings):
     def chain_enabled(self) -> bool:
         return bool(self.chain_rpc_url) and self.contracts_file is not None
 
+    def fee_schedule(self) -> FeeSchedule:
+        return FeeSchedule(
+            self.fee_envelope_picodollars,
+            self.fee_byte_day_picodollars,
+            self.fee_target_rate,
+            self.fee_congestion_step_picodollars,
+            self.fee_congestion_max_picodollars,
+        )
+
+    def limit_policy(self) -> LimitPolicy:
+        burst = self.limit_burst_seconds
+
+        def per_second(rate: float) -> Limit:
+            return Limit.per_second(rate, burst)
+
+        return LimitPolicy(
+            publish_envelopes=per_second(self.limit_publish_envelopes_per_second),
+            publish_bytes=per_second(self.limit_publish_bytes_per_second),
+            publish_ip_envelopes=per_second(self.limit_publish_ip_envelopes_per_second),
+            publish_ip_bytes=per_second(self.limit_publish_ip_bytes_per_second),
+            query_requests=per_second(self.limit_query_requests_per_second),
+            query_bytes=per_second(self.limit_query_bytes_per_second),
+            subscribe_requests=per_second(self.limit_subscribe_requests_per_second),
+            subscriptions_per_ip=self.limit_subscriptions_per_ip,
+            # a minute's worth of reports at once, then the rate
+            reports=Limit(self.limit_reports_per_minute / 60, self.limit_reports_per_minute),
+            peer_multiplier=self.limit_peer_multiplier,
+            allowed_payers=self.payers_allowed(),
+            denied_payers=self.payers_denied(),
+            enabled=self.limits_enabled,
+        )
+
+    def payers_allowed(self) -> frozenset[bytes]:
+        return _addresses(self.payer_allow_list)
+
+    def payers_denied(self) -> frozenset[bytes]:
+        return _addresses(self.payer_deny_list)
+
     def chain_publisher_signing_key(self) -> SigningKey:
         key = key_from(self.chain_publisher_key, self.chain_publisher_key_file)
         return key if key is not None else self.signing_key()
+
+
+def _addresses(listed: str) -> frozenset[bytes]:
+    """Comma-separated 0x addresses as bytes; raises ValueError on anything else."""
+    return frozenset(
+        bytes.fromhex(a.strip().lower().removeprefix("0x")) for a in listed.split(",") if a.strip()
+    )
 
 
 M = TypeVar("M", bound=BaseSettings)

@@ -17,6 +17,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from xnode.api.auth import NodeAuthInterceptor
+from xnode.api.fees import SERVICE_NAME as FEES_SERVICE
+from xnode.api.fees import FeesService
 from xnode.api.forks import SERVICE_NAME as FORK_SERVICE
 from xnode.api.forks import ForkService, add_fork_service
 from xnode.api.health import GrpcHealthBoard, health_dependencies
@@ -37,6 +39,7 @@ from xnode.config import Settings
 from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope
+from xnode.core.fees import Pricing
 from xnode.core.registry import Registry, RegistryError
 from xnode.observability.logging import configure_logging
 from xnode.observability.metrics import (
@@ -54,6 +57,7 @@ from xnode.store.envelopes import EnvelopeStore
 from xnode.store.forks import ForkStore
 from xnode.store.identity import claim_database
 from xnode.store.leader import LeaderLock
+from xnode.store.limits import SharedBuckets
 from xnode.store.logs import LogStore
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.misbehavior import MisbehaviorLog, MisbehaviorStore
@@ -64,6 +68,7 @@ from xnode.store.sequencer import Sequencer
 from xnode.tls import ClientTls, ServerTls, TlsConfigError
 from xnode.usecases.admission import Admission
 from xnode.usecases.health import DATABASE, HealthMonitor
+from xnode.usecases.limits import ApiLimits
 from xnode.usecases.logs import CheckpointIntake, CheckpointIssuer, LogQueries
 from xnode.usecases.node_state import NodeState
 from xnode.usecases.originator import BatchStats, Originator
@@ -71,6 +76,7 @@ from xnode.usecases.publish import Publish
 from xnode.usecases.query import Query
 from xnode.usecases.registry_source import RegistrySource
 from xnode.usecases.subscribe import Subscribe
+from xnode_api.fees.v1 import fees_pb2_grpc
 
 log = structlog.get_logger(__name__)
 
@@ -237,7 +243,8 @@ async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: Async
     store = EnvelopeStore(pool)
     state = NodeState(node_id, await store.vector_clock(), store.originator_range)
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    sequencer = Sequencer(pool, node_id, key, token)
+    pricing = Pricing(settings.fee_schedule(), settings.fee_rate_window_seconds)
+    sequencer = Sequencer(pool, node_id, key, token, pricing)
     logs = LogStore(pool)
     issuer = CheckpointIssuer(
         logs, node_id, key, settings.log_checkpoint_envelopes, settings.log_checkpoint_seconds
@@ -367,7 +374,10 @@ async def _serve(
             ) from exc
         stack.callback(metrics.stop)
     chain, store = parts.chain, parts.store
-    subscribe = Subscribe(store, parts.state.fanout, keepalive_s=settings.keepalive_seconds)
+    limits = ApiLimits(settings.limit_policy(), SharedBuckets(parts.store.pool))
+    subscribe = Subscribe(
+        store, parts.state.fanout, keepalive_s=settings.keepalive_seconds, limits=limits
+    )
     admission = Admission()
     publish = Publish(
         node_id,
@@ -375,9 +385,9 @@ async def _serve(
         store,
         parts.originator,
         chain.publisher if chain else None,
-        admission,
+        admission=admission,
+        limits=limits,
     )
-    service = EnvelopeService(publish, Query(store, chain.store if chain else None), subscribe)
     registry = parts.registry
     current_registry = registry.current if registry else _no_registry
     auth = NodeAuthInterceptor(node_id, current_registry, parts.state.vector_clock)
@@ -387,11 +397,14 @@ async def _serve(
             parts.logs, min(1.0, settings.log_checkpoint_seconds), settings.keepalive_seconds
         )
         logs = LogService(queries)
+    query = Query(store, chain.store if chain else None, limits)
+    service = EnvelopeService(publish, query, subscribe, auth.caller)
     server, health_servicer, address = _grpc_server(
         settings,
         service,
-        MisbehaviorService(parts.reports, lambda: current_registry().keys()),
+        MisbehaviorService(parts.reports, lambda: current_registry().keys(), limits, auth.caller),
         auth,
+        FeesService(node_id, settings.fee_schedule()),
         logs,
         tls,
         ForkService(ForkStore(parts.store.pool)),
@@ -545,6 +558,7 @@ def _grpc_server(
     service: EnvelopeService,
     misbehavior: MisbehaviorService,
     auth: NodeAuthInterceptor,
+    fees: FeesService,
     logs: LogService | None = None,
     tls: ServerTls | None = None,
     forks: ForkService | None = None,
@@ -566,6 +580,7 @@ def _grpc_server(
         add_log_service(logs, server)
     if forks is not None:
         add_fork_service(forks, server)
+    fees_pb2_grpc.add_FeesApiServicer_to_server(fees, server)  # type: ignore[no-untyped-call]
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [*service_names(), *([LOG_SERVICE] if logs is not None else [])]
@@ -573,6 +588,7 @@ def _grpc_server(
     reflection.enable_server_reflection(
         [
             *names,
+            FEES_SERVICE,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ],

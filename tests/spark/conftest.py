@@ -64,3 +64,8 @@ def aggregation() -> ModuleType:
 @pytest.fixture(scope="session")
 def inputs() -> ModuleType:
     return _job("inputs")
+
+
+@pytest.fixture(scope="session")
+def payer_usage() -> ModuleType:
+    return _job("payer_usage")

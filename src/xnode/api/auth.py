@@ -30,9 +30,11 @@ from xnode.core.node_tokens import (
 )
 from xnode.core.registry import Registry
 from xnode.observability.metrics import AUTH_REFUSED
+from xnode.usecases.limits import Caller
 
 log = structlog.get_logger(__name__)
 
+MAX_KNOWN_TOKENS = 1024
 PROTECTED_METHODS = frozenset({"/xmtp.xmtpv4.message_api.ReplicationApi/SubscribeOriginators"})
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -58,6 +60,7 @@ class NodeAuthInterceptor(_Interceptor):
         self._registry = registry
         self._vector_clock = vector_clock
         self._protected = protected
+        self._known: dict[str, NodeIdentity] = {}
 
     async def intercept_service(
         self,
@@ -80,6 +83,31 @@ class NodeAuthInterceptor(_Interceptor):
     def authenticate(self, metadata: Any) -> NodeIdentity:
         token = token_from_metadata(metadata or ())
         return verify_token(token, self._registry(), self._node_id, int(self._clock.now_s()))
+
+    def caller(self, context: Context) -> Caller:
+        """The caller for the API limits: its node id when it sent a valid node token (peers
+        get their own, higher limits), else its client IP. Tokens are cached until expiry so
+        a peer's requests do not each recover a signature."""
+        node_id = None
+        try:
+            token = token_from_metadata(context.invocation_metadata() or ())
+        except AuthError:
+            return Caller.from_peer(context.peer())
+        now = self._clock.now_s()
+        cached = self._known.get(token)
+        if cached is not None and now < cached.expires_at:
+            node_id = cached.node_id
+        else:
+            try:
+                identity = self.authenticate(context.invocation_metadata())
+            except AuthError:
+                identity = None
+            if identity is not None:
+                if len(self._known) >= MAX_KNOWN_TOKENS:
+                    self._known.clear()
+                self._known[token] = identity
+                node_id = identity.node_id
+        return Caller.from_peer(context.peer(), node_id)
 
     def _revoked(self, identity: NodeIdentity) -> str | None:
         if self._clock.now_s() >= identity.expires_at:

@@ -12,7 +12,8 @@ import structlog
 
 from xnode.core.envelopes import cursor_to_proto
 from xnode.core.errors import Reason, Rejected
-from xnode.observability.metrics import REQUESTS_REJECTED
+from xnode.core.limits import Kind, LimitExceeded
+from xnode.observability.metrics import LIMITED, REQUESTS_REJECTED
 
 log = structlog.get_logger(__name__)
 
@@ -59,6 +60,18 @@ async def abort_store(context: Context, method: str, exc: BaseException) -> None
     )
 
 
+# XIP-49 3.2.5: a refused caller learns when to come back (whole seconds, like HTTP's).
+RETRY_AFTER_TRAILER = "retry-after"
+
+
+async def abort_limited(context: Context, exc: LimitExceeded, api: str) -> None:
+    LIMITED.labels(api, exc.kind.value).inc()
+    if exc.kind is Kind.DENIED:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+    context.set_trailing_metadata(((RETRY_AFTER_TRAILER, str(exc.retry_after_whole_s)),))
+    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+
+
 def unary_errors(
     fn: Callable[[Any, Context], Awaitable[T]], api: str, method: str
 ) -> Callable[[Any, Context], Awaitable[T]]:
@@ -70,6 +83,8 @@ def unary_errors(
             return await fn(request, context)
         except Rejected as exc:
             await abort_rejected(context, exc, api, method)
+        except LimitExceeded as exc:
+            await abort_limited(context, exc, api)
         except StoreErrors as exc:
             await abort_store(context, method, exc)
         raise AssertionError("unreachable: abort raises")
@@ -86,6 +101,8 @@ def stream_errors(
                 yield item
         except Rejected as exc:
             await abort_rejected(context, exc, api, method)
+        except LimitExceeded as exc:
+            await abort_limited(context, exc, api)
         except StoreErrors as exc:
             await abort_store(context, method, exc)
 

@@ -13,12 +13,14 @@ import grpc
 import structlog
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.api.errors import StoreErrors, abort_store, count_rejected
+from xnode.api.errors import StoreErrors, abort_limited, abort_store, count_rejected
 from xnode.core import wire
 from xnode.core.cursors import MAX_SEQUENCE_ID
 from xnode.core.errors import Reason, Rejected
 from xnode.core.evidence import RegistryKeys, why_unproven
+from xnode.core.limits import LimitExceeded
 from xnode.core.misbehavior import SAFETY_TYPES, check_client_report, type_name
+from xnode.usecases.limits import ApiLimits, Caller
 from xnode.usecases.ports import MisbehaviorReports
 
 log = structlog.get_logger(__name__)
@@ -27,10 +29,18 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class MisbehaviorService:
-    def __init__(self, store: MisbehaviorReports, keys: Callable[[], RegistryKeys]) -> None:
+    def __init__(
+        self,
+        store: MisbehaviorReports,
+        keys: Callable[[], RegistryKeys],
+        limits: ApiLimits | None = None,
+        caller_of: Callable[[Context], Caller] | None = None,
+    ) -> None:
         """`keys`: the registry keys a client's safety report must prove its claim against."""
         self._store = store
         self._keys = keys
+        self._limits = limits
+        self._caller_of = caller_of or (lambda context: Caller.from_peer(context.peer()))
 
     def _check(self, report: mb.UnsignedMisbehaviorReport) -> None:
         check_client_report(report)
@@ -44,6 +54,11 @@ class MisbehaviorService:
     async def SubmitMisbehaviorReport(
         self, request: mb.SubmitMisbehaviorReportRequest, context: Context
     ) -> bytes:
+        if self._limits is not None:
+            try:
+                await self._limits.report(self._caller_of(context))
+            except LimitExceeded as exc:
+                await abort_limited(context, exc, "misbehavior")
         try:
             self._check(request.report)
         except Rejected as exc:

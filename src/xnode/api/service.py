@@ -16,6 +16,7 @@ from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.core import wire
 from xnode.core.envelopes import StoredEnvelope, cursor_from_proto
 from xnode.core.query import EnvelopeQuery
+from xnode.usecases.limits import Caller
 from xnode.usecases.publish import Publish
 from xnode.usecases.query import Query
 from xnode.usecases.subscribe import Subscribe, topic_groups
@@ -79,30 +80,47 @@ def _query_of(query: api.EnvelopesQuery) -> EnvelopeQuery:
     )
 
 
+def peer_caller(context: Context) -> Caller:
+    """The caller as its client IP alone (no node tokens looked at)."""
+    return Caller.from_peer(context.peer())
+
+
 class EnvelopeService:
-    def __init__(self, publish: Publish, query: Query, subscribe: Subscribe) -> None:
+    def __init__(
+        self,
+        publish: Publish,
+        query: Query,
+        subscribe: Subscribe,
+        caller_of: Callable[[Context], Caller] = peer_caller,
+    ) -> None:
         self._publish = publish
         self._query = query
         self._subscribe = subscribe
+        self._caller_of = caller_of
 
     async def PublishPayerEnvelopes(
         self, request: api.PublishPayerEnvelopesRequest, context: Context
     ) -> bytes:
-        return wire.repeated(1, await self._publish(request.payer_envelopes))
+        published = await self._publish(request.payer_envelopes, self._caller_of(context))
+        return wire.repeated(1, published)
 
     async def QueryEnvelopes(self, request: api.QueryEnvelopesRequest, context: Context) -> bytes:
-        rows = await self._query.envelopes(_query_of(request.query), request.limit)
+        rows = await self._query.envelopes(
+            _query_of(request.query), request.limit, self._caller_of(context)
+        )
         return wire.repeated(1, (r.raw for r in rows))
 
     async def GetNewestEnvelope(
         self, request: api.GetNewestEnvelopeRequest, context: Context
     ) -> bytes:
+        await self._query.admit(self._caller_of(context))
         newest = await self._query.newest(list(request.topics))
         return wire.repeated(1, (wire.field(1, raw) if raw else b"" for raw in newest))
 
     async def GetInboxIds(
         self, request: api.GetInboxIdsRequest, context: Context
     ) -> api.GetInboxIdsResponse:
+        await self._query.admit(self._caller_of(context))
         requests = list(request.requests)
         inboxes = await self._query.inbox_ids(
             [(r.identifier, int(r.identifier_kind)) for r in requests]
@@ -118,9 +136,9 @@ class EnvelopeService:
         return api.GetInboxIdsResponse(responses=responses)
 
     async def _stream(
-        self, groups: list[EnvelopeQuery], method: str, framing: Framing
+        self, groups: list[EnvelopeQuery], method: str, framing: Framing, context: Context
     ) -> AsyncIterator[bytes]:
-        async for delivery in self._subscribe(groups, method):
+        async for delivery in self._subscribe(groups, method, self._caller_of(context)):
             for frame in framing(delivery):
                 yield frame
 
@@ -128,7 +146,7 @@ class EnvelopeService:
         self, request: api.SubscribeEnvelopesRequest, context: Context
     ) -> AsyncIterator[bytes]:
         groups = [_query_of(request.query)]
-        async for frame in self._stream(groups, "SubscribeEnvelopes", _envelopes_frames):
+        async for frame in self._stream(groups, "SubscribeEnvelopes", _envelopes_frames, context):
             yield frame
 
     async def SubscribeOriginators(
@@ -142,7 +160,9 @@ class EnvelopeService:
                 cursor_from_proto(flt.last_seen, "filter.last_seen"),
             )
         ]
-        async for frame in self._stream(groups, "SubscribeOriginators", _originators_frames):
+        async for frame in self._stream(
+            groups, "SubscribeOriginators", _originators_frames, context
+        ):
             yield frame
 
     async def SubscribeTopics(
@@ -155,5 +175,5 @@ class EnvelopeService:
             ]
         )
         yield _topics_status(_TOPICS_STATUS.SUBSCRIPTION_STATUS_STARTED)
-        async for frame in self._stream(groups, "SubscribeTopics", _topics_frames):
+        async for frame in self._stream(groups, "SubscribeTopics", _topics_frames, context):
             yield frame

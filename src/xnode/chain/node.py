@@ -123,5 +123,6 @@ def chain_services(
         sender,
         node_cursor,
         timeout_s=settings.chain_publish_timeout_seconds,
+        usage=store,
     )
     return ChainServices(conn, store, indexer, publisher)

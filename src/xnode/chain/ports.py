@@ -49,7 +49,17 @@ class ChainPayloadLookup(Protocol):
         ...
 
 
-class ChainStorage(ChainIndexStore, ChainPayloadLookup, InboxResolver, Protocol):
+class GasLedger(Protocol):
+    """Where the publisher records what a payer's chain payloads cost this node in gas."""
+
+    async def record_gas(
+        self, payer_address: bytes, originator: int, originator_ns: int, wei: int
+    ) -> None:
+        """Adds `wei` to the payer's usage for that chain originator and UTC day."""
+        ...
+
+
+class ChainStorage(ChainIndexStore, ChainPayloadLookup, InboxResolver, GasLedger, Protocol):
     """Everything the chain side stores and reads: the indexer's, the publisher's, and the
     inbox associations the indexed identity updates make."""
 

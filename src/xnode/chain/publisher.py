@@ -1,8 +1,10 @@
 """Publishes MLS commits and identity updates to their contract (XIP-49 3.3.4 step 4).
 
-The client's serialized ClientEnvelope goes into the contract call unchanged, so the envelope
-the indexer builds from the mined event carries exactly what the client signed for. The
-publish is answered with that envelope once the indexer has stored it.
+The payer's signed PayerEnvelope goes into the contract call unchanged (the contracts take
+opaque bytes), so the envelope the indexer builds from the mined event carries exactly what
+the payer signed: signature, target originator and retention (XIP-49 3.3.4.1). The publish is
+answered with that envelope once the indexer has stored it; the gas its transaction cost is
+recorded for the payer (payer_usage.gas_wei).
 
 Refusals: UNAVAILABLE (the XIP's 503) while the chain is unreachable or the index is behind
 its head (3.2.6); ABORTED when depends_on does not name the topic's latest chain payload
@@ -20,16 +22,15 @@ from weakref import WeakValueDictionary
 
 import structlog
 
-from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.chain import abi
 from xnode.chain.contracts import DeployedContracts
 from xnode.chain.index_status import IndexStatus
-from xnode.chain.ports import ChainPayloadLookup
+from xnode.chain.ports import ChainPayloadLookup, GasLedger
 from xnode.chain.rpc import ChainRpc, ChainRpcError, ChainUnavailable, revert_data
 from xnode.chain.transactions import SentTransaction, TxSender
 from xnode.core.constants import GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR
 from xnode.core.cursors import Cursor
-from xnode.core.envelopes import ValidPayerEnvelope
+from xnode.core.envelopes import ValidPayerEnvelope, parse_originator_envelope
 from xnode.core.errors import Reason, Rejected
 from xnode.core.mls import is_commit
 
@@ -38,6 +39,16 @@ log = structlog.get_logger(__name__)
 MAX_PAYLOAD_BYTES = 256 * 1024  # the contracts' MAX_PAYLOAD_SIZE
 RECEIPT_CHECK_S = 1.0
 AVAILABLE_GRACE_S = 2.0
+
+
+class _NoLedger:
+    async def record_gas(
+        self, payer_address: bytes, originator: int, originator_ns: int, wei: int
+    ) -> None:
+        return None
+
+
+_NO_LEDGER = _NoLedger()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +84,9 @@ class ChainPublisher:
         sender: TxSender,
         node_cursor: Callable[[], Cursor],
         timeout_s: float = 30.0,
+        usage: GasLedger | None = None,
     ) -> None:
+        self._usage: GasLedger = usage or _NO_LEDGER
         self._rpc = rpc
         self._store = store
         self._index = index
@@ -95,7 +108,7 @@ class ChainPublisher:
         async with self._locked({c.topic for c in calls}):
             await self._check_depends_on(envelopes, calls)
             try:
-                return await asyncio.wait_for(self._send_all(calls), self._timeout_s)
+                indexed = await asyncio.wait_for(self._send_all(calls), self._timeout_s)
             except TimeoutError:
                 raise Rejected(
                     Reason.UNAVAILABLE,
@@ -105,15 +118,17 @@ class ChainPublisher:
             except ChainUnavailable as exc:
                 log.warning("chain_publish_unavailable", error=str(exc))
                 raise Rejected(Reason.UNAVAILABLE, f"the chain is unreachable: {exc}") from None
+        await self._record_gas(envelopes, calls, indexed)
+        return [raw for _, raw in indexed]
 
     # --- building and checking -----------------------------------------------------------
 
     def _call(self, index: int, envelope: ValidPayerEnvelope) -> _Call:
-        client = envelopes_pb2.PayerEnvelope.FromString(envelope.raw).unsigned_client_envelope
-        if len(client) > MAX_PAYLOAD_BYTES:
+        payload = envelope.raw
+        if len(payload) > MAX_PAYLOAD_BYTES:
             raise Rejected(
                 Reason.INVALID_PAYLOAD,
-                f"chain payloads are at most {MAX_PAYLOAD_BYTES} bytes, this one is {len(client)}",
+                f"chain payloads are at most {MAX_PAYLOAD_BYTES} bytes, this one is {len(payload)}",
             ).at(index)
         key = envelope.topic.identifier
         originator = chain_originator(envelope)
@@ -124,9 +139,9 @@ class ChainPublisher:
                 f"a chain payload's topic identifier must be {size} bytes, got {len(key)}",
             ).at(index)
         if originator == IDENTITY_UPDATES_ORIGINATOR:
-            to, data = self._contracts.identity_updates, abi.add_identity_update_data(key, client)
+            to, data = self._contracts.identity_updates, abi.add_identity_update_data(key, payload)
         else:
-            to, data = self._contracts.group_messages, abi.add_message_data(key, client)
+            to, data = self._contracts.group_messages, abi.add_message_data(key, payload)
         return _Call(originator, envelope.topic.raw, to, data)
 
     @contextlib.asynccontextmanager
@@ -163,11 +178,36 @@ class ChainPublisher:
 
     # --- sending and waiting -------------------------------------------------------------
 
-    async def _send_all(self, calls: Sequence[_Call]) -> list[bytes]:
+    async def _send_all(self, calls: Sequence[_Call]) -> list[tuple[SentTransaction, bytes]]:
         gas = await asyncio.gather(*(self._estimate(i, c) for i, c in enumerate(calls)))
         sent = [await self._sender.send(c.to, c.data, g) for c, g in zip(calls, gas, strict=True)]
         with self._index.awaited():
-            return list(await asyncio.gather(*(self._indexed(tx) for tx in sent)))
+            raws = await asyncio.gather(*(self._indexed(tx) for tx in sent))
+        return list(zip(sent, raws, strict=True))
+
+    async def _record_gas(
+        self,
+        envelopes: Sequence[ValidPayerEnvelope],
+        calls: Sequence[_Call],
+        indexed: Sequence[tuple[SentTransaction, bytes]],
+    ) -> None:
+        """What each payer's transaction cost this node (gas used x effective price). The
+        publish has succeeded: a receipt that cannot be read now is logged, not an error."""
+        for envelope, call, (tx, raw) in zip(envelopes, calls, indexed, strict=True):
+            tx_hex = "0x" + tx.hash.hex()
+            try:
+                receipt = await self._rpc.call("eth_getTransactionReceipt", tx_hex)
+            except (ChainUnavailable, ChainRpcError) as exc:
+                log.warning("chain_gas_unrecorded", transaction=tx_hex, error=str(exc))
+                continue
+            if not receipt:
+                continue
+            price = receipt.get("effectiveGasPrice") or receipt.get("gasPrice") or "0x0"
+            wei = abi.hex_int(receipt["gasUsed"]) * abi.hex_int(price)
+            originator_ns = parse_originator_envelope(raw).originator_ns
+            await self._usage.record_gas(
+                envelope.payer_address, call.originator, originator_ns, wei
+            )
 
     async def _estimate(self, index: int, call: _Call) -> int:
         try:

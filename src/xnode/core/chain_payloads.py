@@ -2,10 +2,12 @@
 (IdentityUpdates), the contract's sequence id, the block's timestamp, no expiry, and a
 BlockchainProof (transaction hash and this node's signature). No I/O here.
 
-The event's bytes are normally the serialized ClientEnvelope a node's publisher sent, so the
-envelope a client published comes back with the identical `unsigned_client_envelope`. Bytes
-that are a bare MLS message (group messages) or a bare IdentityUpdate are wrapped in a
-ClientEnvelope for their topic; anything else is malformed and skipped by the indexer.
+The event's bytes are normally the payer's signed PayerEnvelope a node's publisher sent, so
+the indexed envelope carries exactly what the payer signed (signature, target originator,
+retention; XIP-49 3.3.4.1) and the payer can be billed. Older forms are still accepted: a
+serialized ClientEnvelope (kept as the PayerEnvelope's `unsigned_client_envelope`, with no
+payer), and a bare MLS message (group messages) or a bare IdentityUpdate, wrapped in a
+ClientEnvelope for their topic. Anything else is malformed and skipped by the indexer.
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ from xmtp.identity.associations import association_pb2, signature_pb2
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.core.constants import GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORIGINATOR
-from xnode.core.crypto import SigningKey, blockchain_proof_digest
+from xnode.core.crypto import (
+    SignatureError,
+    SigningKey,
+    address_of,
+    blockchain_proof_digest,
+    payer_digest,
+    recover_public_key,
+)
 from xnode.core.mls import is_mls_message
 from xnode.core.topics import Topic, TopicKind
 
@@ -78,6 +87,7 @@ class ChainPayload:
     originator_ns: int
     raw: bytes  # the serialized OriginatorEnvelope
     identity_update: association_pb2.IdentityUpdate | None
+    payer_address: bytes | None = None  # None for the older forms, which carry no payer
 
 
 def _as_client_envelope(payload: bytes) -> envelopes_pb2.ClientEnvelope | None:
@@ -149,17 +159,60 @@ def client_envelope_of(event: ChainEvent) -> tuple[bytes, envelopes_pb2.ClientEn
     return wrapped.SerializeToString(), wrapped
 
 
+@dataclass(frozen=True, slots=True)
+class SignedPayer:
+    raw: bytes  # the PayerEnvelope as the payer signed it
+    client: envelopes_pb2.ClientEnvelope
+    address: bytes
+
+
+def signed_payer_envelope(event: ChainEvent) -> SignedPayer | None:
+    """The event's bytes as a payer's signed PayerEnvelope for the event's topic, or None.
+
+    Strict on purpose: a ClientEnvelope's bytes can parse as a PayerEnvelope too, so only a
+    recoverable payer signature over a client envelope for this topic counts."""
+    payer = envelopes_pb2.PayerEnvelope()
+    try:
+        payer.ParseFromString(event.payload)
+    except DecodeError:
+        return None
+    if not payer.HasField("payer_signature") or len(payer.payer_signature.bytes) != 65:
+        return None
+    client = _as_client_envelope(payer.unsigned_client_envelope)
+    if client is None:
+        return None
+    try:
+        digest = payer_digest(payer.target_originator, payer.unsigned_client_envelope)
+        address = address_of(recover_public_key(payer.payer_signature.bytes, digest))
+    except SignatureError:
+        return None
+    _check_client_envelope(client, event)
+    return SignedPayer(event.payload, client, address)
+
+
+def payer_envelope_of(
+    event: ChainEvent,
+) -> tuple[bytes, envelopes_pb2.ClientEnvelope, bytes | None]:
+    """The PayerEnvelope bytes the indexed envelope carries, its client envelope, and the
+    payer's address (None for the older forms)."""
+    if event.originator in _KIND_OF_ORIGINATOR:
+        signed = signed_payer_envelope(event)
+        if signed is not None:
+            return signed.raw, signed.client, signed.address
+    client_bytes, client = client_envelope_of(event)
+    unsigned = envelopes_pb2.PayerEnvelope(unsigned_client_envelope=client_bytes)
+    return unsigned.SerializeToString(), client, None
+
+
 def build_chain_payload(event: ChainEvent, timestamp: int, key: SigningKey) -> ChainPayload:
     """Signs the envelope for `event` mined in a block with `timestamp` (seconds)."""
-    client_bytes, client = client_envelope_of(event)
+    payer_bytes, client, payer_address = payer_envelope_of(event)
     originator_ns = timestamp * 1_000_000_000
     unsigned = envelopes_pb2.UnsignedOriginatorEnvelope(
         originator_node_id=event.originator,
         originator_sequence_id=event.sequence_id,
         originator_ns=originator_ns,
-        payer_envelope_bytes=envelopes_pb2.PayerEnvelope(
-            unsigned_client_envelope=client_bytes
-        ).SerializeToString(),
+        payer_envelope_bytes=payer_bytes,
     ).SerializeToString()
     signature = key.sign(blockchain_proof_digest(unsigned, event.transaction_hash))
     raw = envelopes_pb2.OriginatorEnvelope(
@@ -170,4 +223,4 @@ def build_chain_payload(event: ChainEvent, timestamp: int, key: SigningKey) -> C
         ),
     ).SerializeToString()
     update = client.identity_update if client.HasField("identity_update") else None
-    return ChainPayload(event, event.topic.raw, originator_ns, raw, update)
+    return ChainPayload(event, event.topic.raw, originator_ns, raw, update, payer_address)

@@ -19,6 +19,7 @@ from xnode.core.crypto import (
 )
 from xnode.core.cursors import Cursor, out_of_range
 from xnode.core.errors import Reason, Rejected
+from xnode.core.fees import NO_FEES, Fees
 from xnode.core.merkle import leaf_hash
 from xnode.core.retention import expiry_unixtime
 from xnode.core.topics import KIND_OF_PAYLOAD, Topic, TopicError
@@ -204,6 +205,9 @@ class IndexedEnvelope:
     raw: bytes
     # merkle.leaf_hash of the signed content (xnode.core.checkpoints), when already computed
     leaf: bytes = field(default=b"", compare=False)
+    # The fees the originator signed (fields 5 and 6), picodollars; usage accounting sums them
+    base_fee: int = 0
+    congestion_fee: int = 0
 
     def stored(self) -> StoredEnvelope:
         return StoredEnvelope(
@@ -212,7 +216,12 @@ class IndexedEnvelope:
 
 
 def originate(
-    payer: ValidPayerEnvelope, node_id: int, sequence_id: int, originator_ns: int, key: SigningKey
+    payer: ValidPayerEnvelope,
+    node_id: int,
+    sequence_id: int,
+    originator_ns: int,
+    key: SigningKey,
+    fees: Fees = NO_FEES,
 ) -> IndexedEnvelope:
     expiry = payer.expiry(originator_ns)
     unsigned = envelopes_pb2.UnsignedOriginatorEnvelope(
@@ -220,6 +229,8 @@ def originate(
         originator_sequence_id=sequence_id,
         originator_ns=originator_ns,
         payer_envelope_bytes=payer.raw,
+        base_fee_picodollars=fees.base,
+        congestion_fee_picodollars=fees.congestion,
         expiry_unixtime=expiry,
     ).SerializeToString()
     signature = key.sign(originator_digest(unsigned))
@@ -236,6 +247,8 @@ def originate(
         payer.payer_address,
         raw,
         leaf_hash(unsigned),
+        base_fee=fees.base,
+        congestion_fee=fees.congestion,
     )
 
 
@@ -250,6 +263,8 @@ class ReceivedEnvelope:
     originator_ns: int
     expiry: int
     payer_envelope: envelopes_pb2.PayerEnvelope
+    payer_envelope_size: int
+    fees: Fees
     signature: bytes | None
     transaction_hash: bytes | None
 
@@ -286,6 +301,8 @@ def parse_originator_envelope(raw: bytes) -> ReceivedEnvelope:
         originator_ns=unsigned.originator_ns,
         expiry=unsigned.expiry_unixtime,
         payer_envelope=payer,
+        payer_envelope_size=len(unsigned.payer_envelope_bytes),
+        fees=Fees(unsigned.base_fee_picodollars, unsigned.congestion_fee_picodollars),
         signature=signature,
         transaction_hash=tx,
     )

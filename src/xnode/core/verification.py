@@ -21,6 +21,7 @@ from xnode.core.envelopes import (
     validate_payer_envelope,
 )
 from xnode.core.errors import Rejected
+from xnode.core.fees import FeeSchedule
 from xnode.core.merkle import leaf_hash
 from xnode.core.retention import DEFAULT_RETENTION_SECONDS
 
@@ -49,7 +50,13 @@ class InvalidEnvelope:
 Verdict = IndexedEnvelope | InvalidEnvelope
 
 
-def verify_envelope(raw: bytes, keys: Mapping[int, bytes], expected_originator: int) -> Verdict:
+def verify_envelope(
+    raw: bytes,
+    keys: Mapping[int, bytes],
+    expected_originator: int,
+    schedule: FeeSchedule | None = None,
+) -> Verdict:
+    """`schedule` is the originator's published fee schedule, when it publishes one."""
     try:
         env = parse_originator_envelope(raw)
     except Rejected as exc:
@@ -86,6 +93,18 @@ def verify_envelope(raw: bytes, keys: Mapping[int, bytes], expected_originator: 
             f"sequence id {env.sequence_id}: {exc.detail}",
             signed_by_originator=True,
         )
+    if schedule is not None:
+        problem = schedule.problem(
+            env.fees.base, env.fees.congestion, env.payer_envelope_size, payer.retention_days
+        )
+        if problem is not None:
+            return InvalidEnvelope(
+                raw,
+                RejectReason.INVALID_PAYLOAD,
+                f"sequence id {env.sequence_id}: fees do not follow the originator's "
+                f"schedule: {problem}",
+                signed_by_originator=True,
+            )
     return IndexedEnvelope(
         origin,
         env.sequence_id,
@@ -95,13 +114,18 @@ def verify_envelope(raw: bytes, keys: Mapping[int, bytes], expected_originator: 
         payer.payer_address,
         raw,
         leaf_hash(env.unsigned_raw),  # in the verifying thread, off the event loop
+        base_fee=env.fees.base,
+        congestion_fee=env.fees.congestion,
     )
 
 
 def verify_batch(
-    raws: Sequence[bytes], keys: Mapping[int, bytes], expected_originator: int
+    raws: Sequence[bytes],
+    keys: Mapping[int, bytes],
+    expected_originator: int,
+    schedule: FeeSchedule | None = None,
 ) -> list[Verdict]:
-    return [verify_envelope(raw, keys, expected_originator) for raw in raws]
+    return [verify_envelope(raw, keys, expected_originator, schedule) for raw in raws]
 
 
 @dataclass(frozen=True, slots=True)

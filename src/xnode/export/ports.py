@@ -25,6 +25,10 @@ class EnvelopeRows(Protocol):
     @property
     def sizes(self) -> Sequence[int]: ...
     @property
+    def base_fees(self) -> Sequence[int]: ...
+    @property
+    def congestion_fees(self) -> Sequence[int]: ...
+    @property
     def envelopes(self) -> Sequence[bytes] | None:
         """The signed envelopes, only when payloads are exported."""
 

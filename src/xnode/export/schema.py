@@ -16,6 +16,9 @@ ENVELOPE_SCHEMA = pa.schema(
         ("expiry_unixtime", pa.int64()),
         ("payer_address", pa.binary(PAYER_ADDRESS_LENGTH)),
         ("size_bytes", pa.int32()),
+        # The fees the originator signed (UnsignedOriginatorEnvelope fields 5 and 6)
+        ("base_fee_picodollars", pa.int64()),
+        ("congestion_fee_picodollars", pa.int64()),
     ]
 )
 PAYLOAD_FIELD = pa.field("originator_envelope", pa.binary())

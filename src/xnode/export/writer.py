@@ -132,6 +132,8 @@ def envelope_table(page: EnvelopeRows) -> pa.Table:
         pa.array([e or 0 for e in page.expiry_unixtime], pa.int64()),
         _payer_column(page),
         pa.array(page.sizes, pa.int32()),
+        pa.array(page.base_fees, pa.int64()),
+        pa.array(page.congestion_fees, pa.int64()),
     ]
     schema = ENVELOPE_SCHEMA
     if page.envelopes is not None:

@@ -26,6 +26,11 @@ PUBLISH_LATENCY = Histogram(
     "Publish request latency, receipt to durable answer",
     buckets=_FAST,
 )
+LIMITED = Counter(
+    "xnode_limited_total",
+    "Requests refused by the API limits (XIP-49 3.2.5), by API and what was over its limit",
+    ["api", "kind"],
+)
 REQUESTS_REJECTED = Counter(
     "xnode_requests_rejected_total",
     "Requests refused, by API (publish, query, replication, misbehavior), method and reason",

@@ -20,6 +20,7 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.core import forks, misbehavior
 from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope
+from xnode.core.fees import FeeSchedule
 from xnode.core.verification import (
     InvalidEnvelope,
     Position,
@@ -56,6 +57,8 @@ class IngestContext:
     executor: Executor
     threads: int
     clock: Clock = SYSTEM_CLOCK
+    # Published fee schedules per originator (replication.fees); none: fees are not checked
+    schedules: Callable[[], Mapping[int, FeeSchedule]] = dict
 
 
 def _split(raws: Sequence[bytes], parts: int) -> list[Sequence[bytes]]:
@@ -98,14 +101,17 @@ class OriginatorLog:
         results, in order, are the verdicts. Callers keep several batches in flight so no
         thread waits for another's part."""
         keys = self._ctx.keys()
+        schedule = self._ctx.schedules().get(self.originator)
         loop = asyncio.get_running_loop()
         if len(raws) <= INLINE_MAX:
             # Live traffic: a thread hop would cost more latency than the ~0.1 ms it saves.
             done: asyncio.Future[list[Verdict]] = loop.create_future()
-            done.set_result(verify_batch(raws, keys, self.originator))
+            done.set_result(verify_batch(raws, keys, self.originator, schedule))
             return [done]
         return [
-            loop.run_in_executor(self._ctx.executor, verify_batch, part, keys, self.originator)
+            loop.run_in_executor(
+                self._ctx.executor, verify_batch, part, keys, self.originator, schedule
+            )
             for part in _split(raws, self._ctx.threads)
         ]
 

@@ -23,6 +23,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.node_tokens import TokenProvider
 from xnode.core.registry import NodeEntry, Registry
 from xnode.replication.checkpoints import CheckpointFollower
+from xnode.replication.fees import FeeSchedules
 from xnode.replication.ingest import IngestContext, OnStored, OriginatorLog
 from xnode.replication.own_health import OwnHealthGate
 from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore, StoreHealth
@@ -223,9 +224,11 @@ class ReplicationWorker:
         self._channels: dict[int, tuple[str, grpc.aio.Channel]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._executor = ThreadPoolExecutor(config.verify_threads, thread_name_prefix="verify")
+        self.fees = FeeSchedules(config.backoff_initial_s, config.backoff_max_s)
+        self._fees_followed: set[int] = set()
         self._ctx = IngestContext(
             store, reports, on_stored, notice_token, self._current_keys, self._executor,
-            config.verify_threads, clock,
+            config.verify_threads, clock, self.fees.current,
         )  # fmt: skip
         self._stopped = False
         self._checkpoints = (
@@ -294,9 +297,25 @@ class ReplicationWorker:
             if link is None:
                 link = self._links[entry.node_id] = PeerLink(self, entry)
             link.update(entry)
+            self._follow_fees(entry)
         for node_id in [n for n in self._links if n not in registry.nodes]:
             self._links.pop(node_id).stop()
         self.sync_fallbacks()
+
+    def _follow_fees(self, entry: NodeEntry) -> None:
+        if entry.node_id in self._fees_followed or not has_address(entry):
+            return
+        self._fees_followed.add(entry.node_id)
+        node_id = entry.node_id
+
+        def channel() -> grpc.aio.Channel | None:
+            link = self._links.get(node_id)
+            if link is None or self._stopped or not has_address(link.entry):
+                self._fees_followed.discard(node_id)
+                return None
+            return self._channel(link.entry)
+
+        self.spawn_coroutine(self.fees.follow(node_id, channel), f"fees-{node_id}")
 
     def sync_fallbacks(self) -> None:
         if self._stopped:

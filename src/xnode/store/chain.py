@@ -20,13 +20,15 @@ from xnode.store.notifications import NOTIFY_CHANNEL, commit_notice
 _INSERT_PAYLOADS = """
 WITH rows AS (
     SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bytea[],
-                         $6::bigint[], $7::bytea[], $8::bytea[], $9::int[])
+                         $6::bigint[], $7::bytea[], $8::bytea[], $9::int[], $10::bytea[])
         AS r(originator_node_id, originator_sequence_id, originator_ns, topic, envelope,
-             block_number, block_hash, transaction_hash, log_index)
+             block_number, block_hash, transaction_hash, log_index, payer_address)
 ), inserted AS (
     INSERT INTO originator_envelopes (originator_node_id, originator_sequence_id,
-                                      originator_ns, topic, expiry_unixtime, envelope)
-    SELECT originator_node_id, originator_sequence_id, originator_ns, topic, NULL, envelope
+                                      originator_ns, topic, expiry_unixtime, envelope,
+                                      payer_address)
+    SELECT originator_node_id, originator_sequence_id, originator_ns, topic, NULL, envelope,
+           payer_address
     FROM rows
     ON CONFLICT (originator_node_id, originator_sequence_id) DO NOTHING
     RETURNING originator_node_id, originator_sequence_id, topic, envelope
@@ -43,6 +45,13 @@ WITH rows AS (
 )
 SELECT originator_node_id, originator_sequence_id, topic, envelope FROM inserted
 ORDER BY originator_node_id, originator_sequence_id
+"""
+
+_RECORD_GAS = """
+INSERT INTO payer_usage AS u (payer_address, originator_node_id, day, gas_wei)
+VALUES ($1, $2, date '1970-01-01' + ($3::bigint / 86400000000000)::integer, $4::numeric)
+ON CONFLICT (payer_address, originator_node_id, day)
+DO UPDATE SET gas_wei = u.gas_wei + excluded.gas_wei
 """
 
 _INSERT_ASSOCIATIONS = """
@@ -137,10 +146,11 @@ def _payload_columns(payloads: Sequence[ChainPayload]) -> list[list[object]]:
             p.event.block_hash,
             p.event.transaction_hash,
             p.event.log_index,
+            p.payer_address,
         )
         for p in payloads
     ]
-    return [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(9)]
+    return [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(10)]
 
 
 def _association_columns(payloads: Sequence[ChainPayload]) -> list[list[object]]:
@@ -251,6 +261,11 @@ class ChainStore:
         """Stored envelopes mined by these transactions, by (tx hash, log index)."""
         rows = await self.pool.fetch(_BY_TRANSACTION, list(transaction_hashes))
         return {(bytes(r[0]), r[1]): bytes(r[2]) for r in rows}
+
+    async def record_gas(
+        self, payer_address: bytes, originator: int, originator_ns: int, wei: int
+    ) -> None:
+        await self.pool.execute(_RECORD_GAS, payer_address, originator, originator_ns, wei)
 
     async def inbox_ids(self, identifiers: Sequence[tuple[str, int]]) -> list[str | None]:
         normalized = [normalize_identifier(i, k) for i, k in identifiers]

@@ -29,6 +29,8 @@ class EnvelopePage:
     expiry_unixtime: list[int | None]
     payer_addresses: list[bytes | None]
     sizes: list[int]
+    base_fees: list[int]
+    congestion_fees: list[int]
     envelopes: list[bytes] | None  # only when payloads are asked for
 
 
@@ -59,7 +61,7 @@ SELECT id FROM o WHERE id IS NOT NULL
 
 _ENVELOPE_PAGE = """
 SELECT originator_sequence_id, originator_ns, topic, expiry_unixtime, payer_address,
-       octet_length(envelope){payload}
+       octet_length(envelope), base_fee_picodollars, congestion_fee_picodollars{payload}
 FROM originator_envelopes
 WHERE originator_node_id = $1 AND originator_sequence_id > $2 AND originator_sequence_id <= $3
 ORDER BY originator_sequence_id
@@ -139,7 +141,9 @@ class ExportSource:
                 [r[3] for r in rows],
                 [None if r[4] is None else bytes(r[4]) for r in rows],
                 [r[5] for r in rows],
-                [bytes(r[6]) for r in rows] if with_payloads else None,
+                [r[6] for r in rows],
+                [r[7] for r in rows],
+                [bytes(r[8]) for r in rows] if with_payloads else None,
             )
             after = rows[-1][0]
 

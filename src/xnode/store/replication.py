@@ -28,9 +28,10 @@ JOIN originator_envelopes AS e
 _INSERT_RECEIVED = """
 WITH rows AS (
     SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[],
-                         $6::bytea[], $7::bytea[])
+                         $6::bytea[], $7::bytea[], $12::bigint[], $13::bigint[])
         AS r(originator_node_id, originator_sequence_id, originator_ns, topic,
-             expiry_unixtime, payer_address, envelope)
+             expiry_unixtime, payer_address, envelope, base_fee_picodollars,
+             congestion_fee_picodollars)
 ), inserted AS (
     INSERT INTO originator_envelopes
     SELECT * FROM rows
@@ -88,8 +89,14 @@ class ReplicationStore:
             [e.payer_address for e in envelopes],
             [e.raw for e in envelopes],
         ]
+        fees = [[e.base_fee for e in envelopes], [e.congestion_fee for e in envelopes]]
         async with self._pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(_INSERT_RECEIVED, *columns, *leaf_columns(envelopes))
+            rows = await conn.fetch(
+                _INSERT_RECEIVED,
+                *columns,
+                *leaf_columns(envelopes),
+                *fees,  # $1-7, $8-11, $12-13
+            )
             inserted = [(r[0], r[1]) for r in rows]
             if inserted:
                 await extend_trees(conn, [o for o, _ in inserted])

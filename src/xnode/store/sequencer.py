@@ -18,6 +18,7 @@ import asyncpg
 
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope, originate
+from xnode.core.fees import FeeSchedule, Pricing
 from xnode.core.merkle import Frontier
 from xnode.store.logs import LeafColumns, extend_tree, leaf_columns, node_columns
 from xnode.store.notifications import NOTIFY_CHANNEL
@@ -34,21 +35,22 @@ UPDATE vector_clock SET
 WHERE originator_node_id = $1
 """
 
+# The signed fees ($16, $17) go in with the envelopes: the payer_usage trigger sums them.
 _ROWS = """
     SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[],
-                         $6::bytea[], $7::bytea[])"""
+                         $6::bytea[], $7::bytea[], $16::bigint[], $17::bigint[])"""
 
 # This node's log leaves ($13..$15) go in with the envelopes (xnode.store.logs).
 _LEAF_ROWS = "SELECT $10, * FROM unnest($13::bigint[], $14::bytea[], $15::bigint[])"
 
 # If the row moved on (another process appended), `claimed` is empty and nothing is inserted.
 # The primary key would refuse a reused id regardless. The fast path also carries the tree
-# nodes the batch completes ($17..$19), computed from the frontier this process holds, which
-# is the tree up to $16 (the remembered id): so the tree grows in the same statement.
+# nodes the batch completes ($19..$21), computed from the frontier this process holds, which
+# is the tree up to $18 (the remembered id): so the tree grows in the same statement.
 _CLAIM_AND_APPEND = f"""
 WITH claimed AS (
     UPDATE vector_clock SET sequence_id = $8, last_ns = $9
-    WHERE originator_node_id = $10 AND sequence_id = $16
+    WHERE originator_node_id = $10 AND sequence_id = $18
     RETURNING 1
 ), inserted AS (
     INSERT INTO originator_envelopes
@@ -58,7 +60,7 @@ WITH claimed AS (
     INSERT INTO log_leaves {_LEAF_ROWS} AS l WHERE EXISTS (SELECT 1 FROM claimed)
 ), nodes AS (
     INSERT INTO log_nodes
-    SELECT $10, * FROM unnest($17::smallint[], $18::bigint[], $19::bytea[]) AS n
+    SELECT $10, * FROM unnest($19::smallint[], $20::bigint[], $21::bytea[]) AS n
     WHERE EXISTS (SELECT 1 FROM claimed)
 ), tree AS (
     UPDATE log_trees SET tree_size = $8
@@ -77,6 +79,9 @@ WITH inserted AS (
 )
 SELECT pg_notify($11, $12)
 """
+
+# Callers of the locked path without a schedule (tests, tools) sign zero fees.
+FREE = Pricing(FeeSchedule())
 
 # Batches this large are signed in a worker thread: libsecp256k1 releases the GIL, so the
 # event loop keeps validating and answering meanwhile.
@@ -102,15 +107,17 @@ async def _sign(
     last_ns: int,
     now_ns: int,
     key: SigningKey,
+    pricing: Pricing,
     frontier: _Growing | None = None,
 ) -> list[IndexedEnvelope]:
     """Signs the batch; with a frontier, also appends the batch's leaves to it (in the same
     worker thread for large batches: hashing is CPU the event loop need not spend)."""
     stamps = _timestamps(len(batch), last_ns, now_ns)
+    fees = pricing.batch([(len(p.raw), p.retention_days) for p in batch], now_ns)
 
     def sign_all() -> list[IndexedEnvelope]:
         signed = [
-            originate(payer, node_id, last_seq + 1 + i, stamps[i], key)
+            originate(payer, node_id, last_seq + 1 + i, stamps[i], key, fees[i])
             for i, payer in enumerate(batch)
         ]
         if frontier is not None:
@@ -143,6 +150,8 @@ def _arguments(
         sequence_ids,
         leaf_hashes,
         fingerprints,
+        [e.base_fee for e in signed],
+        [e.congestion_fee for e in signed],
     )
 
 
@@ -153,11 +162,12 @@ async def _append_locked(
     batch: Sequence[ValidPayerEnvelope],
     now_ns: int,
     notice_token: str,
+    pricing: Pricing,
 ) -> tuple[list[IndexedEnvelope], Frontier]:
     row = await conn.fetchrow(_LOCK_CLOCK, node_id)
     if row is None:
         raise RuntimeError(f"vector clock row for node {node_id} is missing")
-    signed = await _sign(batch, node_id, row[0], row[1], now_ns, key)
+    signed = await _sign(batch, node_id, row[0], row[1], now_ns, key, pricing)
     arguments = _arguments(signed, node_id, notice_token, leaf_columns(signed))
     await conn.execute(_APPEND_LOCKED, *arguments)
     return signed, await extend_tree(conn, node_id)
@@ -170,9 +180,10 @@ async def append_originated(
     batch: Sequence[ValidPayerEnvelope],
     now_ns: int,
     notice_token: str,
+    pricing: Pricing = FREE,
 ) -> list[IndexedEnvelope]:
     """The locked path; the caller owns the transaction."""
-    signed, _ = await _append_locked(conn, node_id, key, batch, now_ns, notice_token)
+    signed, _ = await _append_locked(conn, node_id, key, batch, now_ns, notice_token, pricing)
     return signed
 
 
@@ -180,9 +191,15 @@ class Sequencer:
     """Appends batches for one node; the fast path when this process is the only appender."""
 
     def __init__(
-        self, pool: asyncpg.Pool, node_id: int, key: SigningKey, notice_token: str
+        self,
+        pool: asyncpg.Pool,
+        node_id: int,
+        key: SigningKey,
+        notice_token: str,
+        pricing: Pricing | None = None,
     ) -> None:
         self._pool = pool
+        self._pricing = pricing or Pricing(FeeSchedule())
         self._node_id = node_id
         self._key = key
         self._notice = notice_token
@@ -199,7 +216,7 @@ class Sequencer:
             if signed is None:
                 async with self._pool.acquire() as conn, conn.transaction():
                     signed, frontier = await _append_locked(
-                        conn, self._node_id, self._key, batch, now_ns, self._notice
+                        conn, self._node_id, self._key, batch, now_ns, self._notice, self._pricing
                     )
                 self._frontier = frontier
                 self.locked_appends += 1
@@ -222,7 +239,9 @@ class Sequencer:
         assert self._last is not None and self._frontier is not None
         last_seq, last_ns = self._last
         frontier = _Growing(self._frontier.size, list(self._frontier.peaks))
-        signed = await _sign(batch, self._node_id, last_seq, last_ns, now_ns, self._key, frontier)
+        signed = await _sign(
+            batch, self._node_id, last_seq, last_ns, now_ns, self._key, self._pricing, frontier
+        )
         arguments = _arguments(signed, self._node_id, self._notice, leaf_columns(signed))
         nodes = node_columns(frontier.completed)
         row = await self._pool.fetchrow(_CLAIM_AND_APPEND, *arguments, last_seq, *nodes)

@@ -10,6 +10,7 @@ from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope, ValidPayerEnvelope
 from xnode.core.forks import Fork
+from xnode.core.limits import Charge, LimitExceeded
 from xnode.core.query import EnvelopeQuery
 
 
@@ -93,3 +94,15 @@ class HealthBoard(Protocol):
     """Where serving status is published (the gRPC health service)."""
 
     def set_serving(self, service: str, serving: bool) -> None: ...
+
+
+class LimitBuckets(Protocol):
+    """The token buckets of the API limits, shared by the node's processes (XIP-49 3.2.5)."""
+
+    async def take(self, charges: Sequence[Charge]) -> LimitExceeded | None:
+        """Takes every charge, or none of them and returns the first refusal."""
+        ...
+
+    async def spend(self, charge: Charge) -> None:
+        """Takes the charge even past empty: what was already served is owed."""
+        ...

@@ -15,6 +15,7 @@ from xnode.core.errors import Reason, Rejected
 from xnode.core.vector_clock import NodeClock
 from xnode.observability.metrics import ENVELOPES_STORED, PUBLISH_LATENCY
 from xnode.usecases.admission import Admission
+from xnode.usecases.limits import ANONYMOUS, ApiLimits, Caller
 from xnode.usecases.ports import ChainPublisher, EnvelopeReader, Originate
 
 MAX_PUBLISH_ENVELOPES = 1000
@@ -54,21 +55,28 @@ class Publish:
         originator: Originate,
         chain: ChainPublisher | None = None,
         admission: Admission | None = None,
+        limits: ApiLimits | None = None,
     ) -> None:
         self.node_id = node_id
         self.admission = admission or Admission()
+        self._limits = limits
         self._clock = clock
         self._store = store
         self._originator = originator
         self._chain = chain
 
-    async def __call__(self, envelopes: Sequence[envelopes_pb2.PayerEnvelope]) -> list[bytes]:
+    async def __call__(
+        self, envelopes: Sequence[envelopes_pb2.PayerEnvelope], caller: Caller = ANONYMOUS
+    ) -> list[bytes]:
         """The serialized OriginatorEnvelopes, one per payer envelope, in request order;
-        Rejected(UNAVAILABLE) before any work once the node drains."""
+        Rejected(UNAVAILABLE) before any work once the node drains. Raises LimitExceeded,
+        before anything is stored, when the caller or a payer is over its limits."""
         with self.admission.admit():
-            return await self._publish(envelopes)
+            return await self._publish(envelopes, caller)
 
-    async def _publish(self, envelopes: Sequence[envelopes_pb2.PayerEnvelope]) -> list[bytes]:
+    async def _publish(
+        self, envelopes: Sequence[envelopes_pb2.PayerEnvelope], caller: Caller
+    ) -> list[bytes]:
         started = time.perf_counter()
         if not envelopes:
             raise Rejected(Reason.MALFORMED, "payer_envelopes is empty")
@@ -82,6 +90,8 @@ class Publish:
             valid = await asyncio.to_thread(validate_all, envelopes, self.node_id)
         else:
             valid = validate_all(envelopes, self.node_id)
+        if self._limits is not None:
+            await self._limits.publish(caller, valid)
         await self._check_depends_on(valid)
         answers = await self._route(valid)
         PUBLISH_LATENCY.observe(time.perf_counter() - started)

@@ -9,6 +9,7 @@ from xnode.core.envelopes import StoredEnvelope
 from xnode.core.errors import Reason, Rejected
 from xnode.core.query import MAX_QUERY_TOPICS, EnvelopeQuery, effective_limit
 from xnode.core.topics import Topic, TopicError
+from xnode.usecases.limits import ANONYMOUS, ApiLimits, Caller
 from xnode.usecases.ports import EnvelopeReader, InboxResolver
 
 
@@ -18,13 +19,31 @@ def _at_most(count: int, what: str) -> None:
 
 
 class Query:
-    def __init__(self, store: EnvelopeReader, inbox_resolver: InboxResolver | None = None) -> None:
+    def __init__(
+        self,
+        store: EnvelopeReader,
+        inbox_resolver: InboxResolver | None = None,
+        limits: ApiLimits | None = None,
+    ) -> None:
         self._store = store
         self._inbox_resolver = inbox_resolver
+        self._limits = limits
 
-    async def envelopes(self, query: EnvelopeQuery, limit: int) -> list[StoredEnvelope]:
+    async def envelopes(
+        self, query: EnvelopeQuery, limit: int, caller: Caller = ANONYMOUS
+    ) -> list[StoredEnvelope]:
         """`limit` as the client asked: 0 is the default, anything above the cap is capped."""
-        return await self._store.query(query, effective_limit(limit))
+        if self._limits is not None:
+            await self._limits.query(caller)
+        found = await self._store.query(query, effective_limit(limit))
+        if self._limits is not None:
+            await self._limits.answered(caller, sum(len(e.raw) for e in found))
+        return found
+
+    async def admit(self, caller: Caller) -> None:
+        """The query limits for the other reads (newest envelopes, inbox ids)."""
+        if self._limits is not None:
+            await self._limits.query(caller)
 
     async def newest(self, topics: Sequence[bytes]) -> list[bytes | None]:
         """One answer per topic, in request order: the serialized envelope, or None."""

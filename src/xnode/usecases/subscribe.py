@@ -13,6 +13,7 @@ from xnode.core.errors import Reason, Rejected
 from xnode.core.query import MAX_QUERY_TOPICS, EnvelopeQuery
 from xnode.observability.metrics import OPEN_SUBSCRIPTIONS
 from xnode.usecases.fanout import Fanout
+from xnode.usecases.limits import ANONYMOUS, ApiLimits, Caller
 from xnode.usecases.ports import EnvelopeReader
 from xnode.usecases.subscription import Delivery, Subscription
 
@@ -34,8 +35,15 @@ def topic_groups(filters: Sequence[tuple[bytes, Cursor]]) -> list[EnvelopeQuery]
 
 
 class Subscribe:
-    def __init__(self, store: EnvelopeReader, fanout: Fanout, keepalive_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        store: EnvelopeReader,
+        fanout: Fanout,
+        keepalive_s: float = 30.0,
+        limits: ApiLimits | None = None,
+    ) -> None:
         self._store = store
+        self._limits = limits
         self._fanout = fanout
         self._keepalive_s = keepalive_s
         self._open: set[Subscription] = set()
@@ -45,9 +53,22 @@ class Subscribe:
         for subscription in list(self._open):
             subscription.close()
 
-    async def __call__(self, groups: list[EnvelopeQuery], method: str) -> AsyncIterator[Delivery]:
+    async def __call__(
+        self, groups: list[EnvelopeQuery], method: str, caller: Caller = ANONYMOUS
+    ) -> AsyncIterator[Delivery]:
         """Deliveries until the node drains, then Rejected(UNAVAILABLE). `method` names the
-        RPC for the open-subscriptions gauge."""
+        RPC for the open-subscriptions gauge. Raises LimitExceeded before the first delivery
+        when the caller is over its limits."""
+        if self._limits is None:
+            async for delivery in self._deliver(groups, method):
+                yield delivery
+            return
+        await self._limits.subscribe(caller)
+        with self._limits.subscription(caller):
+            async for delivery in self._deliver(groups, method):
+                yield delivery
+
+    async def _deliver(self, groups: list[EnvelopeQuery], method: str) -> AsyncIterator[Delivery]:
         subscription = Subscription(
             groups, self._store.query, self._fanout, keepalive_s=self._keepalive_s
         )

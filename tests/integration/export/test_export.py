@@ -44,6 +44,8 @@ ENVELOPE_SCHEMA = pa.schema(
         ("expiry_unixtime", pa.int64()),
         ("payer_address", pa.binary(20)),
         ("size_bytes", pa.int32()),
+        ("base_fee_picodollars", pa.int64()),
+        ("congestion_fee_picodollars", pa.int64()),
     ]
 )
 WITH_PAYLOAD = ENVELOPE_SCHEMA.append(pa.field("originator_envelope", pa.binary()))

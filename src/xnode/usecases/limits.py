@@ -1,0 +1,172 @@
+"""API limits as the use cases apply them (XIP-49 3.2.5): who is charged what, and when.
+
+- publish: per payer address and per caller, envelopes and bytes; a whole request is
+  admitted or refused before anything is stored. Allow-listed payers are not charged,
+  deny-listed payers are refused;
+- query: per caller, requests before answering and answer bytes after (a caller over its
+  byte limit is refused its next answers);
+- subscribe: per caller, new subscriptions, and concurrent subscriptions per client IP
+  (counted in this process);
+- misbehavior reports: per reporter.
+
+A caller is its client IP, or its node id when it presented a valid node token: peers get
+limits `peer_multiplier` times higher, in buckets of their own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from xnode.core.envelopes import ValidPayerEnvelope
+from xnode.core.limits import Charge, Kind, Limit, LimitExceeded
+from xnode.usecases.ports import LimitBuckets
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request: the client IP from the gRPC peer string, and the node id its
+    node token proved, if any."""
+
+    ip: str
+    node_id: int | None = None
+
+    @property
+    def subject(self) -> str:
+        return f"node:{self.node_id}" if self.node_id is not None else f"ip:{self.ip}"
+
+    @classmethod
+    def from_peer(cls, peer: str | None, node_id: int | None = None) -> Caller:
+        """`ipv4:1.2.3.4:5678`, `ipv6:[::1]:5678` or `unix:/path` -> the address alone."""
+        if not peer:
+            return cls("unknown", node_id)
+        scheme, _, rest = peer.partition(":")
+        if scheme == "ipv6" and rest.startswith("["):
+            return cls(rest[1 : rest.index("]")], node_id)
+        if scheme == "ipv4":
+            return cls(rest.rpartition(":")[0], node_id)
+        return cls(peer, node_id)
+
+
+ANONYMOUS = Caller("unknown")
+
+
+@dataclass(frozen=True)
+class LimitPolicy:
+    publish_envelopes: Limit
+    publish_bytes: Limit
+    publish_ip_envelopes: Limit
+    publish_ip_bytes: Limit
+    query_requests: Limit
+    query_bytes: Limit
+    subscribe_requests: Limit
+    subscriptions_per_ip: int
+    reports: Limit
+    peer_multiplier: float = 10.0
+    allowed_payers: frozenset[bytes] = field(default_factory=frozenset)
+    denied_payers: frozenset[bytes] = field(default_factory=frozenset)
+    enabled: bool = True
+
+
+class ApiLimits:
+    def __init__(self, policy: LimitPolicy, buckets: LimitBuckets) -> None:
+        self.policy = policy
+        self._buckets = buckets
+        self._subscriptions: dict[str, int] = {}
+
+    def _for(self, caller: Caller, limit: Limit) -> Limit:
+        return limit.scaled(self.policy.peer_multiplier) if caller.node_id is not None else limit
+
+    async def _charge(self, charges: Sequence[Charge]) -> None:
+        if not self.policy.enabled or not charges:
+            return
+        refused = await self._buckets.take(charges)
+        if refused is not None:
+            raise refused
+
+    async def publish(self, caller: Caller, envelopes: Sequence[ValidPayerEnvelope]) -> None:
+        """Charges the whole request, or raises LimitExceeded having stored nothing."""
+        policy = self.policy
+        for envelope in envelopes:
+            if envelope.payer_address in policy.denied_payers:
+                raise LimitExceeded(Kind.DENIED, f"payer 0x{envelope.payer_address.hex()}", 0)
+        charged = [e for e in envelopes if e.payer_address not in policy.allowed_payers]
+        if not charged:
+            return
+        per_payer: dict[bytes, list[int]] = {}
+        for envelope in charged:
+            count_size = per_payer.setdefault(envelope.payer_address, [0, 0])
+            count_size[0] += 1
+            count_size[1] += len(envelope.raw)
+        charges = self._volume(
+            f"publish:{caller.subject}",
+            len(charged),
+            sum(len(e.raw) for e in charged),
+            self._for(caller, policy.publish_ip_envelopes),
+            self._for(caller, policy.publish_ip_bytes),
+        )
+        for payer, (count, size) in sorted(per_payer.items()):
+            charges += self._volume(
+                f"publish:payer:0x{payer.hex()}",
+                count,
+                size,
+                policy.publish_envelopes,
+                policy.publish_bytes,
+            )
+        await self._charge(charges)
+
+    @staticmethod
+    def _volume(
+        name: str, count: int, size: int, per_count: Limit, per_byte: Limit
+    ) -> list[Charge]:
+        return [
+            Charge(f"{name}:envelopes", Kind.ENVELOPES, count, per_count),
+            Charge(f"{name}:bytes", Kind.BYTES, size, per_byte),
+        ]
+
+    async def query(self, caller: Caller) -> None:
+        who = caller.subject
+        requests = self._for(caller, self.policy.query_requests)
+        # Answers already sent past the byte limit refuse the next ones.
+        answer_bytes = self._for(caller, self.policy.query_bytes)
+        await self._charge(
+            [
+                Charge(f"query:{who}:requests", Kind.REQUESTS, 1, requests),
+                Charge(f"query:{who}:bytes", Kind.BYTES, 1, answer_bytes),
+            ]
+        )
+
+    async def answered(self, caller: Caller, size: int) -> None:
+        """Charges an answer's bytes after it was built; never refuses it."""
+        if not self.policy.enabled or size <= 1:
+            return
+        limit = self._for(caller, self.policy.query_bytes)
+        await self._buckets.spend(Charge(f"query:{caller.subject}:bytes", Kind.BYTES, size, limit))
+
+    @contextmanager
+    def subscription(self, caller: Caller) -> Iterator[None]:
+        """Holds one of the caller's concurrent subscriptions while open."""
+        key = caller.ip if caller.node_id is None else caller.subject
+        allowed = self.policy.subscriptions_per_ip
+        if caller.node_id is not None:
+            allowed = int(allowed * self.policy.peer_multiplier)
+        if self.policy.enabled and self._subscriptions.get(key, 0) >= allowed:
+            raise LimitExceeded(Kind.SUBSCRIPTIONS, caller.subject, 1.0)
+        self._subscriptions[key] = self._subscriptions.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._subscriptions[key] - 1
+            if left:
+                self._subscriptions[key] = left
+            else:
+                del self._subscriptions[key]
+
+    async def subscribe(self, caller: Caller) -> None:
+        """Charges a new subscription; `subscription(caller)` then holds its place."""
+        limit = self._for(caller, self.policy.subscribe_requests)
+        await self._charge([Charge(f"subscribe:{caller.subject}", Kind.REQUESTS, 1, limit)])
+
+    async def report(self, caller: Caller) -> None:
+        limit = self._for(caller, self.policy.reports)
+        await self._charge([Charge(f"report:{caller.subject}", Kind.REPORTS, 1, limit)])
