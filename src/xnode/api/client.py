@@ -14,6 +14,7 @@ from xmtp.xmtpv4.message_api import message_api_pb2_grpc
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import build_payer_envelope, cursor_to_proto
+from xnode.core.mls import ContentType, MlsError, WireFormat, encode_framing, parse_group_message
 from xnode.core.topics import Topic, TopicKind
 from xnode.tls import ClientTls, open_channel
 
@@ -23,10 +24,24 @@ CHANNEL_OPTIONS = [
 ]
 
 
+def mls_group_message(group_id: bytes, data: bytes) -> bytes:
+    """`data` when it is already an MLS group message of this group; otherwise `data` as the
+    ciphertext of an application PrivateMessage (epoch 0) of the group, which the node
+    accepts: tools and benchmarks send plain bytes, the node only sees the framing."""
+    try:
+        if parse_group_message(data).group_id == group_id:
+            return data
+    except MlsError:
+        pass
+    return encode_framing(WireFormat.PRIVATE_MESSAGE, group_id, 0, ContentType.APPLICATION, data)
+
+
 def group_message_envelope(
     group_id: bytes, data: bytes, depends_on: Cursor | None = None
 ) -> envelopes_pb2.ClientEnvelope:
-    """A client envelope carrying an MLS group message on the group's topic."""
+    """A client envelope carrying an MLS group message on the group's topic (plain bytes are
+    wrapped in an application PrivateMessage, see mls_group_message)."""
+    data = mls_group_message(group_id, data)
     return envelopes_pb2.ClientEnvelope(
         aad=envelopes_pb2.AuthenticatedData(
             target_topic=Topic(TopicKind.GROUP_MESSAGES, group_id).raw,

@@ -8,8 +8,10 @@ recorded for the payer (payer_usage.gas_wei).
 
 Refusals: UNAVAILABLE (the XIP's 503) while the chain is unreachable or the index is behind
 its head (3.2.6); ABORTED when depends_on does not name the topic's latest chain payload
-(3.3.4 rule 2.4). Publishes on one topic are serialized from that check until indexed, so two
-commits racing on one group in this process cannot both pass it.
+(3.3.4 rule 2.4). Rule 2.4 also holds for the group messages originated here (application
+messages, proposals) that name a chain payload: `check_originated`. Publishes on one topic
+are serialized from that check until indexed, so two commits racing on one group in this
+process cannot both pass it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from xnode.core.constants import GROUP_MESSAGES_ORIGINATOR, IDENTITY_UPDATES_ORI
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import ValidPayerEnvelope, parse_originator_envelope
 from xnode.core.errors import Reason, Rejected
-from xnode.core.mls import is_commit
 
 log = structlog.get_logger(__name__)
 
@@ -69,9 +70,15 @@ def needs_chain(envelope: ValidPayerEnvelope) -> bool:
     """Identity updates and MLS commits need the chain's total order (XIP-49 2.1)."""
     if envelope.payload == "identity_update":
         return True
-    return envelope.payload == "group_message" and is_commit(
-        envelope.client_envelope.group_message.v1.data
-    )
+    return envelope.payload == "group_message" and envelope.is_commit
+
+
+def chain_dependency(envelope: ValidPayerEnvelope) -> int:
+    """The commit an originated group message says it follows (0: none, e.g. the official
+    client's messages before the group's first commit is on the chain)."""
+    if envelope.payload != "group_message" or envelope.is_commit:
+        return 0
+    return envelope.depends_on.get(GROUP_MESSAGES_ORIGINATOR, 0)
 
 
 class ChainPublisher:
@@ -120,6 +127,39 @@ class ChainPublisher:
                 raise Rejected(Reason.UNAVAILABLE, f"the chain is unreachable: {exc}") from None
         await self._record_gas(envelopes, calls, indexed)
         return [raw for _, raw in indexed]
+
+    async def check_originated(self, envelopes: Sequence[ValidPayerEnvelope]) -> None:
+        """XIP-49 3.3.4 rule 2.4 for group messages this node originates: one that names a
+        chain payload must name the topic's latest commit, or it was made for a stale epoch
+        (ABORTED, with the node's cursor). An empty dependency is not a stale one. When the
+        index is behind, the ones that name a chain payload are refused UNAVAILABLE."""
+        named = [(i, e, chain_dependency(e)) for i, e in enumerate(envelopes)]
+        named = [(i, e, claimed) for i, e, claimed in named if claimed]
+        if not named:
+            return
+        reason = await self._index.wait_available(AVAILABLE_GRACE_S)
+        if reason is not None:
+            raise Rejected(
+                Reason.UNAVAILABLE, f"cannot check depends_on against the chain now: {reason}"
+            ).at(named[0][0])
+        keys = [(e.topic.raw, GROUP_MESSAGES_ORIGINATOR) for _, e, _ in named]
+        latest = await self._store.latest_sequence_ids(keys)
+        for (i, envelope, claimed), top in zip(named, latest, strict=True):
+            if claimed == top:
+                continue
+            if claimed > self._node_cursor().get(GROUP_MESSAGES_ORIGINATOR, 0):
+                raise Rejected(
+                    Reason.UNAVAILABLE,
+                    f"depends_on[{GROUP_MESSAGES_ORIGINATOR}] is {claimed}, which this node's "
+                    "chain index has not reached yet; retry",
+                ).at(i)
+            raise Rejected(
+                Reason.CHAIN_DEPENDS_ON_MISMATCH,
+                f"depends_on[{GROUP_MESSAGES_ORIGINATOR}] is {claimed}, but the latest commit "
+                f"on topic {envelope.topic} is {GROUP_MESSAGES_ORIGINATOR}:{top} "
+                f"(epoch {envelope.framing.epoch if envelope.framing else '?'} is stale)",
+                cursor=self._node_cursor(),
+            ).at(i)
 
     # --- building and checking -----------------------------------------------------------
 

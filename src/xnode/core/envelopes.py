@@ -3,11 +3,13 @@ and signing (3.2.1). Pure: protobuf values in, protobuf bytes out."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 
-from xmtp.identity.associations import signature_pb2
+from xmtp.identity.associations import association_pb2, signature_pb2
+from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.core.crypto import (
     SignatureError,
@@ -20,7 +22,9 @@ from xnode.core.crypto import (
 from xnode.core.cursors import Cursor, out_of_range
 from xnode.core.errors import Reason, Rejected
 from xnode.core.fees import NO_FEES, Fees
+from xnode.core.key_packages import parse_key_package
 from xnode.core.merkle import leaf_hash
+from xnode.core.mls import FramingHeader, MlsError, parse_group_message
 from xnode.core.retention import expiry_unixtime
 from xnode.core.topics import KIND_OF_PAYLOAD, Topic, TopicError
 
@@ -58,6 +62,12 @@ class ValidPayerEnvelope:
     depends_on: Cursor
     retention_days: int
     client_envelope: envelopes_pb2.ClientEnvelope
+    # A group message's MLS framing: commits and application messages are told apart by it.
+    framing: FramingHeader | None = None
+
+    @property
+    def is_commit(self) -> bool:
+        return self.framing is not None and self.framing.is_commit
 
     def expiry(self, originator_ns: int) -> int:
         return expiry_unixtime(self.topic.kind, self.retention_days, originator_ns)
@@ -74,7 +84,9 @@ def _decode_client_envelope(raw: bytes) -> envelopes_pb2.ClientEnvelope:
     return client
 
 
-def _check_payload(client: envelopes_pb2.ClientEnvelope, topic: Topic) -> str:
+def _check_payload(
+    client: envelopes_pb2.ClientEnvelope, topic: Topic, now_s: int
+) -> tuple[str, FramingHeader | None]:
     payload: str | None = client.WhichOneof("payload")
     if payload is None:
         raise Rejected(Reason.MISSING_PAYLOAD, "client envelope has no payload")
@@ -85,31 +97,78 @@ def _check_payload(client: envelopes_pb2.ClientEnvelope, topic: Topic) -> str:
             f"topic kind {topic.kind.name} does not match payload {payload} "
             f"(expected kind byte {int(expected)})",
         )
-    _check_payload_content(client, payload, topic)
-    return payload
+    if payload == "group_message":
+        return payload, _check_group_message(client.group_message.v1.data, topic)
+    if payload == "welcome_message":
+        _check_welcome(client.welcome_message.v1, topic)
+    elif payload == "upload_key_package":
+        _check_key_package(
+            client.upload_key_package.key_package.key_package_tls_serialized, topic, now_s
+        )
+    elif payload == "identity_update":
+        _check_identity_update(client.identity_update, topic)
+    return payload, None
 
 
-def _check_payload_content(
-    client: envelopes_pb2.ClientEnvelope, payload: str, topic: Topic
-) -> None:
-    if payload == "group_message" and not client.group_message.v1.data:
-        raise Rejected(Reason.INVALID_PAYLOAD, "group message has no v1 data")
-    if payload == "welcome_message" and not client.welcome_message.v1.data:
-        raise Rejected(Reason.INVALID_PAYLOAD, "welcome message has no v1 data")
-    if payload == "upload_key_package" and not (
-        client.upload_key_package.key_package.key_package_tls_serialized
-    ):
-        raise Rejected(Reason.INVALID_PAYLOAD, "key package upload has no key package")
-    if payload == "identity_update":
-        update = client.identity_update
-        if not update.actions:
-            raise Rejected(Reason.INVALID_PAYLOAD, "identity update has no actions")
-        try:
-            inbox = bytes.fromhex(update.inbox_id)
-        except ValueError:
-            raise Rejected(Reason.INVALID_PAYLOAD, "identity update inbox_id is not hex") from None
-        if inbox != topic.identifier:
-            raise Rejected(Reason.TOPIC_MISMATCH, "identity update inbox_id differs from topic")
+def _check_group_message(data: bytes, topic: Topic) -> FramingHeader:
+    """An MLS PublicMessage or PrivateMessage (RFC 9420 section 6) of the topic's group."""
+    where = "group_message.v1.data"
+    if not data:
+        raise Rejected(Reason.INVALID_PAYLOAD, f"{where}: group message has no v1 data")
+    try:
+        framing = parse_group_message(data)
+    except MlsError as exc:
+        raise Rejected(
+            Reason.INVALID_PAYLOAD, f"{where}: not an MLS group message: {exc}"
+        ) from None
+    if framing.group_id != topic.identifier:
+        raise Rejected(
+            Reason.TOPIC_MISMATCH,
+            f"{where}: MLS group_id {framing.group_id.hex()} is not the topic's group "
+            f"{topic.identifier.hex()}",
+        )
+    return framing
+
+
+def _check_welcome(welcome: mls_pb2.WelcomeMessageInput.V1, topic: Topic) -> None:
+    """libxmtp sends a Welcome encrypted to the installation (HPKE): `data` is ciphertext and
+    only its addressing can be checked."""
+    where = "welcome_message.v1"
+    if not welcome.data:
+        raise Rejected(Reason.INVALID_PAYLOAD, f"{where}.data: welcome message has no v1 data")
+    if welcome.installation_key != topic.identifier:
+        raise Rejected(
+            Reason.TOPIC_MISMATCH,
+            f"{where}.installation_key {welcome.installation_key.hex()} is not the topic's "
+            f"installation {topic.identifier.hex()}",
+        )
+
+
+def _check_key_package(data: bytes, topic: Topic, now_s: int) -> None:
+    where = "upload_key_package.key_package.key_package_tls_serialized"
+    if not data:
+        raise Rejected(Reason.INVALID_PAYLOAD, f"{where}: key package upload has no key package")
+    try:
+        package = parse_key_package(data, now_s)
+    except MlsError as exc:
+        raise Rejected(Reason.INVALID_PAYLOAD, f"{where}: {exc}") from None
+    if package.signature_key != topic.identifier:
+        raise Rejected(
+            Reason.TOPIC_MISMATCH,
+            f"{where}: the leaf's signature key {package.signature_key.hex()} is not the "
+            f"topic's installation {topic.identifier.hex()}",
+        )
+
+
+def _check_identity_update(update: association_pb2.IdentityUpdate, topic: Topic) -> None:
+    if not update.actions:
+        raise Rejected(Reason.INVALID_PAYLOAD, "identity update has no actions")
+    try:
+        inbox = bytes.fromhex(update.inbox_id)
+    except ValueError:
+        raise Rejected(Reason.INVALID_PAYLOAD, "identity update inbox_id is not hex") from None
+    if inbox != topic.identifier:
+        raise Rejected(Reason.TOPIC_MISMATCH, "identity update inbox_id differs from topic")
 
 
 def _target_of(payer: envelopes_pb2.PayerEnvelope, aad: envelopes_pb2.AuthenticatedData) -> int:
@@ -133,8 +192,11 @@ def _payer_address(payer: envelopes_pb2.PayerEnvelope) -> bytes:
         raise Rejected(Reason.BAD_SIGNATURE, f"payer signature: {exc}") from None
 
 
-def validate_payer_envelope(payer: envelopes_pb2.PayerEnvelope, node_id: int) -> ValidPayerEnvelope:
-    """The stateless rules of XIP-49 3.3.4; the depends_on rule needs state, see below."""
+def validate_payer_envelope(
+    payer: envelopes_pb2.PayerEnvelope, node_id: int, now_s: int | None = None
+) -> ValidPayerEnvelope:
+    """The stateless rules of XIP-49 3.3.4; the depends_on rule needs state, see below.
+    `now_s` (unix seconds, default the wall clock) is what key package lifetimes must hold."""
     if not payer.unsigned_client_envelope:
         raise Rejected(Reason.MISSING_PAYLOAD, "unsigned_client_envelope is empty")
     client = _decode_client_envelope(payer.unsigned_client_envelope)
@@ -153,7 +215,8 @@ def validate_payer_envelope(payer: envelopes_pb2.PayerEnvelope, node_id: int) ->
         topic = Topic.parse(aad.target_topic)
     except TopicError as exc:
         raise Rejected(Reason.BAD_TOPIC, f"target_topic: {exc}") from None
-    payload = _check_payload(client, topic)
+    now = int(time.time()) if now_s is None else now_s
+    payload, framing = _check_payload(client, topic, now)
     depends_on = cursor_from_proto(aad.depends_on, "aad.depends_on")
     return ValidPayerEnvelope(
         raw=payer.SerializeToString(deterministic=True),
@@ -164,6 +227,7 @@ def validate_payer_envelope(payer: envelopes_pb2.PayerEnvelope, node_id: int) ->
         depends_on=depends_on,
         retention_days=payer.message_retention_days,
         client_envelope=client,
+        framing=framing,
     )
 
 

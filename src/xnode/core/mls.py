@@ -6,8 +6,12 @@ FramedContent, and a PrivateMessage carries it in its unencrypted header. Layout
     MLSMessage     = version u16 | wire_format u16 | body
     PublicMessage  = FramedContent: group_id<V> | epoch u64 | Sender
                      | authenticated_data<V> | content_type u8 | ...
-    PrivateMessage = group_id<V> | epoch u64 | content_type u8 | ...
+    PrivateMessage = group_id<V> | epoch u64 | content_type u8 | authenticated_data<V>
+                     | encrypted_sender_data<V> | ciphertext<V>
     Sender         = sender_type u8 | leaf_index u32 (member) or sender_index u32 (external)
+
+A PrivateMessage is checked to its last byte; of a PublicMessage only the framing header
+(what follows it, the content and its signature, needs the group's state to check).
 
 <V> is a vector whose length is a variable-length integer (RFC 9420 section 2.1.2).
 """
@@ -46,7 +50,7 @@ _INDEXED_SENDERS = {SenderType.MEMBER, SenderType.EXTERNAL}
 
 
 class MlsError(ValueError):
-    """Bytes that are not an MLS 1.0 public or private message."""
+    """Bytes that are not the MLS 1.0 structure expected; the message names the field."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +65,9 @@ class FramingHeader:
         return self.content_type is ContentType.COMMIT
 
 
-class _Reader:
+class Reader:
+    """Reads the TLS presentation language of RFC 9420 (big-endian, varint-prefixed vectors)."""
+
     def __init__(self, data: bytes) -> None:
         self._data = data
         self._pos = 0
@@ -93,6 +99,19 @@ class _Reader:
     def vector(self) -> bytes:
         return self.take(self.varint())
 
+    @property
+    def position(self) -> int:
+        return self._pos
+
+    @property
+    def length(self) -> int:
+        return len(self._data)
+
+    def done(self, what: str) -> None:
+        extra = len(self._data) - self._pos
+        if extra:
+            raise MlsError(f"{what}: {extra} bytes after its end")
+
 
 def _enum(kind: type[IntEnum], value: int, what: str) -> IntEnum:
     try:
@@ -101,7 +120,7 @@ def _enum(kind: type[IntEnum], value: int, what: str) -> IntEnum:
         raise MlsError(f"unknown {what} {value}") from None
 
 
-def _skip_sender(reader: _Reader) -> None:
+def _skip_sender(reader: Reader) -> None:
     sender = _enum(SenderType, reader.uint(1), "sender type")
     if sender in _INDEXED_SENDERS:
         reader.take(4)
@@ -109,7 +128,7 @@ def _skip_sender(reader: _Reader) -> None:
 
 def parse_framing(data: bytes) -> FramingHeader:
     """The framing header of a PublicMessage or PrivateMessage; raises MlsError otherwise."""
-    reader = _Reader(data)
+    reader = Reader(data)
     version = reader.uint(2)
     if version != MLS10:
         raise MlsError(f"protocol version {version} is not mls10 (1)")
@@ -125,8 +144,27 @@ def parse_framing(data: bytes) -> FramingHeader:
     return FramingHeader(wire_format, group_id, epoch, content_type)
 
 
+def parse_group_message(data: bytes) -> FramingHeader:
+    """A group message as a node must see it: a PublicMessage's framing header, or a whole
+    PrivateMessage (its header, then three vectors and nothing after them)."""
+    header = parse_framing(data)
+    if header.wire_format is WireFormat.PRIVATE_MESSAGE:
+        reader = Reader(data)
+        reader.take(4)
+        reader.vector()  # group_id
+        reader.take(9)  # epoch, content_type
+        for what in ("authenticated_data", "encrypted_sender_data", "ciphertext"):
+            try:
+                reader.vector()
+            except MlsError as exc:
+                raise MlsError(f"PrivateMessage {what}: {exc}") from None
+        reader.done("PrivateMessage")
+    return header
+
+
 def is_commit(data: bytes) -> bool:
-    """True for an MLS commit; anything unparseable is not one (it is originated as usual)."""
+    """True for an MLS commit. Group messages are parsed before they get here (a payload
+    that does not parse is refused), so False means another content type."""
     try:
         return parse_framing(data).is_commit
     except MlsError:
@@ -141,7 +179,7 @@ def is_mls_message(data: bytes) -> bool:
     return True
 
 
-def _varint_bytes(value: int) -> bytes:
+def varint_bytes(value: int) -> bytes:
     if value < 1 << 6:
         return value.to_bytes(1, "big")
     if value < 1 << 14:
@@ -159,10 +197,23 @@ def encode_framing(
     body: bytes = b"",
     authenticated_data: bytes = b"",
 ) -> bytes:
-    """A message with this framing header (tests and tools; `body` stands in for the rest)."""
+    """A message with this framing header (tests and tools). A PrivateMessage is well formed
+    with `body` as its ciphertext; a PublicMessage has `body` in place of its content."""
     out = MLS10.to_bytes(2, "big") + int(wire_format).to_bytes(2, "big")
-    out += _varint_bytes(len(group_id)) + group_id + epoch.to_bytes(8, "big")
+    out += vector_bytes(group_id) + epoch.to_bytes(8, "big")
     if wire_format is WireFormat.PUBLIC_MESSAGE:
         out += bytes([SenderType.MEMBER]) + (0).to_bytes(4, "big")
-        out += _varint_bytes(len(authenticated_data)) + authenticated_data
-    return out + bytes([content_type]) + body
+        out += vector_bytes(authenticated_data)
+        return out + bytes([content_type]) + body
+    sender_data = b"\x00" * 16  # stands in for the encrypted sender data
+    return (
+        out
+        + bytes([content_type])
+        + vector_bytes(authenticated_data)
+        + vector_bytes(sender_data)
+        + vector_bytes(body)
+    )
+
+
+def vector_bytes(data: bytes) -> bytes:
+    return varint_bytes(len(data)) + data

@@ -68,6 +68,12 @@ class ChainPublisher(Protocol):
         mined events. Raises Rejected(UNAVAILABLE) when the chain cannot take them now."""
         ...
 
+    async def check_originated(self, envelopes: Sequence[ValidPayerEnvelope]) -> None:
+        """XIP-49 3.3.4 rule 2.4 for payloads this node originates (the chain does not take
+        them): raises Rejected(CHAIN_DEPENDS_ON_MISMATCH) for a stale chain dependency,
+        Rejected(UNAVAILABLE) when the chain index cannot tell yet. Indexes name envelopes."""
+        ...
+
 
 class InboxResolver(Protocol):
     """Maps identifiers (e.g. Ethereum addresses) to inbox ids from indexed identity updates."""

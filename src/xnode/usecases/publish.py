@@ -92,6 +92,9 @@ class Publish:
             valid = validate_all(envelopes, self.node_id)
         if self._limits is not None:
             await self._limits.publish(caller, valid)
+        if self._chain is not None:
+            # Before the vector clock: a node whose index is behind answers UNAVAILABLE.
+            await self._chain.check_originated(valid)
         await self._check_depends_on(valid)
         answers = await self._route(valid)
         PUBLISH_LATENCY.observe(time.perf_counter() - started)

@@ -212,3 +212,36 @@ async def read_node_killed(network: NetworkView, tmp_path: Path) -> None:
     finally:
         alice.close()
         bob.close()
+
+
+async def every_payload_kind(network: NetworkView, tmp_path: Path) -> None:
+    """Each payload the client publishes, once or more: key packages and identity updates
+    (three inboxes, a second installation), a group's commits (create, add a member),
+    welcomes, application messages. test_capture_payloads.py keeps them as fixtures."""
+    gateway_a, gateway_b = network.gateway_urls
+    alice = new_user("alice", tmp_path, network.node_url(100), gateway_a)
+    bob = new_user("bob", tmp_path, network.node_url(200), gateway_b)
+    carol = new_user("carol", tmp_path, network.node_url(300), gateway_a)
+    alice_phone = alice.another_installation("alice-phone", gateway_b)
+    try:
+        for user in (alice, bob, carol):
+            await user.connect()
+        assert await alice.find(bob) == bob.inbox_id
+        group = await alice.client.conversations().create_group([bob.inbox_id], group_options())
+        bobs = await bob.group(group.id())
+        await group.send_text("hello bob")
+        await bob.read(bobs, ["hello bob"])
+        await bobs.send_text("hello alice")
+        await alice.read(group, ["hello bob", "hello alice"])
+        assert await alice.find(carol) == carol.inbox_id
+        await group.add_members([carol.inbox_id])
+        carols = await carol.group(group.id())
+        await group.send_text("welcome carol")
+        await carol.read(carols, ["welcome carol"])
+        await carols.send_text("hi all")
+        await alice.read(group, ["hello bob", "hello alice", "welcome carol", "hi all"])
+        await alice_phone.connect()
+        assert alice_phone.inbox_id == alice.inbox_id
+    finally:
+        for user in (alice, bob, carol, alice_phone):
+            user.close()

@@ -15,6 +15,7 @@ from xnode.core.envelopes import (
     build_payer_envelope,
 )
 from xnode.core.errors import Reason, Rejected
+from xnode.core.mls import Reader
 from xnode.core.query import EnvelopeQuery
 
 NODE = 100
@@ -73,10 +74,21 @@ class FakeOriginator:
         self.published.append(list(envelopes))
         out = []
         for e in envelopes:
-            raw = b"local:" + e.client_envelope.group_message.v1.data
+            raw = b"local:" + body(e)
             out.append(IndexedEnvelope(NODE, self.next_seq, 0, e.topic.raw, 0, None, raw))
             self.next_seq += 1
         return out
+
+
+def body(envelope: ValidPayerEnvelope) -> bytes:
+    """The bytes given to payer_envelope: the ciphertext of the PrivateMessage they became."""
+    reader = Reader(envelope.client_envelope.group_message.v1.data)
+    reader.take(4)  # version, wire format
+    reader.vector()  # group_id
+    reader.take(9)  # epoch, content type
+    reader.vector()  # authenticated_data
+    reader.vector()  # encrypted_sender_data
+    return reader.vector()
 
 
 class FakeChain:
@@ -87,13 +99,16 @@ class FakeChain:
         self.refuse_at = refuse_at
 
     def handles(self, envelope: ValidPayerEnvelope) -> bool:
-        return envelope.client_envelope.group_message.v1.data.startswith(b"chain")
+        return body(envelope).startswith(b"chain")
 
     async def publish(self, envelopes: Sequence[ValidPayerEnvelope]) -> list[bytes]:
         if self.refuse_at is not None:
             raise Rejected(Reason.CHAIN_DEPENDS_ON_MISMATCH, "stale", index=self.refuse_at)
         self.published.append(list(envelopes))
-        return [b"chain:" + e.client_envelope.group_message.v1.data for e in envelopes]
+        return [b"chain:" + body(e) for e in envelopes]
+
+    async def check_originated(self, envelopes: Sequence[ValidPayerEnvelope]) -> None:
+        pass
 
 
 class FakeResolver:
