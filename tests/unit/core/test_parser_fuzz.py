@@ -14,6 +14,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import grpc
@@ -39,6 +40,7 @@ from xnode.core.envelopes import (
 )
 from xnode.core.errors import Rejected
 from xnode.core.identity import association_changes
+from xnode.core.key_packages import parse_key_package
 from xnode.core.misbehavior import check_client_report
 from xnode.core.node_tokens import AuthError, issue_token, verify_token
 from xnode.core.prune_plan import PlanError, parse_plan
@@ -53,6 +55,14 @@ PAYER = SigningKey.generate()
 GROUP = bytes(range(16))
 INBOX = bytes(range(32))
 REGISTRY = Registry([NodeEntry(NODE_ID, KEY.public_key, "http://127.0.0.1:1")])
+# Payloads of the official client (tests/e2e/clients/test_capture_payloads.py) as seeds.
+OFFICIAL = Path(__file__).parents[2] / "fixtures" / "official_client"
+KEY_PACKAGE_NOW_S = 1_795_470_000  # inside the captured key packages' lifetimes
+
+
+def official(kind: str) -> tuple[bytes, ...]:
+    """The captured client envelopes of one payload kind."""
+    return tuple(bytes.fromhex(line) for line in (OFFICIAL / f"{kind}.hex").read_text().split())
 
 
 M = TypeVar("M", bound=Message)
@@ -100,7 +110,14 @@ def _originator_envelope(data: bytes) -> None:
 def _mls_message(data: bytes) -> None:
     with contextlib.suppress(mls.MlsError):
         mls.parse_framing(data)
+    with contextlib.suppress(mls.MlsError):
+        mls.parse_group_message(data)
     mls.is_commit(data)
+
+
+def _key_package(data: bytes) -> None:
+    with contextlib.suppress(mls.MlsError):
+        parse_key_package(data, KEY_PACKAGE_NOW_S)
 
 
 def _chain_event(data: bytes) -> None:
@@ -186,11 +203,28 @@ def targets() -> list[Target]:
     cursor = envelopes_pb2.Cursor(node_id_to_sequence_id={100: 5}).SerializeToString()
     token = issue_token(KEY, NODE_ID, NODE_ID, 1_800_000_000).encode()
     client = envelopes_pb2.PayerEnvelope.FromString(_valid_payer()).unsigned_client_envelope
+    official_clients = tuple(
+        seed
+        for kind in ("group_message", "welcome_message", "upload_key_package", "identity_update")
+        for seed in official(kind)[:2]
+    )
+    group_messages = [envelopes_pb2.ClientEnvelope.FromString(c) for c in official("group_message")]
+    key_packages = [
+        envelopes_pb2.ClientEnvelope.FromString(c).upload_key_package.key_package
+        for c in official("upload_key_package")
+    ]
     return [
         Target("payer envelope", _payer_envelope, (_valid_payer(),)),
-        Target("client envelope", _client_envelope, (client,)),
+        Target("client envelope", _client_envelope, (client, *official_clients)),
         Target("originator envelope", _originator_envelope, (originator,)),
-        Target("mls framing", _mls_message, (framed, public)),
+        Target(
+            "mls message",
+            _mls_message,
+            (framed, public, *(c.group_message.v1.data for c in group_messages[:4])),
+        ),
+        Target(
+            "key package", _key_package, tuple(k.key_package_tls_serialized for k in key_packages)
+        ),
         Target("chain event payload", _chain_event, (framed, client)),
         Target("identity update", _identity_update, (b"",)),
         Target("subscribe stream frame", _stream_frame, (frame,)),
