@@ -116,3 +116,45 @@ def parse_key_package(data: bytes, now_s: int) -> KeyPackage:
     _verify(signature_key, b"LeafNodeTBS", leaf_tbs, leaf_signature, "leaf_node.signature")
     _verify(signature_key, b"KeyPackageTBS", package_tbs, package_signature, "signature")
     return KeyPackage(suite, init_key, signature_key, identity, not_before, not_after)
+
+
+def _sign(seed: bytes, label: bytes, content: bytes) -> bytes:
+    key = eddsa.import_private_key(seed)
+    sign_content = vector_bytes(b"MLS 1.0 " + label) + vector_bytes(content)
+    return bytes(eddsa.new(key, "rfc8032").sign(sign_content))
+
+
+def installation_key_of(seed: bytes) -> bytes:
+    """The Ed25519 public key of a 32-byte seed: the key package topic's identifier."""
+    point = eddsa.import_private_key(seed).public_key()
+    return bytes(point.export_key(format="raw"))
+
+
+def encode_key_package(seed: bytes, now_s: int, lifetime_s: int = 90 * 86_400) -> bytes:
+    """A key package that passes parse_key_package, signed with the Ed25519 seed (tests and
+    tools; its HPKE keys are stand-ins)."""
+    suite = 1
+    leaf_tbs = (
+        vector_bytes(b"\x01" * 32)  # encryption_key
+        + vector_bytes(installation_key_of(seed))
+        + CREDENTIAL_BASIC.to_bytes(2, "big")
+        + vector_bytes(b"xnode")
+        + vector_bytes(MLS10.to_bytes(2, "big"))  # capabilities.versions
+        + vector_bytes(suite.to_bytes(2, "big"))
+        + vector_bytes(b"")
+        + vector_bytes(b"")
+        + vector_bytes(CREDENTIAL_BASIC.to_bytes(2, "big"))
+        + bytes([LEAF_SOURCE_KEY_PACKAGE])
+        + now_s.to_bytes(8, "big")
+        + (now_s + lifetime_s).to_bytes(8, "big")
+        + vector_bytes(b"")  # leaf extensions
+    )
+    leaf = leaf_tbs + vector_bytes(_sign(seed, b"LeafNodeTBS", leaf_tbs))
+    package_tbs = (
+        MLS10.to_bytes(2, "big")
+        + suite.to_bytes(2, "big")
+        + vector_bytes(b"\x02" * 32)  # init_key
+        + leaf
+        + vector_bytes(b"")  # extensions
+    )
+    return package_tbs + vector_bytes(_sign(seed, b"KeyPackageTBS", package_tbs))

@@ -20,7 +20,7 @@ from xmtp.identity.associations import association_pb2, signature_pb2
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.api.client import NodeClient
+from xnode.api.client import NodeClient, mls_group_message
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import (
     IndexedEnvelope,
@@ -29,6 +29,7 @@ from xnode.core.envelopes import (
     parse_originator_envelope,
     validate_payer_envelope,
 )
+from xnode.core.key_packages import encode_key_package, installation_key_of
 from xnode.core.topics import Topic, TopicKind
 from xnode.store.misbehavior import MisbehaviorStore
 from xnode.store.replication import ReplicationStore
@@ -41,21 +42,27 @@ DAY_S = 86_400
 def client_envelope(
     kind: TopicKind, identifier: bytes, data: bytes
 ) -> envelopes_pb2.ClientEnvelope:
-    """A valid client envelope of `kind` on topic kind byte + `identifier` (32 bytes)."""
+    """A valid client envelope of `kind` on topic kind byte + `identifier` (32 bytes); for
+    key packages `identifier` is the installation's Ed25519 seed (the topic is its public
+    key) and `data` is not used; group messages carry `data` in an MLS PrivateMessage."""
+    if kind is TopicKind.KEY_PACKAGES:
+        aad = envelopes_pb2.AuthenticatedData(
+            target_topic=Topic(kind, installation_key_of(identifier)).raw
+        )
+        package = encode_key_package(identifier, int(time.time()) - 60)
+        upload = mls_pb2.UploadKeyPackageRequest(
+            key_package=mls_pb2.KeyPackageUpload(key_package_tls_serialized=package)
+        )
+        return envelopes_pb2.ClientEnvelope(aad=aad, upload_key_package=upload)
     aad = envelopes_pb2.AuthenticatedData(target_topic=Topic(kind, identifier).raw)
     if kind is TopicKind.GROUP_MESSAGES:
-        v1 = mls_pb2.GroupMessageInput.V1(data=data)
+        v1 = mls_pb2.GroupMessageInput.V1(data=mls_group_message(identifier, data))
         return envelopes_pb2.ClientEnvelope(aad=aad, group_message=mls_pb2.GroupMessageInput(v1=v1))
     if kind is TopicKind.WELCOME_MESSAGES:
         w1 = mls_pb2.WelcomeMessageInput.V1(installation_key=identifier, data=data)
         return envelopes_pb2.ClientEnvelope(
             aad=aad, welcome_message=mls_pb2.WelcomeMessageInput(v1=w1)
         )
-    if kind is TopicKind.KEY_PACKAGES:
-        upload = mls_pb2.UploadKeyPackageRequest(
-            key_package=mls_pb2.KeyPackageUpload(key_package_tls_serialized=data)
-        )
-        return envelopes_pb2.ClientEnvelope(aad=aad, upload_key_package=upload)
     action = association_pb2.IdentityAction(
         create_inbox=association_pb2.CreateInbox(
             initial_identifier="0xabc",

@@ -20,6 +20,7 @@ from xnode.api.errors import CURSOR_TRAILER
 from xnode.core import wire
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import parse_originator_envelope
+from xnode.core.key_packages import encode_key_package, installation_key_of
 from xnode.core.registry import Registry
 from xnode.core.topics import Topic, TopicKind
 from xnode.gateway.routing import available_nodes, failover_order
@@ -37,12 +38,14 @@ def order_for(network: Network, topic: bytes) -> list[int]:
 
 
 def key_package(installation: bytes) -> envelopes_pb2.ClientEnvelope:
+    """A key package on `installation`'s topic, signed with it (an Ed25519 seed)."""
+    package = encode_key_package(installation, int(time.time()) - 60)
     return envelopes_pb2.ClientEnvelope(
         aad=envelopes_pb2.AuthenticatedData(
-            target_topic=Topic(TopicKind.KEY_PACKAGES, installation).raw
+            target_topic=Topic(TopicKind.KEY_PACKAGES, installation_key_of(installation)).raw
         ),
         upload_key_package=mls_pb2.UploadKeyPackageRequest(
-            key_package=mls_pb2.KeyPackageUpload(key_package_tls_serialized=b"kp")
+            key_package=mls_pb2.KeyPackageUpload(key_package_tls_serialized=package)
         ),
     )
 
