@@ -114,7 +114,7 @@ def _check_group_message(data: bytes, topic: Topic) -> FramingHeader:
     """An MLS PublicMessage or PrivateMessage (RFC 9420 section 6) of the topic's group."""
     where = "group_message.v1.data"
     if not data:
-        raise Rejected(Reason.INVALID_PAYLOAD, f"{where}: group message has no v1 data")
+        raise Rejected(Reason.INVALID_PAYLOAD, "group message has no v1 data")
     try:
         framing = parse_group_message(data)
     except MlsError as exc:
@@ -135,7 +135,7 @@ def _check_welcome(welcome: mls_pb2.WelcomeMessageInput.V1, topic: Topic) -> Non
     only its addressing can be checked."""
     where = "welcome_message.v1"
     if not welcome.data:
-        raise Rejected(Reason.INVALID_PAYLOAD, f"{where}.data: welcome message has no v1 data")
+        raise Rejected(Reason.INVALID_PAYLOAD, "welcome message has no v1 data")
     if welcome.installation_key != topic.identifier:
         raise Rejected(
             Reason.TOPIC_MISMATCH,
@@ -147,7 +147,7 @@ def _check_welcome(welcome: mls_pb2.WelcomeMessageInput.V1, topic: Topic) -> Non
 def _check_key_package(data: bytes, topic: Topic, now_s: int) -> None:
     where = "upload_key_package.key_package.key_package_tls_serialized"
     if not data:
-        raise Rejected(Reason.INVALID_PAYLOAD, f"{where}: key package upload has no key package")
+        raise Rejected(Reason.INVALID_PAYLOAD, "key package upload has no key package")
     try:
         package = parse_key_package(data, now_s)
     except MlsError as exc:
