@@ -81,10 +81,11 @@ def test_a_group_message_of_another_group_is_refused() -> None:
     assert "group_message.v1.data" in refused(_with_data(client, bytes(data))).detail
 
 
-@pytest.mark.parametrize("data", [b"hi", b"\x00\x01\x00\x02", b"\x00\x01\x00\x03\x00", b""])
+@pytest.mark.parametrize("data", [b"hi", b"\x00\x01\x00\x02", b"\x00\x01\x00\x03\x00"])
 def test_garbage_group_messages_are_refused_naming_the_field(data: bytes) -> None:
     client = captured("group_message")[0]
     assert refused(_with_data(client, data)).detail.startswith("group_message.v1.data")
+    assert refused(_with_data(client, b"")).detail == "group message has no v1 data"
 
 
 def test_a_truncated_private_message_is_refused() -> None:
