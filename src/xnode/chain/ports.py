@@ -42,6 +42,10 @@ class ChainPayloadLookup(Protocol):
         """The highest stored sequence id of each (topic, chain originator); 0 when none."""
         ...
 
+    async def count_after(self, keys: Sequence[tuple[bytes, int, int]]) -> list[int]:
+        """Per (topic, chain originator, sequence id): how many stored payloads follow it."""
+        ...
+
     async def envelopes_by_transaction(
         self, transaction_hashes: Sequence[bytes]
     ) -> dict[tuple[bytes, int], bytes]:

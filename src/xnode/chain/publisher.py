@@ -39,6 +39,9 @@ log = structlog.get_logger(__name__)
 
 MAX_PAYLOAD_BYTES = 256 * 1024  # the contracts' MAX_PAYLOAD_SIZE
 RECEIPT_CHECK_S = 1.0
+# An application message made this many commits behind its group is still read by members:
+# libxmtp keeps 3 past epochs (XIP-49 4.2.1: beyond 3, messages are unreadable).
+MAX_PAST_COMMITS = 3
 AVAILABLE_GRACE_S = 2.0
 
 
@@ -129,10 +132,13 @@ class ChainPublisher:
         return [raw for _, raw in indexed]
 
     async def check_originated(self, envelopes: Sequence[ValidPayerEnvelope]) -> None:
-        """XIP-49 3.3.4 rule 2.4 for group messages this node originates: one that names a
-        chain payload must name the topic's latest commit, or it was made for a stale epoch
-        (ABORTED, with the node's cursor). An empty dependency is not a stale one. When the
-        index is behind, the ones that name a chain payload are refused UNAVAILABLE."""
+        """XIP-49 3.3.4 rule 2.4 for group messages this node originates, as far as the
+        official client allows: one that names a chain payload more than MAX_PAST_COMMITS
+        commits behind the topic's latest was made for an epoch its group no longer reads
+        (ABORTED, with the node's cursor). libxmtp 1.10.0 sends a message right after its own
+        commit still naming the one before, so a dependency that is merely not the latest is
+        accepted. An empty dependency is not a stale one. When the index is behind, or has
+        not reached the named payload, the ones that name a chain payload are UNAVAILABLE."""
         named = [(i, e, chain_dependency(e)) for i, e in enumerate(envelopes)]
         named = [(i, e, claimed) for i, e, claimed in named if claimed]
         if not named:
@@ -142,24 +148,23 @@ class ChainPublisher:
             raise Rejected(
                 Reason.UNAVAILABLE, f"cannot check depends_on against the chain now: {reason}"
             ).at(named[0][0])
-        keys = [(e.topic.raw, GROUP_MESSAGES_ORIGINATOR) for _, e, _ in named]
-        latest = await self._store.latest_sequence_ids(keys)
-        for (i, envelope, claimed), top in zip(named, latest, strict=True):
-            if claimed == top:
-                continue
+        keys = [(e.topic.raw, GROUP_MESSAGES_ORIGINATOR, claimed) for _, e, claimed in named]
+        later = await self._store.count_after(keys)
+        for (i, envelope, claimed), behind in zip(named, later, strict=True):
             if claimed > self._node_cursor().get(GROUP_MESSAGES_ORIGINATOR, 0):
                 raise Rejected(
                     Reason.UNAVAILABLE,
                     f"depends_on[{GROUP_MESSAGES_ORIGINATOR}] is {claimed}, which this node's "
                     "chain index has not reached yet; retry",
                 ).at(i)
-            raise Rejected(
-                Reason.CHAIN_DEPENDS_ON_MISMATCH,
-                f"depends_on[{GROUP_MESSAGES_ORIGINATOR}] is {claimed}, but the latest commit "
-                f"on topic {envelope.topic} is {GROUP_MESSAGES_ORIGINATOR}:{top} "
-                f"(epoch {envelope.framing.epoch if envelope.framing else '?'} is stale)",
-                cursor=self._node_cursor(),
-            ).at(i)
+            if behind > MAX_PAST_COMMITS:
+                raise Rejected(
+                    Reason.CHAIN_DEPENDS_ON_MISMATCH,
+                    f"depends_on[{GROUP_MESSAGES_ORIGINATOR}] is {claimed}, {behind} commits "
+                    f"behind the latest on topic {envelope.topic} (at most {MAX_PAST_COMMITS}"
+                    " are still read by the group)",
+                    cursor=self._node_cursor(),
+                ).at(i)
 
     # --- building and checking -----------------------------------------------------------
 

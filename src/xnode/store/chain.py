@@ -109,6 +109,14 @@ FROM unnest($1::bytea[], $2::int[]) WITH ORDINALITY AS t(topic, originator, i)
 ORDER BY t.i
 """
 
+_COUNT_AFTER = """
+SELECT (SELECT count(*) FROM originator_envelopes e
+        WHERE e.topic = t.topic AND e.originator_node_id = t.originator
+          AND e.originator_sequence_id > t.after)
+FROM unnest($1::bytea[], $2::int[], $3::bigint[]) WITH ORDINALITY AS t(topic, originator, after, i)
+ORDER BY t.i
+"""
+
 _BY_TRANSACTION = """
 SELECT p.transaction_hash, p.log_index, e.envelope
 FROM chain_payloads p
@@ -254,6 +262,13 @@ class ChainStore:
         """The highest stored sequence id of each (topic, chain originator); 0 when none."""
         rows = await self.pool.fetch(_LATEST_ON_TOPIC, [k[0] for k in keys], [k[1] for k in keys])
         return [r[0] or 0 for r in rows]
+
+    async def count_after(self, keys: Sequence[tuple[bytes, int, int]]) -> list[int]:
+        """Per (topic, chain originator, sequence id): how many stored payloads follow it."""
+        rows = await self.pool.fetch(
+            _COUNT_AFTER, [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]
+        )
+        return [int(r[0]) for r in rows]
 
     async def envelopes_by_transaction(
         self, transaction_hashes: Sequence[bytes]
