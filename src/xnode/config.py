@@ -23,6 +23,12 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="XNODE_", extra="ignore")
 
     listen_address: str = Field("127.0.0.1:5050", description="gRPC listen host:port")
+    http_listen_address: str = Field(
+        "", description="gRPC-web and HTTP/JSON (/mls/v2/...) host:port; empty: off"
+    )
+    http_cors_origins: str = Field(
+        "", description="Origins browsers may call the HTTP port from, comma-separated; * any"
+    )
     database_dsn: str = Field(
         "postgresql://postgres@127.0.0.1:5432/xnode", description="PostgreSQL DSN"
     )
@@ -208,7 +214,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"expected 20-byte 0x addresses, got 0x{address.hex()}")
         return value
 
-    @field_validator("listen_address", "metrics_address")
+    @field_validator("listen_address", "metrics_address", "http_listen_address")
     @classmethod
     def _host_port(cls, value: str) -> str:
         if value and not value.rpartition(":")[2].isdigit():
@@ -222,6 +228,10 @@ class Settings(BaseSettings):
                 "no signer key: set XNODE_SIGNER_KEY or XNODE_SIGNER_KEY_FILE (see `xnode keygen`)"
             )
         return key
+
+    @property
+    def cors_origins(self) -> list[str]:
+        return cors_origins(self.http_cors_origins)
 
     @property
     def chain_enabled(self) -> bool:
@@ -308,6 +318,10 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     return from_args(Settings, args)
+
+
+def cors_origins(setting: str) -> list[str]:
+    return [o.strip() for o in setting.split(",") if o.strip()]
 
 
 def key_from(secret: SecretStr | None, path: Path | None) -> SigningKey | None:

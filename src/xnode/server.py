@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
 import grpc
@@ -16,12 +17,13 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from xnode.api.auth import NodeAuthInterceptor
+from xnode.api.auth import PROTECTED_METHODS, NodeAuthInterceptor
 from xnode.api.fees import SERVICE_NAME as FEES_SERVICE
 from xnode.api.fees import FeesService
 from xnode.api.forks import SERVICE_NAME as FORK_SERVICE
 from xnode.api.forks import ForkService, add_fork_service
 from xnode.api.health import GrpcHealthBoard, health_dependencies
+from xnode.api.http import NODE_JSON_ROUTES, HttpApi, health_handler, methods_of, serve_http
 from xnode.api.logs import SERVICE_NAME as LOG_SERVICE
 from xnode.api.logs import LogService, add_log_service
 from xnode.api.misbehavior import MisbehaviorService
@@ -142,6 +144,7 @@ class Node:
     chain: ChainServices | None
     health: HealthMonitor
     cleanup: AsyncExitStack = field(default_factory=AsyncExitStack)
+    http_address: str | None = None  # gRPC-web and JSON, when http_listen_address is set
 
     async def stop(self) -> None:
         log.info("node_stopping", node_id=self.node_id)
@@ -299,12 +302,22 @@ async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: Async
     stack.push_async_callback(issuer.stop)
     issuer.start()
     parts = NodeParts(store, state, originator, reports, registry, chain_parts, logs)
-    address, health = await _serve(settings, node_id, parts, tls.served, stack)
+    address, http_address, health = await _serve(settings, node_id, parts, tls.served, stack)
     if replication is not None:
         await replication.start()
     # Runs first when the node stops: health says NOT_SERVING before anything drains.
     stack.push_async_callback(health.drain)
-    return Node(node_id, address, state, pool, registry, replication, chain_parts, health.monitor)
+    return Node(
+        node_id,
+        address,
+        state,
+        pool,
+        registry,
+        replication,
+        chain_parts,
+        health.monitor,
+        http_address=http_address,
+    )
 
 
 async def _recover_own_log(
@@ -361,7 +374,7 @@ async def _serve(
     parts: NodeParts,
     tls: ServerTls | None,
     stack: AsyncExitStack,
-) -> tuple[str, NodeHealth]:
+) -> tuple[str, str | None, NodeHealth]:
     """Metrics, then the gRPC server with its health following the dependencies."""
     if settings.metrics_address:
         try:
@@ -399,10 +412,13 @@ async def _serve(
         logs = LogService(queries)
     query = Query(store, chain.store if chain else None, limits)
     service = EnvelopeService(publish, query, subscribe, auth.caller)
+    misbehavior = MisbehaviorService(
+        parts.reports, lambda: current_registry().keys(), limits, auth.caller
+    )
     server, health_servicer, address = _grpc_server(
         settings,
         service,
-        MisbehaviorService(parts.reports, lambda: current_registry().keys(), limits, auth.caller),
+        misbehavior,
         auth,
         FeesService(node_id, settings.fee_schedule()),
         logs,
@@ -411,6 +427,10 @@ async def _serve(
     )
     serving = GrpcServing(server, subscribe, admission, settings.shutdown_grace_seconds)
     stack.push_async_callback(serving.stop)
+    handlers = [*envelope_handlers(service), misbehavior_handlers(misbehavior)]
+    http_address = await _serve_http(settings, [*handlers, health_handler(health_servicer)], stack)
+    if http_address is not None:
+        stack.callback(subscribe.close_all)  # HTTP streams end before the HTTP port waits on them
     probe = PostgresProbe(settings.database_dsn)
     stack.callback(probe.close)
     dependencies = health_dependencies(chain is not None)
@@ -424,7 +444,27 @@ async def _serve(
     stack.push_async_callback(monitor.stop)
     await monitor.start()
     await serving.start()
-    return address, NodeHealth(monitor, health_servicer)
+    return address, http_address, NodeHealth(monitor, health_servicer)
+
+
+async def _serve_http(
+    settings: Settings, handlers: list[grpc.GenericRpcHandler[Any, Any]], stack: AsyncExitStack
+) -> str | None:
+    """gRPC-web and JSON on http_listen_address, over the gRPC server's own handlers."""
+    if not settings.http_listen_address:
+        return None
+    api = HttpApi(
+        methods_of(handlers, excluded=PROTECTED_METHODS),
+        NODE_JSON_ROUTES,
+        settings.cors_origins,
+        settings.max_message_mib * 1024 * 1024,
+    )
+    try:
+        http = await serve_http(api, settings.http_listen_address, settings.shutdown_grace_seconds)
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {settings.http_listen_address}: {exc}") from exc
+    stack.push_async_callback(http.stop)
+    return http.address
 
 
 def _metrics_tls(tls: ServerTls | None) -> MetricsTls | None:

@@ -5,12 +5,21 @@ from __future__ import annotations
 import asyncio
 import signal
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from xnode.api.http import (
+    GATEWAY_JSON_ROUTES,
+    HttpApi,
+    HttpServer,
+    health_handler,
+    methods_of,
+    serve_http,
+)
 from xnode.chain.node import ChainConnection, connect_chain
 from xnode.chain.verify import ChainSetupError
 from xnode.core.registry import Registry
@@ -37,10 +46,17 @@ class Gateway:
     channels: NodeChannels
     chain: ChainConnection | None
     grace_s: float
+    http: HttpServer | None = None  # gRPC-web and JSON, when http_listen_address is set
+
+    @property
+    def http_address(self) -> str | None:
+        return self.http.address if self.http is not None else None
 
     async def stop(self) -> None:
         log.info("gateway_stopping", address=self.address)
         self.health.enter_graceful_shutdown()
+        if self.http is not None:
+            await self.http.stop()
         await self.server.stop(self.grace_s)  # in-flight publishes finish within the grace
         await self.registry.stop()
         await self.channels.close()
@@ -110,7 +126,8 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
             ("grpc.http2.max_pings_without_data", 0),
         ]
     )
-    server.add_generic_rpc_handlers([payer_handlers(PayerService(registry, publisher))])
+    payer = payer_handlers(PayerService(registry, publisher))
+    server.add_generic_rpc_handlers([payer])
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE):
@@ -127,6 +144,11 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
     if port == 0:
         await registry.stop()
         raise StartupError(f"cannot listen on {settings.listen_address}")
+    try:
+        http = await _serve_http(settings, [payer, health_handler(health_servicer)])
+    except BaseException:
+        await registry.stop()
+        raise
     await server.start()
     address = f"{settings.listen_address.rpartition(':')[0]}:{port}"
     log.info(
@@ -143,7 +165,26 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
         channels,
         chain,
         settings.shutdown_grace_seconds,
+        http,
     )
+
+
+async def _serve_http(
+    settings: GatewaySettings, handlers: list[grpc.GenericRpcHandler[Any, Any]]
+) -> HttpServer | None:
+    """gRPC-web and JSON on http_listen_address, over the gRPC server's own handlers."""
+    if not settings.http_listen_address:
+        return None
+    api = HttpApi(
+        methods_of(handlers),
+        GATEWAY_JSON_ROUTES,
+        settings.cors_origins,
+        settings.max_message_mib * 1024 * 1024,
+    )
+    try:
+        return await serve_http(api, settings.http_listen_address, settings.shutdown_grace_seconds)
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {settings.http_listen_address}: {exc}") from exc
 
 
 async def run_gateway(settings: GatewaySettings) -> None:

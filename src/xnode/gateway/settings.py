@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from xnode.config import Settings, add_flags, from_args, key_from
+from xnode.config import Settings, add_flags, cors_origins, from_args, key_from
 from xnode.core.crypto import SigningKey
 
 ENV_PREFIX = "XNODE_GATEWAY_"
@@ -22,6 +22,12 @@ class GatewaySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     listen_address: str = Field("127.0.0.1:5040", description="gRPC listen host:port")
+    http_listen_address: str = Field(
+        "", description="gRPC-web and HTTP/JSON (/mls/v2/payer/...) host:port; empty: off"
+    )
+    http_cors_origins: str = Field(
+        "", description="Origins browsers may call the HTTP port from, comma-separated; * any"
+    )
     payer_key: SecretStr | None = Field(
         None, description="Payer secp256k1 private key, hex (or use payer_key_file)"
     )
@@ -71,12 +77,21 @@ class GatewaySettings(BaseSettings):
     log_level: str = Field("info", description="debug, info, warning or error")
     log_format: Literal["console", "json"] = Field("console", description="console or json")
 
+    @field_validator("http_listen_address")
+    @classmethod
+    def _optional_host_port(cls, value: str) -> str:
+        return cls._host_port(value) if value else value
+
     @field_validator("listen_address")
     @classmethod
     def _host_port(cls, value: str) -> str:
         if not value.rpartition(":")[2].isdigit():
             raise ValueError(f"expected host:port, got {value!r}")
         return value
+
+    @property
+    def cors_origins(self) -> list[str]:
+        return cors_origins(self.http_cors_origins)
 
     def payer_signing_key(self) -> SigningKey:
         key = key_from(self.payer_key, self.payer_key_file)
