@@ -34,6 +34,7 @@ GRPC_WEB = "application/grpc-web+proto"
 _DATA, _TRAILER = 0x00, 0x80
 _FRAME_HEADER = struct.Struct(">BI")
 EXPOSED_HEADERS = "grpc-status, grpc-message"
+CORS_ORIGIN = web.RequestKey("cors_origin", str)  # the allowed Origin of this request
 
 # google.rpc.Code -> HTTP, as grpc-gateway maps them.
 HTTP_STATUS = {
@@ -301,11 +302,12 @@ class HttpApi:
                     }
                 )
             return response
-        request["cors_origin"] = origin
+        if origin is not None:
+            request[CORS_ORIGIN] = origin
         return await handler(request)
 
     def _cors_headers(self, request: web.Request) -> dict[str, str]:
-        origin = request.get("cors_origin")
+        origin = request.get(CORS_ORIGIN)
         if origin is None:
             return {}
         return {

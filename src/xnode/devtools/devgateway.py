@@ -11,6 +11,7 @@ from pathlib import Path
 from xnode.gateway.settings import ENV_PREFIX
 
 GATEWAY_PORT = 5040  # below the nodes' 5050, 5051, ...
+GATEWAY_HTTP_PORT = 5140  # gRPC-web and JSON, below the nodes' 5150, 5151, ...
 
 
 def gateway_env(node_registry_env: dict[str, str]) -> dict[str, str]:

@@ -29,7 +29,7 @@ from rich.table import Table
 from xnode.core.crypto import SigningKey
 from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.certs import devnet_ca
-from xnode.devtools.devgateway import GATEWAY_PORT, spawn_gateway
+from xnode.devtools.devgateway import GATEWAY_HTTP_PORT, GATEWAY_PORT, spawn_gateway
 from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_cluster
 from xnode.tls import ClientTls, open_blocking_channel, target_of
 
@@ -38,6 +38,7 @@ console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 ANVIL_PORT = 8545  # what `xnode chain ...` talks to by default
 METRICS_PORT = 9464
+HTTP_PORT = 5150  # gRPC-web and JSON of node 100; 5151 for node 200, ...
 FUND_WEI = 10**21  # 1000 ETH per node signer: chain publishes (commits, identity updates)
 
 
@@ -51,6 +52,7 @@ class DevNode:
     address: str  # host:port it listens on
     url: str  # its registry address: http:// or, with --tls, https://
     metrics: str
+    http: str  # gRPC-web and JSON (/mls/v2/...)
     dsn: str
     key_file: str
     public_key: str
@@ -121,6 +123,7 @@ def plan_nodes(
                 address=address,
                 url=f"{scheme}://{address}",
                 metrics=f"127.0.0.1:{_port_or_free(METRICS_PORT + i)}",
+                http=f"127.0.0.1:{_port_or_free(HTTP_PORT + i)}",
                 dsn=cluster.dsn(database),
                 key_file=str(key_file),
                 public_key="0x" + key.public_key.hex(),
@@ -167,6 +170,8 @@ def _spawn(
         "XNODE_DATABASE_DSN": node.dsn,
         "XNODE_SIGNER_KEY_FILE": node.key_file,
         "XNODE_METRICS_ADDRESS": node.metrics,
+        "XNODE_HTTP_LISTEN_ADDRESS": node.http,
+        "XNODE_HTTP_CORS_ORIGINS": "*",  # a development network: any page may call it
     }
     log = (state / f"node-{node.node_id}.log").open("ab")
     # Its own session: Ctrl-C reaches only the devnet, which stops nodes in order.
@@ -201,16 +206,19 @@ def _print_table(
     cluster: PgCluster,
     chain_url: str,
     state: Path,
-    gateway: str,
+    gateway: tuple[str, str],
     ca_file: Path | None,
 ) -> None:
     table = Table(title="xnode devnet")
-    for column in ("node id", "gRPC", "metrics", "database"):
+    for column in ("node id", "gRPC", "gRPC-web and JSON", "metrics", "database"):
         table.add_column(column)
     for n in nodes:
         metrics = f"{'https' if ca_file else 'http'}://{n.metrics}/metrics"
-        table.add_row(str(n.node_id), n.url if ca_file else n.address, metrics, n.dsn)
-    table.add_row("gateway", gateway, "", "(PayerApi: clients publish here)")
+        grpc_address = n.url if ca_file else n.address
+        table.add_row(str(n.node_id), grpc_address, f"http://{n.http}", metrics, n.dsn)
+    table.add_row(
+        "gateway", gateway[0], f"http://{gateway[1]}", "", "(PayerApi: clients publish here)"
+    )
     console.print(table)
     console.print(
         f"Postgres: {cluster.dsn()}  chain: {chain_url}  logs: {state}/node-*.log, gateway.log"
@@ -298,8 +306,11 @@ def run_devnet(args: argparse.Namespace) -> int:
         gateway_registry_env = registry_env | (
             {"XNODE_TLS_CA_FILE": str(ca_file)} if ca_file else {}
         )
+        gateway_http = f"127.0.0.1:{_port_or_free(GATEWAY_HTTP_PORT)}"
+        # Passed as XNODE_GATEWAY_HTTP_* (spawn_gateway renames the nodes' settings).
+        http_env = {"XNODE_HTTP_LISTEN_ADDRESS": gateway_http, "XNODE_HTTP_CORS_ORIGINS": "*"}
         processes.append(
-            spawn_gateway(state, gateway, gateway_key_file(state), gateway_registry_env)
+            spawn_gateway(state, gateway, gateway_key_file(state), gateway_registry_env | http_env)
         )
         with console.status(f"starting {len(nodes)} node(s) and the gateway"):
             for name, address, tls, proc in [
@@ -313,9 +324,13 @@ def run_devnet(args: argparse.Namespace) -> int:
                     console.print(f"[red]{name} did not start; see its log in {state}")
                     return 1
         description = json.loads(_describe(nodes, cluster, chain.describe(), ca_file))
-        description["gateway"] = {"address": gateway, "url": f"http://{gateway}"}
+        description["gateway"] = {
+            "address": gateway,
+            "url": f"http://{gateway}",
+            "http": f"http://{gateway_http}",
+        }
         (state / "devnet.json").write_text(json.dumps(description, indent=2))
-        _print_table(nodes, cluster, chain.url, state, gateway, ca_file)
+        _print_table(nodes, cluster, chain.url, state, (gateway, gateway_http), ca_file)
         while not stop_requested:
             if any(p.poll() is not None for p in processes):
                 console.print("[red]a node exited; stopping the network (see its log)")

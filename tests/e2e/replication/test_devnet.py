@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import grpc
 import pytest
 
@@ -93,6 +95,15 @@ async def test_devnet_replicates_and_ctrl_c_loses_nothing(state: Path) -> None:
         assert await gateway_nodes(first["gateway"]["address"]) == {
             n: f"http://{nodes[n]['address']}" for n in nodes
         }
+        # gRPC-web and JSON are on in the devnet, at the addresses devnet.json gives.
+        query = {"query": {"topics": [base64.b64encode(b"\x00" + GROUP).decode()]}}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(
+                f"http://{nodes[200]['http']}/mls/v2/query-envelopes", json=query
+            ) as r:
+                assert len((await r.json())["envelopes"]) == 2
+            async with http.post(first["gateway"]["http"] + "/mls/v2/payer/get-nodes") as r:
+                assert sorted((await r.json())["nodes"]) == ["100", "200"]
     finally:
         code = interrupt(proc)
     assert code == 0
