@@ -308,7 +308,12 @@ def run_devnet(args: argparse.Namespace) -> int:
         )
         gateway_http = f"127.0.0.1:{_port_or_free(GATEWAY_HTTP_PORT)}"
         # Passed as XNODE_GATEWAY_HTTP_* (spawn_gateway renames the nodes' settings).
-        http_env = {"XNODE_HTTP_LISTEN_ADDRESS": gateway_http, "XNODE_HTTP_CORS_ORIGINS": "*"}
+        http_env = {
+            "XNODE_HTTP_LISTEN_ADDRESS": gateway_http,
+            "XNODE_HTTP_CORS_ORIGINS": "*",
+            # Browsers asking the HTTP port for nodes get the nodes' gRPC-web ports.
+            "XNODE_HTTP_NODE_URLS": ",".join(f"{n.node_id}=http://{n.http}" for n in nodes),
+        }
         processes.append(
             spawn_gateway(state, gateway, gateway_key_file(state), gateway_registry_env | http_env)
         )

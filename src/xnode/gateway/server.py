@@ -145,7 +145,11 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
         await registry.stop()
         raise StartupError(f"cannot listen on {settings.listen_address}")
     try:
-        http = await _serve_http(settings, [payer, health_handler(health_servicer)])
+        http_payer = payer
+        if settings.node_http_urls is not None:
+            service = PayerService(registry, publisher, settings.node_http_urls)
+            http_payer = payer_handlers(service)
+        http = await _serve_http(settings, [http_payer, health_handler(health_servicer)])
     except BaseException:
         await registry.stop()
         raise

@@ -5,6 +5,7 @@ a reason instead of an opaque INTERNAL."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
@@ -29,16 +30,24 @@ def _identity(data: bytes) -> bytes:
 
 
 class PayerService:
-    def __init__(self, registry: RegistrySource, publisher: Publisher) -> None:
+    def __init__(
+        self,
+        registry: RegistrySource,
+        publisher: Publisher,
+        node_urls: Mapping[int, str] | None = None,
+    ) -> None:
+        """`node_urls`, when given, replaces the registry's URLs (and lists only those nodes):
+        browsers speak gRPC-web, which nodes serve on their HTTP port, not the registry's."""
         self._registry = registry
         self._publisher = publisher
+        self._node_urls = node_urls
 
     async def GetNodes(self, request: bytes, context: Context) -> bytes:
         """The enabled nodes, id -> URL with scheme: clients read from them directly."""
-        nodes = available_nodes(self._registry.current())
-        return payer_api.GetNodesResponse(
-            nodes={n.node_id: n.http_address for n in nodes}
-        ).SerializeToString(deterministic=True)
+        nodes = {n.node_id: n.http_address for n in available_nodes(self._registry.current())}
+        if self._node_urls is not None:
+            nodes = {i: self._node_urls[i] for i in nodes if i in self._node_urls}
+        return payer_api.GetNodesResponse(nodes=nodes).SerializeToString(deterministic=True)
 
     async def PublishClientEnvelopes(self, request: bytes, context: Context) -> bytes:
         try:

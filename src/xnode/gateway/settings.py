@@ -28,6 +28,11 @@ class GatewaySettings(BaseSettings):
     http_cors_origins: str = Field(
         "", description="Origins browsers may call the HTTP port from, comma-separated; * any"
     )
+    http_node_urls: str = Field(
+        "",
+        description="GetNodes on the HTTP port: id=URL of each node's gRPC-web port, "
+        "comma-separated (empty: the registry's URLs)",
+    )
     payer_key: SecretStr | None = Field(
         None, description="Payer secp256k1 private key, hex (or use payer_key_file)"
     )
@@ -82,6 +87,15 @@ class GatewaySettings(BaseSettings):
     def _optional_host_port(cls, value: str) -> str:
         return cls._host_port(value) if value else value
 
+    @field_validator("http_node_urls")
+    @classmethod
+    def _node_urls(cls, value: str) -> str:
+        for item in filter(None, (i.strip() for i in value.split(","))):
+            node_id, sep, url = item.partition("=")
+            if not (sep and node_id.strip().isdigit() and "://" in url):
+                raise ValueError(f"expected id=scheme://host:port, got {item!r}")
+        return value
+
     @field_validator("listen_address")
     @classmethod
     def _host_port(cls, value: str) -> str:
@@ -92,6 +106,13 @@ class GatewaySettings(BaseSettings):
     @property
     def cors_origins(self) -> list[str]:
         return cors_origins(self.http_cors_origins)
+
+    @property
+    def node_http_urls(self) -> dict[int, str] | None:
+        if not self.http_node_urls:
+            return None
+        pairs = (item.split("=", 1) for item in self.http_node_urls.split(",") if item.strip())
+        return {int(node_id): url.strip() for node_id, url in pairs}
 
     def payer_signing_key(self) -> SigningKey:
         key = key_from(self.payer_key, self.payer_key_file)

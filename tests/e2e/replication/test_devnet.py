@@ -103,7 +103,10 @@ async def test_devnet_replicates_and_ctrl_c_loses_nothing(state: Path) -> None:
             ) as r:
                 assert len((await r.json())["envelopes"]) == 2
             async with http.post(first["gateway"]["http"] + "/mls/v2/payer/get-nodes") as r:
-                assert sorted((await r.json())["nodes"]) == ["100", "200"]
+                # Over HTTP, the nodes' gRPC-web ports: what a browser can reach.
+                assert (await r.json())["nodes"] == {
+                    str(n): f"http://{nodes[n]['http']}" for n in nodes
+                }
     finally:
         code = interrupt(proc)
     assert code == 0

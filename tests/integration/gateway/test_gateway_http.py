@@ -51,3 +51,21 @@ async def test_get_nodes_and_publish_over_grpc_web_and_json(
     got = parse_originator_envelope(answer.SerializeToString())
     assert got.payer_envelope.unsigned_client_envelope == message.SerializeToString()
     assert bad[0] == 400 and "does not parse as" in bad[1]
+
+
+async def test_get_nodes_on_the_http_port_lists_the_nodes_grpc_web_urls(
+    network: Network, gateway_for: Any
+) -> None:
+    gateway = await gateway_for(
+        http_listen_address=f"127.0.0.1:{free_port()}",
+        http_node_urls="100=http://127.0.0.1:5150, 300=http://127.0.0.1:5152",
+    )
+    base = f"http://{gateway.gateway.http_address}"
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(base + "/mls/v2/payer/get-nodes", data="{}") as r,
+    ):
+        over_http = json_format.ParseDict(await r.json(), payer_api.GetNodesResponse())
+    assert dict(over_http.nodes) == {100: "http://127.0.0.1:5150", 300: "http://127.0.0.1:5152"}
+    # The gRPC port keeps the registry's URLs.
+    assert await gateway.nodes() == {n: f"http://{a}" for n, a in network.addresses.items()}
