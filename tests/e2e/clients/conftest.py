@@ -42,7 +42,9 @@ class ClientNetwork:
     gateways: list[GatewayProcess] = field(default_factory=list)
 
 
-def _spawn_gateway(chain: ChainEnv, tmp_path: Path, index: int) -> GatewayProcess:
+def _spawn_gateway(
+    chain: ChainEnv, tmp_path: Path, index: int, **extra_env: str
+) -> GatewayProcess:
     address = f"127.0.0.1:{free_port()}"
     log = tmp_path / f"gateway-{index}.log"
     env = {
@@ -55,6 +57,7 @@ def _spawn_gateway(chain: ChainEnv, tmp_path: Path, index: int) -> GatewayProces
         "XNODE_GATEWAY_CHAIN_POLL_SECONDS": "0.1",
         "XNODE_GATEWAY_NODE_DOWN_SECONDS": "30",
         "XNODE_GATEWAY_LOG_FORMAT": "json",
+        **extra_env,
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "xnode.cli", "gateway"],

@@ -1,0 +1,158 @@
+"""A real browser: Debian's headless Chromium, driven by Playwright (PyPI) with the system
+browser, opens a page bundled with `@xmtp/browser-sdk@7.1.0` (page/, esbuild). The page
+creates a client through gRPC-web (a node's and the gateway's HTTP port), a Python-bindings
+user makes a group with it, and the page shows the group's messages. The screenshot is saved
+to tests/e2e/browser/artifacts/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import xmtp_bindings.xmtpv3 as xmtp
+from aiohttp import web
+
+from tests.e2e.clients.conftest import _spawn_gateway
+from tests.e2e.clients.xmtp_users import group_options, new_user, until
+from tests.e2e.replication.conftest import ChainNetwork
+from xnode.core.crypto import SigningKey
+from xnode.devtools.devnet import wait_serving
+from xnode.devtools.postgres import free_port
+
+pytestmark = pytest.mark.slow
+PAGE = Path(__file__).parent / "page"
+ARTIFACTS = Path(__file__).parent / "artifacts"
+CONTENT_TYPES = {".js": "text/javascript", ".wasm": "application/wasm", ".html": "text/html"}
+
+
+def system_chromium() -> str:
+    """Debian's chromium; installed here when root, never downloaded by Playwright."""
+    found = shutil.which("chromium")
+    if found is None and os.geteuid() == 0:
+        subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], check=True)
+        found = shutil.which("chromium")
+    if found is None:
+        pytest.fail("Debian's chromium is missing and this is not root: apt-get install chromium")
+    return found
+
+
+def build_page() -> Path:
+    subprocess.run([str(PAGE / "build.sh")], check=True)
+    return PAGE / "dist"
+
+
+@pytest.fixture
+async def page_url() -> AsyncIterator[str]:
+    """dist/ over HTTP; the SDK loads its workers without an extension (./workers/client)."""
+    dist = build_page()
+
+    async def serve(request: web.Request) -> web.StreamResponse:
+        path = dist / request.match_info["path"]
+        if not path.is_file():
+            path = path.with_name(path.name + ".js")
+        if not path.is_file() or dist not in path.resolve().parents:
+            raise web.HTTPNotFound()
+        content_type = CONTENT_TYPES.get(path.suffix, "application/octet-stream")
+        return web.FileResponse(path, headers={"Content-Type": content_type})
+
+    app = web.Application()
+    app.router.add_get("/{path:.*}", serve)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    yield f"http://127.0.0.1:{port}"
+    await runner.cleanup()
+
+
+async def test_browser_sdk_joins_a_python_users_group_over_grpc_web(
+    chain_network: ChainNetwork, page_url: str, tmp_path: Path
+) -> None:
+    chromium = system_chromium()
+    http = {n: f"127.0.0.1:{free_port()}" for n in chain_network.addresses}
+    for node_id, address in http.items():
+        chain_network.start(node_id, http_listen_address=address, http_cors_origins="*")
+    gateway_http = f"127.0.0.1:{free_port()}"
+    gateway = _spawn_gateway(
+        chain_network.chain,
+        tmp_path,
+        0,
+        XNODE_GATEWAY_HTTP_LISTEN_ADDRESS=gateway_http,
+        XNODE_GATEWAY_HTTP_CORS_ORIGINS="*",
+        XNODE_GATEWAY_HTTP_NODE_URLS=",".join(f"{n}=http://{a}" for n, a in http.items()),
+    )
+    try:
+        assert wait_serving(gateway.address, 60), gateway.output()[-3000:]
+        node = f"http://{chain_network.addresses[200]}"  # the Python user's node (gRPC)
+        await _conversation(
+            chromium, page_url, http[100], gateway_http, (node, gateway.url), tmp_path
+        )
+    finally:
+        gateway.proc.kill()
+        gateway.proc.wait(30)
+
+
+async def _conversation(
+    chromium: str,
+    page_url: str,
+    node_http: str,
+    gateway_http: str,
+    python_urls: tuple[str, str],
+    tmp: Path,
+) -> None:
+    from playwright.async_api import async_playwright
+
+    key = SigningKey.generate()
+    query = f"key=0x{key.hex()}&node=http://{node_http}&gateway=http://{gateway_http}"
+    console: list[str] = []
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=chromium, headless=True, args=["--no-sandbox"]
+        )
+        page = await browser.new_page()
+        page.on("console", lambda m: console.append(m.text))
+        await page.goto(f"{page_url}/index.html?{query}")
+
+        async def registered() -> str | None:
+            status = await page.text_content("#status")
+            assert status is None or not status.startswith("error"), f"{status}; {console}"
+            return await page.text_content("#inbox") or None
+
+        inbox = await until("the browser registers", registered, within_s=180)
+        alice = new_user("alice", tmp / "users", *python_urls)
+        try:
+            await _python_side(alice, key, inbox)
+
+            async def shown() -> str | None:
+                text = await page.text_content("#messages") or ""
+                return text if "from python" in text else None
+
+            messages = await until("the page shows the group", shown, within_s=120)
+            ARTIFACTS.mkdir(exist_ok=True)
+            await page.screenshot(path=str(ARTIFACTS / "browser-group.png"))
+        finally:
+            alice.close()
+            await browser.close()
+    assert messages.splitlines() == ["hello browser", "from python"]
+
+
+async def _python_side(alice: Any, browser_key: SigningKey, inbox: str) -> None:
+    await alice.connect()
+    identifier = xmtp.FfiIdentifier(
+        identifier="0x" + browser_key.address.hex(),
+        identifier_kind=xmtp.FfiIdentifierKind.ETHEREUM,
+    )
+
+    async def found() -> str | None:
+        result: str | None = await alice.client.find_inbox_id(identifier)
+        return result
+
+    assert await until("alice finds the browser", found) == inbox
+    group = await alice.client.conversations().create_group([inbox], group_options())
+    await group.send_text("hello browser")
+    await group.send_text("from python")
