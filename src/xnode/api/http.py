@@ -25,7 +25,7 @@ import grpc
 import structlog
 from aiohttp import web
 from google.protobuf import descriptor_pool, json_format, message_factory
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 from grpc_health.v1 import health, health_pb2
 
 log = structlog.get_logger(__name__)
@@ -179,9 +179,24 @@ def health_handler(servicer: health.HealthServicer) -> grpc.GenericRpcHandler[An
     return grpc.method_handlers_generic_handler(HEALTH_SERVICE, {"Check": check})
 
 
+def _deserialized(method: Method, data: bytes) -> Any:
+    """As grpc would decode it; a message that does not decode is INVALID_ARGUMENT, not INTERNAL
+    (handlers that decode themselves say so in their own words)."""
+    deserialize = method.handler.request_deserializer
+    if deserialize is None:
+        return data
+    try:
+        return deserialize(data)
+    except DecodeError as exc:
+        name = method.request_type.DESCRIPTOR.full_name
+        raise Aborted(
+            grpc.StatusCode.INVALID_ARGUMENT, f"request does not decode as {name}: {exc}"
+        ) from exc
+
+
 async def _call_unary(method: Method, data: bytes, ctx: HttpContext) -> bytes:
     h = method.handler
-    request = h.request_deserializer(data) if h.request_deserializer else data
+    request = _deserialized(method, data)
     behavior: Any = h.unary_unary  # typed for grpc's context; HttpContext is its stand-in
     result = behavior(request, ctx)
     if inspect.isawaitable(result):
@@ -193,7 +208,7 @@ async def _call_unary(method: Method, data: bytes, ctx: HttpContext) -> bytes:
 
 async def _call_stream(method: Method, data: bytes, ctx: HttpContext) -> AsyncIterator[bytes]:
     h = method.handler
-    request = h.request_deserializer(data) if h.request_deserializer else data
+    request = _deserialized(method, data)
     behavior: Any = h.unary_stream
     stream = behavior(request, ctx)
     try:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
+import time
 from typing import Any
 
 import aiohttp
@@ -183,3 +185,37 @@ async def test_cors_preflight_and_health_over_grpc_web(
     assert status == health_pb2.HealthCheckResponse.SERVING
     # Node-to-node streams need a node token, which HTTP does not carry: not served there.
     assert guarded == str(grpc.StatusCode.UNIMPLEMENTED.value[0])
+
+
+async def test_a_request_that_does_not_decode_is_invalid_argument_over_grpc_web(
+    start_node: Any, database: str, node_spec: Any
+) -> None:
+    node = await _node(start_node, database, node_spec)
+    path = "/xmtp.xmtpv4.message_api.MisbehaviorApi/QueryMisbehaviorReports"
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"http://{node.http_address}{path}", data=_frame(b"\xff\xff"), headers=GRPC_WEB
+        ) as r,
+    ):
+        status, message = r.headers["grpc-status"], r.headers["grpc-message"]
+    assert status == str(grpc.StatusCode.INVALID_ARGUMENT.value[0])
+    assert "does not decode as" in message
+
+
+async def test_the_node_stops_promptly_with_an_http_subscription_open(
+    start_node: Any, database: str, node_spec: Any
+) -> None:
+    node = await _node(start_node, database, node_spec)
+    subscribe = api.SubscribeEnvelopesRequest(query=api.EnvelopesQuery(topics=[TOPIC]))
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"http://{node.http_address}/mls/v2/subscribe-envelopes",
+            data=json_format.MessageToJson(subscribe),
+        ) as r,
+    ):
+        await r.content.readline()  # caught up: the stream is open
+        started = time.monotonic()
+        await asyncio.wait_for(node.stop(), timeout=8)  # well under the 10 s grace
+        assert time.monotonic() - started < 8
