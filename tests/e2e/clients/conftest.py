@@ -42,9 +42,7 @@ class ClientNetwork:
     gateways: list[GatewayProcess] = field(default_factory=list)
 
 
-def _spawn_gateway(
-    chain: ChainEnv, tmp_path: Path, index: int, **extra_env: str
-) -> GatewayProcess:
+def _spawn_gateway(chain: ChainEnv, tmp_path: Path, index: int, **extra_env: str) -> GatewayProcess:
     address = f"127.0.0.1:{free_port()}"
     log = tmp_path / f"gateway-{index}.log"
     env = {
