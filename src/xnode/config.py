@@ -125,7 +125,10 @@ class Settings(BaseSettings):
         30.0, description="Longest reconnect delay of a peer stream", gt=0
     )
     replication_fallback_peers: int = Field(
-        5, description="Peers that relay an unreachable or disabled node's envelopes", ge=1
+        5,
+        description="Least peers in the delivery group that relays an unreachable or disabled"
+        " node's envelopes (f+1 when that is more)",
+        ge=1,
     )
     replication_disabled_fallback_seconds: float = Field(
         21600.0, description="How long a disabled node's envelopes are fetched via others", ge=0

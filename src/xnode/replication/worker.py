@@ -1,13 +1,13 @@
 """The replication worker (XIP-49 3.2.3, 3.2.6): for every other node in the registry, a
 direct stream of the envelopes it originated; when a node stops answering or is disabled,
-streams of its envelopes through up to 5 random other peers instead (for a disabled node,
-for 6 hours). Registry changes apply at once: added nodes are connected, disabled ones
+streams of its envelopes through its delivery group instead (f+1 peers, at least
+`replication_fallback_peers`, chosen by `core.delivery_groups` the same way on every node and
+turned over each hour; for a disabled node, for 6 hours). Registry changes apply at once: added nodes are connected, disabled ones
 disconnected."""
 
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +20,7 @@ from xnode.config import Settings
 from xnode.core.backoff import Backoff
 from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.crypto import SigningKey
+from xnode.core.delivery_groups import EPOCH_SECONDS, delivery_group, epoch_of
 from xnode.core.node_tokens import TokenProvider
 from xnode.core.registry import NodeEntry, Registry
 from xnode.replication.checkpoints import CheckpointFollower
@@ -159,15 +160,14 @@ class PeerLink:
         return until is not None and asyncio.get_running_loop().time() < until
 
     def sync_fallback(self) -> None:
-        """Starts or stops fallback streams; replaces fallback peers that left."""
+        """Starts or stops fallback streams: one per member of the delivery group."""
         before = set(self._fallback)
         eligible = self._worker.fallback_candidates(self.node_id)
         wanted = self._wants_fallback()
-        for peer in [p for p in self._fallback if not wanted or p not in eligible]:
+        group = self._worker.delivery_group(self.node_id, eligible) if wanted else []
+        for peer in [p for p in self._fallback if p not in group]:
             self._fallback.pop(peer).cancel()
-        room = self._worker.config.fallback_peers - len(self._fallback)
-        fresh = [p for p in eligible if p not in self._fallback]
-        for peer in random.sample(fresh, min(room, len(fresh))) if wanted and room > 0 else []:
+        for peer in [p for p in group if p not in self._fallback]:
             stream = self._worker.stream(eligible[peer], self.node_id, Mode.FALLBACK, None)
             self._fallback[peer] = self._worker.spawn(stream, f"fallback-{self.node_id}-{peer}")
         if set(self._fallback) != before:
@@ -231,6 +231,7 @@ class ReplicationWorker:
             config.verify_threads, clock, self.fees.current,
         )  # fmt: skip
         self._stopped = False
+        self._epoch_timer: asyncio.TimerHandle | None = None
         self._checkpoints = (
             CheckpointFollower(checkpoints, self._current_keys, self._backoff)
             if checkpoints is not None
@@ -252,6 +253,7 @@ class ReplicationWorker:
         self._logs = {o: OriginatorLog(o, p, self._ctx) for o, p in positions.items()}
         self._source.on_change(self._apply)
         self._apply(self._source.current())
+        self._next_epoch()
         log.info("replication_started", node_id=self.node_id, peers=sorted(self._links))
 
     async def recover_own_log(self, local_top: int) -> OwnLogRecovery:
@@ -273,6 +275,8 @@ class ReplicationWorker:
 
     async def stop(self) -> None:
         self._stopped = True
+        if self._epoch_timer is not None:
+            self._epoch_timer.cancel()
         for link in self._links.values():
             link.stop()
         tasks = list(self._tasks)
@@ -322,6 +326,22 @@ class ReplicationWorker:
             return
         for link in self._links.values():
             link.sync_fallback()
+
+    def delivery_group(self, originator: int, eligible: Mapping[int, NodeEntry]) -> list[int]:
+        """The peers that relay `originator`'s log now (core.delivery_groups)."""
+        return delivery_group(
+            originator,
+            epoch_of(self._clock.now_s()),
+            eligible,
+            len(self._registry.nodes),
+            self.config.fallback_peers,
+        )
+
+    def _next_epoch(self) -> None:
+        """Turns delivery groups over at each epoch boundary."""
+        self.sync_fallbacks()
+        wait = EPOCH_SECONDS - self._clock.now_s() % EPOCH_SECONDS + 1.0
+        self._epoch_timer = asyncio.get_running_loop().call_later(wait, self._next_epoch)
 
     def fallback_candidates(self, originator: int) -> dict[int, NodeEntry]:
         """Peers that can relay `originator`'s envelopes: enabled, and answering."""
