@@ -138,19 +138,27 @@ class Position:
 
 
 def order_problem(
-    previous: Position | None, env: IndexedEnvelope, now_ns: int, check_sequence: bool
+    previous: Position | None,
+    env: IndexedEnvelope,
+    now_ns: int,
+    check_sequence: bool,
+    committed: int = 0,
 ) -> str | None:
     """Why `env` breaks its originator's log (XIP-49 3.2.7 OUT_OF_ORDER), or None.
 
     `check_sequence` is False for envelopes relayed by another peer: a relay with gaps of its
     own proves nothing against the originator. Timestamps are signed, so they are checked
-    whoever relays them."""
+    whoever relays them. `committed` is the originator's watermark: the tree size of its
+    newest signed checkpoint known here. Sequence ids up to it were published (the originator
+    signed a root over them), so a gap within them is envelopes expired or pruned, not a
+    fault (issue 9)."""
     if env.originator_ns > now_ns + MAX_FUTURE_NS:
         ahead_s = (env.originator_ns - now_ns) / 1e9
         return f"sequence id {env.sequence_id} is timestamped {ahead_s:.0f} s in the future"
     if previous is None:
         expired_before = env.originator_ns < now_ns - RETENTION_NS
-        if check_sequence and env.sequence_id != 1 and not expired_before:
+        committed_before = env.sequence_id - 1 <= committed
+        if check_sequence and env.sequence_id != 1 and not (expired_before or committed_before):
             return f"the first sequence id is {env.sequence_id}, not 1"
         return None
     if env.sequence_id <= previous.sequence_id:
@@ -160,6 +168,7 @@ def order_problem(
             f"sequence id {env.sequence_id} is timestamped before sequence id "
             f"{previous.sequence_id} ({env.originator_ns} < {previous.originator_ns})"
         )
-    if check_sequence and env.sequence_id != previous.sequence_id + 1:
+    skipped = env.sequence_id != previous.sequence_id + 1
+    if check_sequence and skipped and env.sequence_id - 1 > committed:
         return f"sequence id {env.sequence_id} follows {previous.sequence_id}"
     return None

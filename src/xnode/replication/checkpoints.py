@@ -13,7 +13,7 @@ import grpc
 import structlog
 
 from xnode.core.backoff import Backoff
-from xnode.core.checkpoints import has_log
+from xnode.core.checkpoints import CheckpointError, has_log, verify_checkpoint
 from xnode.usecases.logs import CheckpointIntake
 from xnode_api.logs.v1 import logs_pb2 as pb
 
@@ -22,6 +22,7 @@ log = structlog.get_logger(__name__)
 _SERVICE = "/" + pb.DESCRIPTOR.services_by_name["LogApi"].full_name
 SUBSCRIBE_CHECKPOINTS = _SERVICE + "/SubscribeCheckpoints"
 GET_CONSISTENCY_PROOF = _SERVICE + "/GetConsistencyProof"
+GET_CHECKPOINTS = _SERVICE + "/GetCheckpoints"
 PROOF_TIMEOUT_S = 10.0
 
 
@@ -104,3 +105,45 @@ class CheckpointFollower:
                     await self._intake.receive(
                         checkpoint.SerializeToString(), key, consistency, peer
                     )
+
+
+class Watermarks:
+    """An originator's watermark for the order checks (replication.ingest.Watermark): the
+    tree size of its newest checkpoint stored here or, when the peer serving its envelopes
+    holds a newer one, of that one (its signature checked against the registry key: the
+    originator itself vouches that the ids below were published). Asked only when an order
+    check fails, so a log whose early envelopes expired is judged by its checkpoints even
+    before the checkpoint follower has caught up."""
+
+    def __init__(
+        self,
+        intake: CheckpointIntake,
+        keys: Callable[[], Mapping[int, bytes]],
+        channel: Callable[[int], grpc.aio.Channel | None],
+    ) -> None:
+        self._intake = intake
+        self._keys = keys
+        self._channel = channel
+
+    async def __call__(self, originator: int, source: int) -> int:
+        stored = await self._intake.after(originator)
+        channel, key = self._channel(source), self._keys().get(originator)
+        if channel is None or key is None or not has_log(originator):
+            return stored
+        get = channel.unary_unary(
+            GET_CHECKPOINTS,
+            request_serializer=pb.GetCheckpointsRequest.SerializeToString,
+            response_deserializer=pb.GetCheckpointsResponse.FromString,
+        )
+        request = pb.GetCheckpointsRequest(originator_node_id=originator, latest=True)
+        response = await get(request, timeout=PROOF_TIMEOUT_S)
+        newest = stored
+        for found in response.checkpoints:
+            try:
+                checkpoint = verify_checkpoint(found.SerializeToString(), key)
+            except CheckpointError as exc:
+                log.warning("checkpoint_rejected", peer=source, reason=str(exc))
+                continue
+            if checkpoint.originator_node_id == originator:
+                newest = max(newest, checkpoint.tree_size)
+        return newest

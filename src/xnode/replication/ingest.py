@@ -39,6 +39,9 @@ from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore
 log = structlog.get_logger(__name__)
 
 OnStored = Callable[[list[StoredEnvelope]], Awaitable[None]]
+# (originator, peer that served the envelopes) -> the originator's watermark: the tree size
+# of its newest signed checkpoint (0 when none is known)
+Watermark = Callable[[int, int], Awaitable[int]]
 # Below this many envelopes a batch is verified in one thread: splitting costs more.
 MIN_SPLIT = 64
 # Up to this many are verified on the event loop itself.
@@ -59,6 +62,7 @@ class IngestContext:
     clock: Clock = SYSTEM_CLOCK
     # Published fee schedules per originator (replication.fees); none: fees are not checked
     schedules: Callable[[], Mapping[int, FeeSchedule]] = dict
+    watermark: Watermark | None = None
 
 
 def _split(raws: Sequence[bytes], parts: int) -> list[Sequence[bytes]]:
@@ -88,6 +92,7 @@ class OriginatorLog:
         self._lock = asyncio.Lock()
         self._head = position.sequence_id if position else 0
         self._label = str(originator)
+        self._committed = 0  # the originator's watermark, refreshed when an order check fails
 
     def _now_ns(self) -> int:
         return self._ctx.clock.now_ns()
@@ -129,7 +134,7 @@ class OriginatorLog:
     async def store(self, verdicts: Sequence[Verdict], source: int, direct: bool) -> None:
         async with self._lock:
             valid = await self._rejected(verdicts, source)
-            fresh, forked = await self._checked(valid, direct)
+            fresh, forked = await self._checked(valid, direct, source)
             await self._insert(fresh, forked)
 
     async def _rejected(self, verdicts: Sequence[Verdict], source: int) -> list[IndexedEnvelope]:
@@ -157,8 +162,25 @@ class OriginatorLog:
             await self._ctx.reports.record(report, detail)
         return valid
 
+    async def _order_problem(
+        self, previous: Position | None, env: IndexedEnvelope, now: int, direct: bool, source: int
+    ) -> str | None:
+        """The order check against the originator's watermark, refreshed (stored checkpoints,
+        else the serving peer's newest) before anything is reported: envelopes expired or
+        pruned below a checkpoint are no fault."""
+        problem = order_problem(previous, env, now, direct, self._committed)
+        if problem is None or self._ctx.watermark is None:
+            return problem
+        try:
+            committed = await self._ctx.watermark(self.originator, source)
+        except Exception as exc:  # no watermark to be had: judge by what is known
+            log.info("watermark_unavailable", originator=self.originator, error=repr(exc))
+            return problem
+        self._committed = max(self._committed, committed)
+        return order_problem(previous, env, now, direct, self._committed)
+
     async def _checked(
-        self, valid: list[IndexedEnvelope], direct: bool
+        self, valid: list[IndexedEnvelope], direct: bool, source: int
     ) -> tuple[list[IndexedEnvelope], list[IndexedEnvelope]]:
         """Order checks (report, then store anyway); of two versions of one sequence id in
         the batch, the one xnode.core.forks keeps goes on, the other is returned apart."""
@@ -174,7 +196,7 @@ class OriginatorLog:
                     fresh[env.sequence_id] = prior if winner == prior.raw else env
                     forked.append(env if winner == prior.raw else prior)
                 continue
-            problem = order_problem(previous, env, now, check_sequence=direct)
+            problem = await self._order_problem(previous, env, now, direct, source)
             if problem is not None:
                 proof = [previous.raw, env.raw] if previous and previous.raw else [env.raw]
                 report = misbehavior.safety_report(

@@ -23,7 +23,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.delivery_groups import EPOCH_SECONDS, delivery_group, epoch_of
 from xnode.core.node_tokens import TokenProvider
 from xnode.core.registry import NodeEntry, Registry
-from xnode.replication.checkpoints import CheckpointFollower
+from xnode.replication.checkpoints import CheckpointFollower, Watermarks
 from xnode.replication.fees import FeeSchedules
 from xnode.replication.ingest import IngestContext, OnStored, OriginatorLog
 from xnode.replication.own_health import OwnHealthGate
@@ -226,9 +226,14 @@ class ReplicationWorker:
         self._executor = ThreadPoolExecutor(config.verify_threads, thread_name_prefix="verify")
         self.fees = FeeSchedules(config.backoff_initial_s, config.backoff_max_s)
         self._fees_followed: set[int] = set()
+        watermarks = (
+            Watermarks(checkpoints, self._current_keys, self._open_channel)
+            if checkpoints is not None
+            else None
+        )
         self._ctx = IngestContext(
             store, reports, on_stored, notice_token, self._current_keys, self._executor,
-            config.verify_threads, clock, self.fees.current,
+            config.verify_threads, clock, self.fees.current, watermarks,
         )  # fmt: skip
         self._stopped = False
         self._epoch_timer: asyncio.TimerHandle | None = None
@@ -358,6 +363,10 @@ class ReplicationWorker:
         if found is None:
             found = self._logs[originator] = OriginatorLog(originator, None, self._ctx)
         return found
+
+    def _open_channel(self, node_id: int) -> grpc.aio.Channel | None:
+        cached = self._channels.get(node_id)
+        return cached[1] if cached is not None else None
 
     def _channel(self, entry: NodeEntry) -> grpc.aio.Channel:
         cached = self._channels.get(entry.node_id)

@@ -162,6 +162,26 @@ def test_order_rules(
         assert got is not None and problem in got
 
 
+@pytest.mark.parametrize(
+    ("previous", "env", "committed", "problem"),
+    [
+        (PREVIOUS, verified(8, NOW + 1), 7, None),  # 6 and 7 were checkpointed: expired
+        (PREVIOUS, verified(8, NOW + 1), 6, "sequence id 8 follows 5"),  # 7 never committed
+        (None, verified(501, NOW), 500, None),  # a log pruned below its checkpoint
+        (None, verified(502, NOW), 500, "the first sequence id is 502, not 1"),
+        (PREVIOUS, verified(6, NOW - 1), 100, "timestamped before"),  # still a fault
+    ],
+)
+def test_watermarks_excuse_gaps_the_originator_committed_to(
+    previous: Position | None, env: IndexedEnvelope, committed: int, problem: str | None
+) -> None:
+    got = order_problem(previous, env, NOW, check_sequence=True, committed=committed)
+    if problem is None:
+        assert got is None
+    else:
+        assert got is not None and problem in got
+
+
 def test_frames_yield_the_envelope_bytes_untouched() -> None:
     raws = [envelope(seq=s) for s in (1, 2)]
     frame = field(1, repeated(1, raws))
