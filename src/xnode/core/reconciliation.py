@@ -119,3 +119,96 @@ def difference(mine: Mapping[int, bytes], theirs: Mapping[int, bytes]) -> Differ
         sorted(s for s in mine if s not in theirs),
         sorted(s for s, h in theirs.items() if s in mine and mine[s] != h),
     )
+
+
+MAX_SEQUENCE_ID = 2**63 - 1  # the store keeps sequence ids as bigint
+
+
+def runs(sequence_ids: Iterable[int]) -> list[SequenceRange]:
+    """Contiguous runs of sequence ids, in order."""
+    out: list[SequenceRange] = []
+    for s in sorted(set(sequence_ids)):
+        if out and out[-1].last + 1 == s:
+            out[-1] = SequenceRange(out[-1].first, s)
+        else:
+            out.append(SequenceRange(s, s))
+    return out
+
+
+@dataclass
+class Session:
+    """One reconciliation of an originator's log with one peer, as pure steps (the
+    anti-entropy task does the I/O): ask the peer for the fingerprints of `asking`, hand
+    both sides' to `answer`, which says what to list (compare items) and what to fetch
+    whole, and sets up the next ask. Done when nothing is left to ask.
+
+    The first ask is the prefix this node knows of (1..top) and the open tail above it, so
+    identical logs settle in one round trip. A differing tail is bounded by the larger of
+    its counts and asked again (the peer's extra leaves usually follow on at once)."""
+
+    top: int
+    fanout: int = DEFAULT_FANOUT
+    small: int = DEFAULT_SMALL
+    asking: list[SequenceRange] = field(default_factory=list)
+    round_trips: int = 0
+
+    def __post_init__(self) -> None:
+        head = [SequenceRange(1, self.top)] if self.top > 0 else []
+        self.asking = [*head, SequenceRange(self.top + 1, MAX_SEQUENCE_ID)]
+
+    @property
+    def done(self) -> bool:
+        return not self.asking
+
+    def answer(self, mine: Sequence[Fingerprint], theirs: Sequence[Fingerprint]) -> Fetch:
+        """Both sides' fingerprints of `asking`: what to fetch or list now."""
+        self.round_trips += 1
+        bounded: list[tuple[SequenceRange, Fingerprint, Fingerprint]] = []
+        following: list[SequenceRange] = []
+        for r, a, b in zip(self.asking, mine, theirs, strict=True):
+            if r.last == MAX_SEQUENCE_ID and a != b:
+                following += _bound_tail(r, max(a.count, b.count))
+            else:
+                bounded.append((r, a, b))
+        fetch = Fetch()
+        ranges = [r for r, _, _ in bounded]
+        step = compare(
+            ranges, [a for _, a, _ in bounded], [b for _, _, b in bounded], self.fanout, self.small
+        )
+        counts = {r: a.count for r, a, _ in bounded}
+        for r in step.listed:
+            (fetch.whole if counts[r] == 0 else fetch.listed).append(r)
+        for r in step.split:  # nothing held here under the parent: fetch it all, no descent
+            parent = next(p for p in ranges if p.first <= r.first and r.last <= p.last)
+            if counts[parent] == 0:
+                fetch.whole.append(r)
+            else:
+                following.append(r)
+        self.asking = following
+        fetch.whole = runs_of(fetch.whole)
+        return fetch
+
+
+def runs_of(ranges: Iterable[SequenceRange]) -> list[SequenceRange]:
+    """Adjacent ranges merged."""
+    out: list[SequenceRange] = []
+    for r in sorted(ranges):
+        if out and out[-1].last + 1 == r.first:
+            out[-1] = SequenceRange(out[-1].first, r.last)
+        else:
+            out.append(r)
+    return out
+
+
+def _bound_tail(tail: SequenceRange, count: int) -> list[SequenceRange]:
+    end = min(tail.first + count - 1, MAX_SEQUENCE_ID - 1)
+    return [SequenceRange(tail.first, end), SequenceRange(end + 1, MAX_SEQUENCE_ID)]
+
+
+@dataclass
+class Fetch:
+    """Ranges whose items both sides list and compare, and ranges held only by the peer,
+    fetched whole."""
+
+    listed: list[SequenceRange] = field(default_factory=list)
+    whole: list[SequenceRange] = field(default_factory=list)

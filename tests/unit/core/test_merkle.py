@@ -21,6 +21,7 @@ from xnode.core.merkle import (
     perfect_nodes_for_root,
     range_hash,
     root_of,
+    run_root,
     verify_consistency,
     verify_inclusion,
 )
@@ -122,3 +123,18 @@ def test_impossible_requests_are_refused() -> None:
         consistency_proof(5, 4, lookup(stored))
     with pytest.raises(ProofError):
         verify_consistency(0, 4, [], EMPTY_ROOT, EMPTY_ROOT)
+
+
+
+@given(st.integers(1, 300), st.data())
+def test_a_run_of_leaves_is_proven_by_its_two_boundary_proofs(n: int, data: st.DataObject) -> None:
+    _, nodes = built(n)
+    all_leaves = leaves(n)
+    first = data.draw(st.integers(0, n - 1))
+    last = data.draw(st.integers(first, n - 1))
+    first_proof = inclusion_proof(first, n, lookup(nodes))
+    last_proof = inclusion_proof(last, n, lookup(nodes))
+    run = all_leaves[first : last + 1]
+    assert run_root(first, run, n, first_proof, last_proof) == root_of(all_leaves)
+    forged = [*run[:-1], leaf_hash(b"forged")]
+    assert run_root(first, forged, n, first_proof, last_proof) != root_of(all_leaves)

@@ -14,8 +14,10 @@ from xnode.core.reconciliation import (
     Difference,
     Fingerprint,
     SequenceRange,
+    Session,
     compare,
     difference,
+    runs,
 )
 
 Log = dict[int, bytes]
@@ -65,7 +67,7 @@ def test_identical_logs_settle_in_one_round_trip() -> None:
     assert found == Difference([], [], []) and trips == 1
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     st.integers(1, 5_000),
     st.sets(st.integers(1, 5_000), max_size=60),
@@ -96,3 +98,64 @@ def test_one_percent_of_a_large_log_in_few_round_trips() -> None:
     assert found.missing_here == sorted(gaps)
     assert trips <= 2 * math.log2(top)
     assert trips <= 6, trips
+
+
+def drive(mine: Log, theirs: Log) -> tuple[set[int], set[int], int]:
+    """Runs a Session as the anti-entropy task does: (missing here, forks, round trips)."""
+    session = Session(max(mine, default=0))
+    missing: set[int] = set()
+    forks: set[int] = set()
+    while not session.done:
+        asked = session.asking
+        fetch = session.answer(
+            [fingerprint(mine, r) for r in asked], [fingerprint(theirs, r) for r in asked]
+        )
+        for r in fetch.whole:
+            assert not items(mine, r)
+            missing |= set(items(theirs, r))
+        for r in fetch.listed:
+            found = difference(items(mine, r), items(theirs, r))
+            missing |= set(found.missing_here)
+            forks |= set(found.forks)
+    return missing, forks, session.round_trips
+
+
+def test_runs_group_contiguous_ids() -> None:
+    assert runs([5, 1, 2, 3, 7, 8]) == [
+        SequenceRange(1, 3),
+        SequenceRange(5, 5),
+        SequenceRange(7, 8),
+    ]
+
+
+def test_identical_logs_settle_in_one_round_trip() -> None:
+    log = {s: leaf_hash(s.to_bytes(8, "big")) for s in range(1, 100_001)}
+    assert drive(log, dict(log)) == (set(), set(), 1)
+
+
+def test_a_peer_ahead_is_caught_up_with_whole_fetches() -> None:
+    theirs = {s: leaf_hash(s.to_bytes(8, "big")) for s in range(1, 5001)}
+    mine = {s: h for s, h in theirs.items() if s <= 1000}
+    missing, forks, trips = drive(mine, theirs)
+    assert missing == set(range(1001, 5001)) and not forks and trips <= 3
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(1, 3000),
+    st.sets(st.integers(1, 3000), max_size=200),
+    st.sets(st.integers(1, 3000), max_size=200),
+    st.sets(st.integers(1, 3000), max_size=5),
+)
+def test_a_session_finds_exactly_what_is_missing_here_and_the_forks(
+    top: int, lost_here: set[int], lost_there: set[int], forked: set[int]
+) -> None:
+    base = {s: leaf_hash(s.to_bytes(8, "big")) for s in range(1, top + 1)}
+    mine = {s: h for s, h in base.items() if s not in lost_here}
+    theirs = {s: h for s, h in base.items() if s not in lost_there}
+    for s in forked & set(mine) & set(theirs):
+        theirs[s] = leaf_hash(b"fork" + s.to_bytes(8, "big"))
+    missing, forks, trips = drive(mine, theirs)
+    assert missing == set(theirs) - set(mine)
+    assert forks == {s for s in set(mine) & set(theirs) if mine[s] != theirs[s]}
+    assert trips <= 2 * max(1, math.ceil(math.log2(top + 1))) + 2
