@@ -138,6 +138,12 @@ class Settings(BaseSettings):
         description="Before serving publishes, fetch this node's own envelopes that peers hold "
         "beyond its database (after a restore from backup) and sequence past them",
     )
+    replication_repair_seconds: float = Field(
+        60.0,
+        description="Anti-entropy repair: compare every originator's log with every peer's"
+        " and fetch what is missing, every N seconds (0: off)",
+        ge=0,
+    )
     replication_verify_threads: int = Field(
         2, description="Threads verifying signatures of envelopes received from peers", ge=1
     )

@@ -284,6 +284,7 @@ async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: Async
             ReplicationConfig.from_settings(settings, tls.peers),
             checkpoints=CheckpointIntake(logs),
             own_store=own_store,
+            logs=logs,
         )
         stack.push_async_callback(replication.stop)
         await _recover_own_log(settings, replication, sequencer, state)

@@ -199,3 +199,15 @@ LIVENESS_REPORTS_WITHHELD = Counter(
 AUTH_REFUSED = Counter(
     "xnode_node_auth_refused_total", "Node tokens refused on replication streams"
 )
+
+REPAIR_ENVELOPES = Counter(
+    "xnode_repair_envelopes_total",
+    "Envelopes anti-entropy repair dealt with, by originator and outcome (stored, expired,"
+    " rejected, unproven, fork)",
+    ["originator", "outcome"],
+)
+REPAIR_ROUND_TRIPS = Counter(
+    "xnode_repair_round_trips_total",
+    "Fingerprint round trips of anti-entropy repair, by peer",
+    ["peer"],
+)

@@ -2,8 +2,9 @@
 direct stream of the envelopes it originated; when a node stops answering or is disabled,
 streams of its envelopes through its delivery group instead (f+1 peers, at least
 `replication_fallback_peers`, chosen by `core.delivery_groups` the same way on every node and
-turned over each hour; for a disabled node, for 6 hours). Registry changes apply at once: added nodes are connected, disabled ones
-disconnected."""
+turned over each hour; for a disabled node, for 6 hours). Registry changes apply at once:
+added nodes are connected, disabled ones disconnected. Every `replication_repair_seconds`,
+anti-entropy repair (replication.anti_entropy) fills what streams missed from any peer."""
 
 from __future__ import annotations
 
@@ -17,21 +18,25 @@ import grpc
 import structlog
 
 from xnode.config import Settings
+from xnode.core import misbehavior
 from xnode.core.backoff import Backoff
+from xnode.core.checkpoints import has_log
 from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.crypto import SigningKey
 from xnode.core.delivery_groups import EPOCH_SECONDS, delivery_group, epoch_of
 from xnode.core.node_tokens import TokenProvider
 from xnode.core.registry import NodeEntry, Registry
+from xnode.replication.anti_entropy import AntiEntropy, OnFork, Repair, RepairPeer
 from xnode.replication.checkpoints import CheckpointFollower, Watermarks
 from xnode.replication.fees import FeeSchedules
 from xnode.replication.ingest import IngestContext, OnStored, OriginatorLog
 from xnode.replication.own_health import OwnHealthGate
 from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore, StoreHealth
 from xnode.replication.recovery import OwnLogFetch, OwnLogRecovery, recover_own_log
+from xnode.replication.repair_peer import GrpcRepairPeer
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
 from xnode.tls import ClientTls, open_channel
-from xnode.usecases.logs import CheckpointIntake
+from xnode.usecases.logs import CheckpointIntake, LogPort
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -47,6 +52,7 @@ class ReplicationConfig:
     verify_threads: int
     max_message_bytes: int
     peer_tls: ClientTls | None = None  # https:// peers: their CA (None: system roots)
+    repair_s: float = 0.0  # anti-entropy repair interval; 0: off
 
     @classmethod
     def from_settings(
@@ -65,6 +71,7 @@ class ReplicationConfig:
             verify_threads=settings.replication_verify_threads,
             max_message_bytes=settings.max_message_mib * 1024 * 1024,
             peer_tls=peer_tls,
+            repair_s=settings.replication_repair_seconds,
         )
 
 
@@ -205,6 +212,8 @@ class ReplicationWorker:
         clock: Clock = SYSTEM_CLOCK,
         checkpoints: CheckpointIntake | None = None,
         own_store: StoreHealth | None = None,
+        logs: LogPort | None = None,
+        on_fork: OnFork | None = None,
     ) -> None:
         """`own_store`: this node's database health; when given, liveness reports are filed
         only while it answers (replication.own_health)."""
@@ -237,6 +246,16 @@ class ReplicationWorker:
         )  # fmt: skip
         self._stopped = False
         self._epoch_timer: asyncio.TimerHandle | None = None
+        self.anti_entropy = (
+            AntiEntropy(
+                Repair(logs, store, self.originator_log, on_fork or self._fork_found),
+                self._repair_originators,
+                self._repair_peers,
+                config.repair_s,
+            )
+            if logs is not None and config.repair_s > 0
+            else None
+        )
         self._checkpoints = (
             CheckpointFollower(checkpoints, self._current_keys, self._backoff)
             if checkpoints is not None
@@ -259,6 +278,8 @@ class ReplicationWorker:
         self._source.on_change(self._apply)
         self._apply(self._source.current())
         self._next_epoch()
+        if self.anti_entropy is not None:
+            self.anti_entropy.start()
         log.info("replication_started", node_id=self.node_id, peers=sorted(self._links))
 
     async def recover_own_log(self, local_top: int) -> OwnLogRecovery:
@@ -280,6 +301,8 @@ class ReplicationWorker:
 
     async def stop(self) -> None:
         self._stopped = True
+        if self.anti_entropy is not None:
+            await self.anti_entropy.stop()
         if self._epoch_timer is not None:
             self._epoch_timer.cancel()
         for link in self._links.values():
@@ -347,6 +370,25 @@ class ReplicationWorker:
         self.sync_fallbacks()
         wait = EPOCH_SECONDS - self._clock.now_s() % EPOCH_SECONDS + 1.0
         self._epoch_timer = asyncio.get_running_loop().call_later(wait, self._next_epoch)
+
+    def _repair_originators(self) -> list[int]:
+        return sorted(o for o in self._keys if has_log(o) and o != self.node_id)
+
+    def _repair_peers(self) -> list[RepairPeer]:
+        """Every enabled peer with an address that answers (the originators included)."""
+        found: list[RepairPeer] = []
+        for entry in self._registry.nodes.values():
+            link = self._links.get(entry.node_id)
+            if entry.enabled and has_address(entry) and link is not None and not link.unreachable:
+                found.append(GrpcRepairPeer(entry.node_id, self._channel(entry)))
+        return found
+
+    async def _fork_found(self, originator: int, stored: bytes, other: bytes) -> None:
+        """Until the fork handling keeps both: a DUPLICATE_SEQUENCE_ID report with both."""
+        report = misbehavior.safety_report(
+            misbehavior.DUPLICATE_SEQUENCE_ID, originator, [stored, other], self._clock.now_ns()
+        )
+        await self.reports.record(report, "repair found two envelopes for one sequence id")
 
     def fallback_candidates(self, originator: int) -> dict[int, NodeEntry]:
         """Peers that can relay `originator`'s envelopes: enabled, and answering."""

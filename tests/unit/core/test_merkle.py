@@ -125,7 +125,6 @@ def test_impossible_requests_are_refused() -> None:
         verify_consistency(0, 4, [], EMPTY_ROOT, EMPTY_ROOT)
 
 
-
 @given(st.integers(1, 300), st.data())
 def test_a_run_of_leaves_is_proven_by_its_two_boundary_proofs(n: int, data: st.DataObject) -> None:
     _, nodes = built(n)

@@ -128,7 +128,7 @@ def test_runs_group_contiguous_ids() -> None:
     ]
 
 
-def test_identical_logs_settle_in_one_round_trip() -> None:
+def test_identical_logs_settle_in_one_session_round_trip() -> None:
     log = {s: leaf_hash(s.to_bytes(8, "big")) for s in range(1, 100_001)}
     assert drive(log, dict(log)) == (set(), set(), 1)
 

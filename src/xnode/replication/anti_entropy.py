@@ -1,0 +1,349 @@
+"""Repair from any peer (issue 9): per originator and peer, range-based reconciliation of the
+committed logs (core.reconciliation.Session over LogApi fingerprints and leaves), then the
+envelopes missing here fetched from that peer, checked and stored through the originator's
+OriginatorLog like any replicated batch (idempotent; the tree grows when a gap fills).
+
+Every fetched envelope is checked: the originator's signature (core.verification, in the
+verifying threads), the leaf the peer listed for it, and, where a checkpoint of the
+originator stored here (verified on intake) covers it, the whole contiguous run it belongs
+to against that checkpoint's root with the inclusion proofs of the run's two ends
+(merkle.run_root). A run the peer cannot prove is left for another peer; one that proves
+false is refused. A leaf the peer holds whose envelope it no longer serves expired: nothing
+to fetch, no fault. The same sequence id with two leaves is a fork: both envelopes go to
+`on_fork` (logged as `fork_found`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import structlog
+
+from xnode.core import merkle
+from xnode.core.checkpoints import Checkpoint
+from xnode.core.envelopes import IndexedEnvelope
+from xnode.core.reconciliation import (
+    Fingerprint,
+    SequenceRange,
+    Session,
+    difference,
+    runs,
+)
+from xnode.core.verification import Verdict
+from xnode.observability.metrics import REPAIR_ENVELOPES, REPAIR_ROUND_TRIPS
+from xnode.replication.ingest import OriginatorLog
+from xnode.usecases.logs import MAX_LEAVES, MAX_RANGES, LogPort
+
+log = structlog.get_logger(__name__)
+
+FETCH_CONCURRENCY = 8  # envelope fetches in flight per repair
+STORE_BATCH = 5000
+
+# (originator, envelope stored here, the other one) of a fork found
+OnFork = Callable[[int, bytes, bytes], Awaitable[None]]
+
+
+class RepairPeer(Protocol):
+    node_id: int
+    bytes_exchanged: int
+
+    async def fingerprints(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[Fingerprint]: ...
+
+    async def leaves(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[tuple[int, bytes]]: ...
+
+    async def inclusion(self, originator: int, sequence_id: int, tree_size: int) -> list[bytes]: ...
+
+    async def envelopes(self, originator: int, run: SequenceRange) -> list[bytes]: ...
+
+
+class StoredBytes(Protocol):
+    async def stored_envelopes(
+        self, originator: int, sequence_ids: Sequence[int]
+    ) -> dict[int, bytes]: ...
+
+
+@dataclass
+class Outcome:
+    """What one repair of one originator's log from one peer did."""
+
+    round_trips: int = 0
+    wanted: int = 0
+    stored: int = 0
+    expired: int = 0
+    rejected: int = 0
+    unproven: int = 0
+    forks: list[int] = field(default_factory=list)
+
+
+def _chunks(ranges: Sequence[SequenceRange], span_limit: int | None) -> list[list[SequenceRange]]:
+    """Ranges in requests of at most MAX_RANGES ranges (and `span_limit` sequence ids)."""
+    out: list[list[SequenceRange]] = [[]]
+    span = 0
+    for r in ranges:
+        too_wide = span_limit is not None and span + r.span > span_limit
+        if len(out[-1]) >= MAX_RANGES or (too_wide and out[-1]):
+            out.append([])
+            span = 0
+        out[-1].append(r)
+        span += r.span
+    return [c for c in out if c]
+
+
+def _split_listed(ranges: Iterable[SequenceRange]) -> list[SequenceRange]:
+    """Listed ranges no wider than one GetLeaves answer."""
+    out: list[SequenceRange] = []
+    for r in ranges:
+        out += r.split(-(-r.span // MAX_LEAVES)) if r.span > MAX_LEAVES else [r]
+    return out
+
+
+class Repair:
+    """Repairs originators' logs here from peers."""
+
+    def __init__(
+        self,
+        logs: LogPort,
+        stored: StoredBytes,
+        originator_log: Callable[[int], OriginatorLog],
+        on_fork: OnFork,
+    ) -> None:
+        self._logs = logs
+        self._stored = stored
+        self._originator_log = originator_log
+        self._on_fork = on_fork
+
+    async def _fingerprints(
+        self, peer: RepairPeer, originator: int, asking: Sequence[SequenceRange]
+    ) -> tuple[list[Fingerprint], list[Fingerprint]]:
+        chunks = _chunks(asking, None)
+        theirs = await asyncio.gather(*(peer.fingerprints(originator, c) for c in chunks))
+        mine = [await self._logs.fingerprints(originator, c) for c in chunks]
+        return [f for c in mine for f in c], [f for c in theirs for f in c]
+
+    async def _listed(
+        self, peer: RepairPeer, originator: int, listed: Sequence[SequenceRange]
+    ) -> tuple[dict[int, bytes], list[int]]:
+        """Leaves the peer holds and this node lacks (sequence id -> leaf), and forks."""
+        chunks = _chunks(_split_listed(listed), MAX_LEAVES)
+        theirs_parts = await asyncio.gather(*(peer.leaves(originator, c) for c in chunks))
+        theirs = dict(leaf for part in theirs_parts for leaf in part)
+        mine = {s: h for c in chunks for s, h in await self._logs.leaves(originator, c)}
+        found = difference(mine, theirs)
+        return {s: theirs[s] for s in found.missing_here}, found.forks
+
+    async def reconcile(
+        self, peer: RepairPeer, originator: int
+    ) -> tuple[list[SequenceRange], dict[int, bytes], list[int], int]:
+        """(runs to fetch, leaves the peer listed for them, forks, round trips)."""
+        session = Session(await self._logs.tree_size(originator))
+        wanted: list[SequenceRange] = []
+        listed_leaves: dict[int, bytes] = {}
+        forks: list[int] = []
+        while not session.done:
+            mine, theirs = await self._fingerprints(peer, originator, session.asking)
+            fetch = session.answer(mine, theirs)
+            wanted += fetch.whole
+            if fetch.listed:
+                missing, found_forks = await self._listed(peer, originator, fetch.listed)
+                listed_leaves.update(missing)
+                forks += found_forks
+                wanted += runs(missing)
+        return sorted(wanted), listed_leaves, forks, session.round_trips
+
+    async def repair(self, peer: RepairPeer, originator: int) -> Outcome:
+        wanted, leaves, forks, trips = await self.reconcile(peer, originator)
+        REPAIR_ROUND_TRIPS.labels(str(peer.node_id)).inc(trips)
+        outcome = Outcome(round_trips=trips, wanted=sum(r.span for r in wanted))
+        target = self._originator_log(originator)
+        checkpoint = await self._logs.latest_checkpoint(originator)
+        limit = asyncio.Semaphore(FETCH_CONCURRENCY)
+
+        async def one(run: SequenceRange) -> list[IndexedEnvelope]:
+            async with limit:
+                raws = await peer.envelopes(originator, run)
+            valid = await self._verified(target, raws, run, leaves, outcome)
+            return await self._proven(peer, originator, valid, checkpoint, outcome)
+
+        kept = [e for part in await asyncio.gather(*(one(r) for r in wanted)) for e in part]
+        outcome.expired = outcome.wanted - len(kept) - outcome.rejected - outcome.unproven
+        for start in range(0, len(kept), STORE_BATCH):
+            batch: list[Verdict] = list(kept[start : start + STORE_BATCH])
+            await target.store(batch, peer.node_id, direct=False)
+        outcome.stored = len(kept)
+        if forks:
+            await self._forks(peer, originator, target, forks, outcome)
+        self._count(originator, outcome)
+        return outcome
+
+    async def _verified(
+        self,
+        target: OriginatorLog,
+        raws: list[bytes],
+        run: SequenceRange,
+        leaves: dict[int, bytes],
+        outcome: Outcome,
+    ) -> list[IndexedEnvelope]:
+        """Envelopes of `run` signed by the originator whose leaf is the one the peer listed."""
+        valid: list[IndexedEnvelope] = []
+        for part in target.start_verify(raws):
+            for v in await part:
+                if not isinstance(v, IndexedEnvelope):
+                    outcome.rejected += 1
+                    log.warning("repair_rejected", originator=target.originator, reason=v.detail)
+                elif run.first <= v.sequence_id <= run.last:
+                    if leaves.get(v.sequence_id, v.leaf) != v.leaf:
+                        outcome.rejected += 1  # not what the peer fingerprinted
+                    else:
+                        valid.append(v)
+        return valid
+
+    async def _proven(
+        self,
+        peer: RepairPeer,
+        originator: int,
+        valid: list[IndexedEnvelope],
+        checkpoint: Checkpoint | None,
+        outcome: Outcome,
+    ) -> list[IndexedEnvelope]:
+        """Those of `valid` a stored checkpoint does not cover, and the covered runs that
+        prove against its root."""
+        if checkpoint is None:
+            return valid
+        size = checkpoint.tree_size
+        kept = [e for e in valid if e.sequence_id > size]
+        covered = {e.sequence_id: e for e in valid if e.sequence_id <= size}
+        for run in runs(covered):
+            members = [covered[s] for s in range(run.first, run.last + 1)]
+            try:
+                first, last = await asyncio.gather(
+                    peer.inclusion(originator, run.first, size),
+                    peer.inclusion(originator, run.last, size),
+                )
+            except Exception as exc:  # the peer's tree does not reach that far: another will
+                outcome.unproven += len(members)
+                log.info(
+                    "repair_unproven", originator=originator, peer=peer.node_id, error=repr(exc)
+                )
+                continue
+            leaves = [e.leaf or b"" for e in members]
+            try:
+                root = merkle.run_root(run.first - 1, leaves, size, first, last)
+            except merkle.ProofError:
+                root = b""
+            if root != checkpoint.root:
+                outcome.rejected += len(members)
+                log.warning(
+                    "repair_rejected",
+                    originator=originator,
+                    peer=peer.node_id,
+                    reason=f"{run.first}..{run.last} not in the checkpoint at {size}",
+                )
+                continue
+            kept += members
+        return kept
+
+    async def _forks(
+        self,
+        peer: RepairPeer,
+        originator: int,
+        target: OriginatorLog,
+        forks: list[int],
+        outcome: Outcome,
+    ) -> None:
+        mine = await self._stored.stored_envelopes(originator, forks)
+        for run in runs(forks):
+            raws = await peer.envelopes(originator, run)
+            for part in target.start_verify(raws):
+                for v in await part:
+                    have = mine.get(v.sequence_id) if isinstance(v, IndexedEnvelope) else None
+                    if isinstance(v, IndexedEnvelope) and have is not None and have != v.raw:
+                        outcome.forks.append(v.sequence_id)
+                        log.error(
+                            "fork_found",
+                            originator=originator,
+                            sequence_id=v.sequence_id,
+                            peer=peer.node_id,
+                            stored="0x" + have.hex(),
+                            other="0x" + v.raw.hex(),
+                        )
+                        await self._on_fork(originator, have, v.raw)
+
+    @staticmethod
+    def _count(originator: int, outcome: Outcome) -> None:
+        label = str(originator)
+        for name in ("stored", "expired", "rejected", "unproven"):
+            if value := getattr(outcome, name):
+                REPAIR_ENVELOPES.labels(label, name).inc(value)
+        if outcome.forks:
+            REPAIR_ENVELOPES.labels(label, "fork").inc(len(outcome.forks))
+
+
+# () -> the peers to repair from now
+Peers = Callable[[], list[RepairPeer]]
+Originators = Callable[[], list[int]]
+
+
+class AntiEntropy:
+    """Every `interval_s`, repairs each originator's log (ids >= 100, not this node's) from
+    each peer in turn; one at a time, so repair never crowds out live replication."""
+
+    def __init__(
+        self, repair: Repair, originators: Originators, peers: Peers, interval_s: float
+    ) -> None:
+        self._repair = repair
+        self._originators = originators
+        self._peers = peers
+        self._interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+        self.passes = 0
+
+    async def run_once(self) -> list[Outcome]:
+        outcomes = []
+        for originator in self._originators():
+            for peer in self._peers():
+                outcomes.append(await self._one(peer, originator))
+        self.passes += 1
+        return [o for o in outcomes if o is not None]
+
+    async def _one(self, peer: RepairPeer, originator: int) -> Outcome | None:
+        bound = log.bind(originator=originator, peer=peer.node_id)
+        try:
+            outcome = await self._repair.repair(peer, originator)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a peer down or without LogApi: the next pass tries again
+            bound.info("repair_failed", error=repr(exc)[:300])
+            return None
+        if outcome.wanted or outcome.forks:
+            bound.info(
+                "repair_done",
+                round_trips=outcome.round_trips,
+                wanted=outcome.wanted,
+                stored=outcome.stored,
+                expired=outcome.expired,
+                rejected=outcome.rejected,
+                unproven=outcome.unproven,
+                forks=len(outcome.forks),
+            )
+        return outcome
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            await self.run_once()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="anti-entropy")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -1,0 +1,94 @@
+"""A peer as anti-entropy repair sees it (replication.anti_entropy.RepairPeer), over gRPC:
+LogApi for fingerprints, leaves and inclusion proofs, QueryEnvelopes (by originator, from a
+cursor) for the envelopes themselves. Counts the bytes it exchanges."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import cursor_to_proto, parse_originator_envelope
+from xnode.core.query import MAX_QUERY_LIMIT
+from xnode.core.reconciliation import Fingerprint, SequenceRange
+from xnode.core.wire import fields
+from xnode_api.logs.v1 import logs_pb2 as pb
+
+_LOGS = "/" + pb.DESCRIPTOR.services_by_name["LogApi"].full_name
+QUERY_ENVELOPES = "/xmtp.xmtpv4.message_api.ReplicationApi/QueryEnvelopes"
+TIMEOUT_S = 30.0
+
+
+def _ranges(ranges: Sequence[SequenceRange]) -> list[pb.SequenceRange]:
+    return [pb.SequenceRange(first=r.first, last=r.last) for r in ranges]
+
+
+class GrpcRepairPeer:
+    def __init__(self, node_id: int, channel: grpc.aio.Channel) -> None:
+        self.node_id = node_id
+        self.bytes_exchanged = 0
+        self._channel = channel
+
+    async def _call(self, method: str, request: Any, response_type: Any) -> Any:
+        call = self._channel.unary_unary(
+            method,
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=response_type.FromString,
+        )
+        response = await call(request, timeout=TIMEOUT_S)
+        self.bytes_exchanged += request.ByteSize() + response.ByteSize()
+        return response
+
+    async def fingerprints(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[Fingerprint]:
+        request = pb.GetFingerprintsRequest(originator_node_id=originator, ranges=_ranges(ranges))
+        response = await self._call(_LOGS + "/GetFingerprints", request, pb.GetFingerprintsResponse)
+        return [Fingerprint(f.count, f.xor) for f in response.fingerprints]
+
+    async def leaves(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[tuple[int, bytes]]:
+        request = pb.GetLeavesRequest(originator_node_id=originator, ranges=_ranges(ranges))
+        response = await self._call(_LOGS + "/GetLeaves", request, pb.GetLeavesResponse)
+        return [(leaf.sequence_id, leaf.leaf_hash) for leaf in response.leaves]
+
+    async def inclusion(self, originator: int, sequence_id: int, tree_size: int) -> list[bytes]:
+        request = pb.GetInclusionProofRequest(
+            originator_node_id=originator, sequence_id=sequence_id, tree_size=tree_size
+        )
+        response = await self._call(
+            _LOGS + "/GetInclusionProof", request, pb.GetInclusionProofResponse
+        )
+        return list(response.proof)
+
+    async def envelopes(self, originator: int, run: SequenceRange) -> list[bytes]:
+        """The envelopes the peer still holds in `run` (expired ones are gone), in pages."""
+        found: list[bytes] = []
+        after = run.first - 1
+        while after < run.last:
+            request = api.QueryEnvelopesRequest(
+                query=api.EnvelopesQuery(
+                    originator_node_ids=[originator],
+                    last_seen=cursor_to_proto(Cursor.of({originator: after})),
+                ),
+                limit=min(run.last - after, MAX_QUERY_LIMIT),
+            )
+            call = self._channel.unary_unary(
+                QUERY_ENVELOPES,
+                request_serializer=api.QueryEnvelopesRequest.SerializeToString,
+                response_deserializer=lambda raw: raw,
+            )
+            raw = await call(request, timeout=TIMEOUT_S)
+            self.bytes_exchanged += request.ByteSize() + len(raw)
+            page = [e for n, e in fields(raw) if n == 1 and e is not None]
+            if not page:
+                break
+            found += page
+            after = parse_originator_envelope(page[-1]).sequence_id
+            if len(page) < request.limit:
+                break
+        return found

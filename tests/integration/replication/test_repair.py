@@ -1,0 +1,101 @@
+"""Anti-entropy repair and watermarks between in-process nodes on real Postgres (issue 9):
+a gap left on one node is filled from a peer while the originator is down; a peer whose log
+starts after pruned envelopes is not reported OUT_OF_ORDER."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from tests.conftest import Network
+from tests.integration.export.helpers import Item, group, publish, write_plan
+from tests.integration.logs.helpers import checkpoint_at, eventually, log_api
+from tests.integration.replication.test_replication import metric, stored
+from xnode.commands.prune import apply_plan
+from xnode.config import Settings
+from xnode.core import misbehavior
+from xnode.core.topics import TopicKind
+
+GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
+FAST = {
+    "log_checkpoint_envelopes": 10,
+    "log_checkpoint_seconds": 0.2,
+    "replication_repair_seconds": 0.3,
+}
+LATER = 2**40  # past every retention
+
+
+async def _execute(dsn: str, sql: str, *args: Any) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(sql, *args)
+    finally:
+        await conn.close()
+
+
+async def test_a_lost_range_is_repaired_from_a_peer_while_the_originator_is_down(
+    start_node: Any, network: Network
+) -> None:
+    key = network.spec.keys[100].public_key
+    a = await start_node(**network.settings(100, **FAST))
+    b = await start_node(**network.settings(200, **FAST))
+    c = await start_node(**network.settings(300, **FAST))
+    sent = await publish(a.address, 100, [GROUP] * 40)
+    for node in (b, c):
+        async with log_api(node.address) as api:
+            await checkpoint_at(api, 100, key, 40)  # checkpoint and all 40 leaves held
+    await a.stop()
+    before = metric("xnode_repair_envelopes_total", originator="100", outcome="stored")
+    # What a crash or a relay's gap leaves behind: the stream resumes after 40, never below.
+    for table, column in (
+        ("originator_envelopes", "originator_sequence_id"),
+        ("log_leaves", "sequence_id"),
+    ):
+        await _execute(
+            network.dsns[200],
+            f"DELETE FROM {table} WHERE originator_node_id = 100 AND {column} BETWEEN 10 AND 20",
+        )
+    assert len(await stored(b.address, 100)) == 29
+
+    async def repaired() -> bool:
+        return await stored(b.address, 100) == sent
+
+    await eventually(repaired, within_s=30)
+    after = metric("xnode_repair_envelopes_total", originator="100", outcome="stored")
+    assert after - before >= 11
+
+
+async def test_a_peer_starting_from_a_pruned_log_is_no_out_of_order_fault(
+    start_node: Any, network: Network, tmp_path: Path
+) -> None:
+    key = network.spec.keys[100].public_key
+    a = await start_node(**network.settings(100, **FAST))
+    sent = await publish(a.address, 100, [GROUP] * 30)
+    async with log_api(a.address) as api:
+        await checkpoint_at(api, 100, key, 30)
+    plan = write_plan(tmp_path / "plan.json", [(100, 1, 20)], LATER)
+    _, result = await apply_plan(
+        Settings(database_dsn=network.dsns[100]), plan, show_progress=False
+    )
+    assert result[100].deleted == 20
+    expired = metric("xnode_repair_envelopes_total", originator="100", outcome="expired")
+    b = await start_node(**network.settings(200, **FAST))
+
+    async def b_has_the_rest() -> bool:
+        return await stored(b.address, 100) == sent[20:]
+
+    await eventually(b_has_the_rest)
+
+    async def repair_saw_them_expired() -> bool:
+        now = metric("xnode_repair_envelopes_total", originator="100", outcome="expired")
+        return now - expired >= 20
+
+    await eventually(repair_saw_them_expired)
+    conn = await asyncpg.connect(network.dsns[200])
+    try:
+        types = await conn.fetch("SELECT type FROM misbehavior_reports")
+    finally:
+        await conn.close()
+    assert misbehavior.OUT_OF_ORDER not in [r[0] for r in types]
