@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -80,6 +81,7 @@ class Outcome:
     rejected: int = 0
     unproven: int = 0
     forks: list[int] = field(default_factory=list)
+    store_s: float = 0.0  # of which inserting (and growing the tree over filled gaps)
 
 
 def _chunks(ranges: Sequence[SequenceRange], span_limit: int | None) -> list[list[SequenceRange]]:
@@ -141,21 +143,25 @@ class Repair:
     async def reconcile(
         self, peer: RepairPeer, originator: int
     ) -> tuple[list[SequenceRange], dict[int, bytes], list[int], int]:
-        """(runs to fetch, leaves the peer listed for them, forks, round trips)."""
+        """(runs to fetch, leaves the peer listed for them, forks, round trips: fingerprint
+        rounds and listing rounds; fetching envelopes and their proofs adds two more, each
+        requests in parallel)."""
         session = Session(await self._logs.tree_size(originator))
         wanted: list[SequenceRange] = []
         listed_leaves: dict[int, bytes] = {}
         forks: list[int] = []
+        listings = 0
         while not session.done:
             mine, theirs = await self._fingerprints(peer, originator, session.asking)
             fetch = session.answer(mine, theirs)
             wanted += fetch.whole
             if fetch.listed:
+                listings += 1
                 missing, found_forks = await self._listed(peer, originator, fetch.listed)
                 listed_leaves.update(missing)
                 forks += found_forks
                 wanted += runs(missing)
-        return sorted(wanted), listed_leaves, forks, session.round_trips
+        return sorted(wanted), listed_leaves, forks, session.round_trips + listings
 
     async def repair(self, peer: RepairPeer, originator: int) -> Outcome:
         wanted, leaves, forks, trips = await self.reconcile(peer, originator)
@@ -173,9 +179,11 @@ class Repair:
 
         kept = [e for part in await asyncio.gather(*(one(r) for r in wanted)) for e in part]
         outcome.expired = outcome.wanted - len(kept) - outcome.rejected - outcome.unproven
+        started = time.perf_counter()
         for start in range(0, len(kept), STORE_BATCH):
             batch: list[Verdict] = list(kept[start : start + STORE_BATCH])
             await target.store(batch, peer.node_id, direct=False)
+        outcome.store_s = time.perf_counter() - started
         outcome.stored = len(kept)
         if forks:
             await self._forks(peer, originator, target, forks, outcome)

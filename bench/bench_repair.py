@@ -1,0 +1,260 @@
+"""Anti-entropy repair benchmark (issue 9), each figure printed beside its bound:
+
+- repair of two logs of `--envelopes` leaves that differ by `--missing` envelopes in
+  `--ranges` ranges: verified envelopes/s and round trips (<= 2 x log2(log size));
+- reconciling the two (then identical) logs again: round trips (<= 3) and bytes (<= 64 KiB).
+
+    .venv/bin/python bench/bench_repair.py [--envelopes 1000000] [--missing 10000] [--ranges 100]
+
+Measured at the store + use case level between two databases on one Postgres cluster (fsync
+on), in one process, no gRPC: node B runs `replication.anti_entropy.Repair` (its LogStore,
+ReplicationStore and an OriginatorLog with the verifying threads) against a peer adapter
+over node A's `LogQueries` / `LogStore` and envelope rows. Bytes are the protobuf sizes of
+the LogApi / QueryEnvelopes messages the gRPC peer would send and receive. Only the missing
+envelopes are real signed envelopes; the other leaves are synthetic (both sides hold them,
+reconciliation reads only leaves). Round trips: fingerprint and listing rounds, plus one
+for fetching the envelopes and one for the inclusion proofs of the runs (each a set of
+parallel requests). The verified rate is stored envelopes over the whole repair's wall time
+(reconcile, fetch, signature and run-inclusion checks, insert, tree growth)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import asyncpg
+
+from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode.api.client import group_message_envelope
+from xnode.core import merkle
+from xnode.core.checkpoints import Checkpoint, sign_checkpoint
+from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import IndexedEnvelope, build_payer_envelope, originate
+from xnode.core.envelopes import validate_payer_envelope as valid_payer
+from xnode.core.reconciliation import Fingerprint, SequenceRange, fingerprint_part
+from xnode.devtools.postgres import start_cluster
+from xnode.replication.anti_entropy import Repair
+from xnode.replication.ingest import IngestContext, OriginatorLog
+from xnode.store.logs import STORED_MIN_LEVEL, LogStore
+from xnode.store.migrate import upgrade_to_head
+from xnode.store.replication import ReplicationStore
+from xnode.usecases.logs import LogQueries
+from xnode_api.logs.v1 import logs_pb2 as pb
+
+NODE = 100
+PAYER = SigningKey.generate()
+
+
+def _ranges(ranges: Sequence[SequenceRange]) -> list[pb.SequenceRange]:
+    return [pb.SequenceRange(first=r.first, last=r.last) for r in ranges]
+
+
+class LocalPeer:
+    """Node A as the gRPC peer would present it, counting the bytes it would exchange."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.node_id = NODE
+        self.bytes_exchanged = 0
+        self._pool = pool
+        self._queries = LogQueries(LogStore(pool), 1.0, 30.0)
+
+    async def fingerprints(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[Fingerprint]:
+        found = await self._queries.fingerprints(originator, ranges)
+        request = pb.GetFingerprintsRequest(originator_node_id=originator, ranges=_ranges(ranges))
+        response = pb.GetFingerprintsResponse(
+            fingerprints=[pb.Fingerprint(count=f.count, xor=f.xor) for f in found]
+        )
+        self.bytes_exchanged += request.ByteSize() + response.ByteSize()
+        return found
+
+    async def leaves(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[tuple[int, bytes]]:
+        found = await self._queries.leaves(originator, ranges)
+        request = pb.GetLeavesRequest(originator_node_id=originator, ranges=_ranges(ranges))
+        response = pb.GetLeavesResponse(
+            leaves=[pb.Leaf(sequence_id=s, leaf_hash=h) for s, h in found]
+        )
+        self.bytes_exchanged += request.ByteSize() + response.ByteSize()
+        return found
+
+    async def inclusion(self, originator: int, sequence_id: int, tree_size: int) -> list[bytes]:
+        found = await self._queries.inclusion(originator, sequence_id, tree_size)
+        self.bytes_exchanged += 12 + sum(len(p) + 2 for p in found.proof) + 40
+        return found.proof
+
+    async def envelopes(self, originator: int, run: SequenceRange) -> list[bytes]:
+        rows = await self._pool.fetch(
+            "SELECT envelope FROM originator_envelopes WHERE originator_node_id = $1"
+            " AND originator_sequence_id BETWEEN $2 AND $3 ORDER BY originator_sequence_id",
+            originator,
+            run.first,
+            run.last,
+        )
+        found = [bytes(r[0]) for r in rows]
+        self.bytes_exchanged += 20 + sum(len(raw) + 3 for raw in found)
+        return found
+
+
+class NoReports:
+    async def record(self, unsigned: mb.UnsignedMisbehaviorReport, detail: str) -> None:
+        print(f"  unexpected report: {detail}")
+
+
+def missing_ids(n: int, missing: int, ranges: int) -> list[int]:
+    per = missing // ranges
+    stride = n // ranges
+    return [i * stride + stride // 2 + j for i in range(ranges) for j in range(per)]
+
+
+def signed_envelopes(ids: list[int], key: SigningKey) -> list[IndexedEnvelope]:
+    payer = valid_payer(
+        build_payer_envelope(group_message_envelope(bytes(16), b"m"), PAYER, NODE), NODE
+    )
+    now = time.time_ns()
+    return [originate(payer, NODE, s, now + s, key) for s in ids]
+
+
+def build_log(
+    n: int, real: dict[int, IndexedEnvelope]
+) -> tuple[list[tuple[int, int, bytes, int]], list[tuple[int, int, int, bytes]], bytes]:
+    frontier = merkle.Frontier()
+    leaves, nodes = [], []
+    for s in range(1, n + 1):
+        env = real.get(s)
+        leaf = env.leaf if env is not None and env.leaf else merkle.leaf_hash(s.to_bytes(8, "big"))
+        leaves.append((NODE, s, leaf, fingerprint_part(leaf)))
+        nodes += [(NODE, lv, i, h) for lv, i, h in frontier.append(leaf) if lv >= STORED_MIN_LEVEL]
+    return leaves, nodes, frontier.root()
+
+
+async def load(
+    dsn: str,
+    leaves: list[tuple[int, int, bytes, int]],
+    nodes: list[tuple[int, int, int, bytes]],
+    size: int,
+    checkpoint: Checkpoint,
+    envelopes: list[IndexedEnvelope],
+) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.copy_records_to_table("log_leaves", records=leaves)
+        await conn.copy_records_to_table("log_nodes", records=nodes)
+        await conn.execute("INSERT INTO log_trees VALUES ($1, $2)", NODE, size)
+        c = checkpoint
+        await conn.execute(
+            "INSERT INTO log_checkpoints (originator_node_id, tree_size, root, originator_ns,"
+            " previous_hash, signed) VALUES ($1, $2, $3, $4, $5, $6)",
+            NODE, c.tree_size, c.root, c.originator_ns, c.previous_hash, c.signed,
+        )  # fmt: skip
+        records = [
+            (e.originator_node_id, e.sequence_id, e.originator_ns, e.topic, e.expiry or None,
+             e.payer_address, e.raw)
+            for e in envelopes
+        ]  # fmt: skip
+        await conn.copy_records_to_table(
+            "originator_envelopes",
+            records=records,
+            columns=[
+                "originator_node_id", "originator_sequence_id", "originator_ns", "topic",
+                "expiry_unixtime", "payer_address", "envelope",
+            ],
+        )  # fmt: skip
+        await conn.execute("VACUUM ANALYZE log_leaves, log_nodes, originator_envelopes")
+    finally:
+        await conn.close()
+
+
+def row(what: str, result: str, bound: str) -> None:
+    print(f"| {what} | {result} | {bound} |")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--envelopes", type=int, default=1_000_000)
+    parser.add_argument("--missing", type=int, default=10_000)
+    parser.add_argument("--ranges", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    n = args.envelopes
+    work = Path(tempfile.mkdtemp(prefix="xnode-bench-repair-"))
+    work.chmod(0o755)
+    cluster = start_cluster(work / "pg", fsync=True)
+    executor = ThreadPoolExecutor(args.threads)
+    try:
+        key = SigningKey.generate()
+        ids = missing_ids(n, args.missing, args.ranges)
+        started = time.perf_counter()
+        real = {e.sequence_id: e for e in signed_envelopes(ids, key)}
+        leaves, nodes, root = await asyncio.to_thread(build_log, n, real)
+        checkpoint = sign_checkpoint(key, NODE, n, root, time.time_ns(), None)
+        gone = set(ids)
+        prefix = min(ids) - 1  # B's tree: the contiguous prefix before its first gap
+        for name in ("a", "b"):
+            cluster.create_database(name)
+            await asyncio.to_thread(upgrade_to_head, cluster.dsn(name))
+        await load(cluster.dsn("a"), leaves, nodes, n, checkpoint, list(real.values()))
+        b_nodes = [x for x in nodes if (x[2] + 1) << x[1] <= prefix]
+        b_leaves = [x for x in leaves if x[1] not in gone]
+        await load(cluster.dsn("b"), b_leaves, b_nodes, prefix, checkpoint, [])
+        setup_s = time.perf_counter() - started
+        print(f"machine: {os.cpu_count()} cores; {n:,} leaves, {len(ids):,} missing on B in "
+              f"{args.ranges} ranges (set up in {setup_s:.0f} s)")  # fmt: skip
+        pools = (asyncpg.create_pool(cluster.dsn(db), min_size=1, max_size=8) for db in "ab")
+        async with next(pools) as pool_a, next(pools) as pool_b:
+            store = ReplicationStore(pool_b)
+            ctx = IngestContext(
+                store, NoReports(), _nothing, "bench", lambda: {NODE: key.public_key},
+                executor, args.threads,
+            )  # fmt: skip
+            target = OriginatorLog(NODE, None, ctx)
+            repair = Repair(LogStore(pool_b), store, lambda _: target, _no_fork)
+            peer = LocalPeer(pool_a)
+            started = time.perf_counter()
+            outcome = await repair.repair(peer, NODE)
+            took = time.perf_counter() - started
+            trips = outcome.round_trips + 2
+            assert outcome.stored == len(ids), outcome
+            print("| measure | result | bound |\n|---|---|---|")
+            row(f"repair {len(ids):,} of {n:,}: verified envelopes/s",
+                f"{outcome.stored / took:,.0f} ({took:.2f} s)", ">= 10,000")  # fmt: skip
+            checked = took - outcome.store_s
+            row("repair: verified envelopes/s before the insert (reconcile, fetch, checks)",
+                f"{outcome.stored / checked:,.0f} ({checked:.2f} s)", "")  # fmt: skip
+            row("repair: round trips", f"{trips} ({outcome.round_trips} reconcile + 2)",
+                f"<= {2 * math.log2(n):.1f}")  # fmt: skip
+            row("repair: bytes exchanged", f"{peer.bytes_exchanged / 1024:,.0f} KiB", "")
+            tree = await LogStore(pool_b).tree_size(NODE)
+            row("B's tree after repair", f"{tree:,} leaves", f"= {n:,}")
+            again = LocalPeer(pool_a)
+            started = time.perf_counter()
+            same = await repair.repair(again, NODE)
+            took = time.perf_counter() - started
+            row("identical logs: round trips", f"{same.round_trips} ({took * 1e3:.0f} ms)", "<= 3")
+            row("identical logs: bytes exchanged", f"{again.bytes_exchanged} B", "<= 65,536 B")
+    finally:
+        executor.shutdown()
+        cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def _nothing(stored: object) -> None:
+    return None
+
+
+async def _no_fork(originator: int, stored: bytes, other: bytes) -> None:
+    print(f"  unexpected fork at originator {originator}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,176 @@
+"""Repair with fakes around the real checks: what is missing is fetched and stored; a run a
+peer serves that the stored checkpoint does not commit to is refused; expired envelopes
+are nothing to fetch and no fault; a fork goes to the hook with both envelopes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode.api.client import group_message_envelope
+from xnode.core import merkle
+from xnode.core.checkpoints import Checkpoint, sign_checkpoint
+from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import IndexedEnvelope, build_payer_envelope, originate
+from xnode.core.envelopes import validate_payer_envelope as valid_payer
+from xnode.core.reconciliation import Fingerprint, SequenceRange
+from xnode.core.verification import Position
+from xnode.replication.anti_entropy import Repair
+from xnode.replication.ingest import IngestContext, OriginatorLog
+
+KEY = SigningKey.generate()
+PAYER = SigningKey.generate()
+NODE = 100
+
+
+def signed(seq: int, data: bytes = b"m") -> IndexedEnvelope:
+    payer = build_payer_envelope(group_message_envelope(bytes(16), data), PAYER, NODE)
+    return originate(valid_payer(payer, NODE), NODE, seq, 10**18 + seq, KEY)
+
+
+class Side:
+    """One node's log of originator 100: leaves, envelopes still held, a checkpoint."""
+
+    def __init__(self, envelopes: dict[int, IndexedEnvelope], expired: Sequence[int] = ()):
+        self.held_leaves = {s: e.leaf or b"" for s, e in envelopes.items()}
+        self.held = {s: e.raw for s, e in envelopes.items() if s not in expired}
+        self.checkpoint: Checkpoint | None = None
+        self.node_id = 200
+        self.bytes_exchanged = 0
+
+    def _in(self, ranges: Sequence[SequenceRange]) -> list[tuple[int, bytes]]:
+        return sorted(
+            (s, h) for s, h in self.held_leaves.items() if any(r.first <= s <= r.last for r in ranges)
+        )
+
+    async def fingerprints(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[Fingerprint]:
+        return [Fingerprint.of(h for _, h in self._in([r])) for r in ranges]
+
+    async def leaves(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[tuple[int, bytes]]:
+        return self._in(ranges)
+
+    async def tree_size(self, originator: int) -> int:
+        size = 0
+        while size + 1 in self.held_leaves:
+            size += 1
+        return size
+
+    async def latest_checkpoint(self, originator: int) -> Checkpoint | None:
+        return self.checkpoint
+
+    async def inclusion(self, originator: int, sequence_id: int, tree_size: int) -> list[bytes]:
+        leaves = [self.held_leaves[s] for s in range(1, tree_size + 1)]
+        nodes: dict[tuple[int, int], bytes] = {}
+        frontier = merkle.Frontier()
+        for leaf in leaves:
+            nodes.update(((lv, i), h) for lv, i, h in frontier.append(leaf))
+        nodes.update(((0, i), h) for i, h in enumerate(leaves))
+        return merkle.inclusion_proof(sequence_id - 1, tree_size, lambda lv, i: nodes[(lv, i)])
+
+    async def envelopes(self, originator: int, run: SequenceRange) -> list[bytes]:
+        return [raw for s, raw in sorted(self.held.items()) if run.first <= s <= run.last]
+
+
+class Store:
+    def __init__(self, side: Side, envelopes: dict[int, IndexedEnvelope]) -> None:
+        self.side = side
+        self.rows = {s: e.raw for s, e in envelopes.items()}
+
+    async def newest_per_originator(self) -> dict[int, Position]:
+        return {}
+
+    async def stored_envelopes(self, originator: int, ids: Sequence[int]) -> dict[int, bytes]:
+        return {s: self.rows[s] for s in ids if s in self.rows}
+
+    async def insert_received(
+        self, envelopes: Sequence[IndexedEnvelope], notice_token: str
+    ) -> list[tuple[int, int]]:
+        new = [e for e in envelopes if e.sequence_id not in self.rows]
+        for e in new:
+            self.rows[e.sequence_id] = e.raw
+            self.side.held_leaves[e.sequence_id] = e.leaf or b""
+        return [(NODE, e.sequence_id) for e in new]
+
+
+class Reports:
+    def __init__(self) -> None:
+        self.filed: list[str] = []
+
+    async def record(self, unsigned: mb.UnsignedMisbehaviorReport, detail: str) -> None:
+        self.filed.append(detail)
+
+
+async def _nothing(stored: object) -> None:
+    return None
+
+
+def checkpoint_of(envelopes: dict[int, IndexedEnvelope]) -> Checkpoint:
+    leaves = [envelopes[s].leaf or b"" for s in sorted(envelopes)]
+    return sign_checkpoint(KEY, NODE, len(leaves), merkle.root_of(leaves), 1, None)
+
+
+def repair_here(
+    here: dict[int, IndexedEnvelope],
+) -> tuple[Repair, Side, Store, Reports, list[tuple[bytes, bytes]]]:
+    side = Side(here)
+    store = Store(side, here)
+    reports = Reports()
+    ctx = IngestContext(
+        store, reports, _nothing, "t", lambda: {NODE: KEY.public_key}, ThreadPoolExecutor(1), 1
+    )
+    target = OriginatorLog(NODE, None, ctx)
+    forks: list[tuple[bytes, bytes]] = []
+
+    async def on_fork(originator: int, stored: bytes, other: bytes) -> None:
+        forks.append((stored, other))
+
+    return Repair(side, store, lambda _: target, on_fork), side, store, reports, forks
+
+
+LOG = {s: signed(s) for s in range(1, 301)}
+
+
+async def test_a_gap_is_filled_and_proven_against_the_checkpoint() -> None:
+    here = {s: e for s, e in LOG.items() if not 100 <= s <= 180}
+    repair, side, store, reports, _ = repair_here(here)
+    side.checkpoint = checkpoint_of(LOG)
+    outcome = await repair.repair(Side(LOG), NODE)
+    assert outcome.stored == 81 and outcome.rejected == outcome.unproven == 0
+    assert store.rows == {s: e.raw for s, e in LOG.items()}
+    assert not reports.filed
+    again = await repair.repair(Side(LOG), NODE)
+    assert (again.round_trips, again.wanted) == (1, 0)
+
+
+async def test_a_run_the_checkpoint_does_not_commit_to_is_refused() -> None:
+    # The originator signed other content for 150..160 (a fork it hid from the checkpoint):
+    # a peer serving that run, consistently with its own leaves, fails the run's proof.
+    other = {**LOG, **{s: signed(s, b"other") for s in range(150, 161)}}
+    here = {s: e for s, e in LOG.items() if not 140 <= s <= 170}
+    repair, side, store, _, _ = repair_here(here)
+    side.checkpoint = checkpoint_of(LOG)
+    outcome = await repair.repair(Side(other), NODE)
+    assert outcome.stored == 0 and outcome.rejected == 31
+    assert all(s not in store.rows for s in range(140, 171))
+
+
+async def test_expired_envelopes_are_nothing_to_fetch_and_no_fault() -> None:
+    here = {s: e for s, e in LOG.items() if s > 50}
+    repair, side, store, reports, forks = repair_here(here)
+    side.checkpoint = checkpoint_of(LOG)
+    outcome = await repair.repair(Side(LOG, expired=range(1, 51)), NODE)
+    assert (outcome.stored, outcome.expired, outcome.rejected) == (0, 50, 0)
+    assert not reports.filed and not forks
+
+
+async def test_a_fork_goes_to_the_hook_with_both_envelopes() -> None:
+    repair, _, _, _, forks = repair_here(dict(LOG))
+    theirs = {**LOG, 42: signed(42, b"other")}
+    outcome = await repair.repair(Side(theirs), NODE)
+    assert outcome.forks == [42]
+    assert forks == [(LOG[42].raw, theirs[42].raw)]
