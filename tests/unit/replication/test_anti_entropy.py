@@ -41,7 +41,9 @@ class Side:
 
     def _in(self, ranges: Sequence[SequenceRange]) -> list[tuple[int, bytes]]:
         return sorted(
-            (s, h) for s, h in self.held_leaves.items() if any(r.first <= s <= r.last for r in ranges)
+            (s, h)
+            for s, h in self.held_leaves.items()
+            if any(r.first <= s <= r.last for r in ranges)
         )
 
     async def fingerprints(
@@ -161,7 +163,7 @@ async def test_a_run_the_checkpoint_does_not_commit_to_is_refused() -> None:
 
 async def test_expired_envelopes_are_nothing_to_fetch_and_no_fault() -> None:
     here = {s: e for s, e in LOG.items() if s > 50}
-    repair, side, store, reports, forks = repair_here(here)
+    repair, side, _, reports, forks = repair_here(here)
     side.checkpoint = checkpoint_of(LOG)
     outcome = await repair.repair(Side(LOG, expired=range(1, 51)), NODE)
     assert (outcome.stored, outcome.expired, outcome.rejected) == (0, 50, 0)
