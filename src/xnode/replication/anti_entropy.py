@@ -36,7 +36,7 @@ from xnode.core.reconciliation import (
 from xnode.core.verification import Verdict
 from xnode.observability.metrics import REPAIR_ENVELOPES, REPAIR_ROUND_TRIPS
 from xnode.replication.ingest import OriginatorLog
-from xnode.usecases.logs import MAX_LEAVES, MAX_RANGES, LogPort
+from xnode.usecases.logs import MAX_LEAVES, MAX_RANGES
 
 log = structlog.get_logger(__name__)
 
@@ -62,6 +62,22 @@ class RepairPeer(Protocol):
     async def inclusion(self, originator: int, sequence_id: int, tree_size: int) -> list[bytes]: ...
 
     async def envelopes(self, originator: int, run: SequenceRange) -> list[bytes]: ...
+
+
+class HeldLog(Protocol):
+    """The committed logs held here (the part of usecases.logs.LogPort repair reads)."""
+
+    async def tree_size(self, originator: int) -> int: ...
+
+    async def fingerprints(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[Fingerprint]: ...
+
+    async def leaves(
+        self, originator: int, ranges: Sequence[SequenceRange]
+    ) -> list[tuple[int, bytes]]: ...
+
+    async def latest_checkpoint(self, originator: int) -> Checkpoint | None: ...
 
 
 class StoredBytes(Protocol):
@@ -111,7 +127,7 @@ class Repair:
 
     def __init__(
         self,
-        logs: LogPort,
+        logs: HeldLog,
         stored: StoredBytes,
         originator_log: Callable[[int], OriginatorLog],
         on_fork: OnFork,
