@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -82,6 +82,8 @@ class Link:
         self._open |= {writer, up_writer}
         try:
             await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        except asyncio.CancelledError:
+            pass  # the test's loop is ending: so is the connection
         finally:
             self._open -= {writer, up_writer}
 
@@ -105,6 +107,13 @@ async def _converged(nodes: dict[int, NodeProcess], keys: dict[int, bytes]) -> b
         if any(h != held[0] for h in held) or not held[0]:
             return False
     return True
+
+
+async def _wait(check: Callable[[], Awaitable[bool]], failure: str) -> None:
+    deadline = time.monotonic() + HEAL_BOUND_S
+    while not await check():
+        assert time.monotonic() < deadline, failure
+        await asyncio.sleep(0.5)
 
 
 @pytest.fixture
@@ -145,6 +154,9 @@ async def test_a_split_network_heals_to_identical_logs(
         acked: dict[int, list[bytes]] = {n: [] for n in NODES}
         for n in NODES:
             acked[n] += await publish(nodes[n].address, n, [GROUP] * 5)
+        await _wait(
+            lambda: _converged(nodes, keys), "the network did not converge before the split"
+        )
 
         for (a, b), link in links.items():  # the split
             link.set_cut(not any({a, b} <= side for side in SIDES))
@@ -153,10 +165,10 @@ async def test_a_split_network_heals_to_identical_logs(
                 acked[n] += await publish(nodes[n].address, n, [GROUP] * 7)
             await asyncio.sleep(0.5)
 
-        deadline = time.monotonic() + HEAL_BOUND_S
-        while set(await stored(nodes[500].address, 300)) != set(acked[300]):
-            assert time.monotonic() < deadline, "the {300, 400, 500} side did not replicate"
-            await asyncio.sleep(0.2)
+        async def same_side() -> bool:
+            return set(await stored(nodes[500].address, 300)) == set(acked[300])
+
+        await _wait(same_side, "the {300, 400, 500} side did not replicate")
         for n in (100, 200):  # the other side saw nothing of it
             assert await stored(nodes[n].address, 300) == acked[300][:5]
             assert await stored(nodes[n].address, 400) == acked[400][:5]
