@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 
 from tests.e2e.replication.conftest import ChainNetwork, eventually
+from tests.fake_peer import serve_subscribe_originators
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
@@ -70,20 +71,7 @@ class FakePeer:
             await asyncio.sleep(3600)
 
     async def serve(self, address: str) -> grpc.aio.Server:
-        server = grpc.aio.server()
-        handler = grpc.unary_stream_rpc_method_handler(
-            self.subscribe, request_deserializer=bytes, response_serializer=bytes
-        )
-        server.add_generic_rpc_handlers(
-            [
-                grpc.method_handlers_generic_handler(
-                    "xmtp.xmtpv4.message_api.ReplicationApi", {"SubscribeOriginators": handler}
-                )
-            ]
-        )
-        server.add_insecure_port(address)
-        await server.start()
-        return server
+        return await serve_subscribe_originators(self.subscribe, address)
 
 
 def reports_of(got: mb.QueryMisbehaviorReportsResponse, node_id: int) -> dict[str, list[Any]]:

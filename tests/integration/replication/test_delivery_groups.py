@@ -17,6 +17,7 @@ import grpc
 
 from tests.conftest import REPLICATION_TEST_SETTINGS, NodeSpec, node_settings
 from tests.e2e.replication.test_misbehaving_peer import forged
+from tests.fake_peer import serve_subscribe_originators
 from tests.integration.export.helpers import Item, group, publish
 from tests.integration.logs.helpers import eventually
 from tests.integration.replication.test_replication import stored
@@ -47,20 +48,7 @@ class ByzantineRelay:
         await asyncio.sleep(3600)
 
     async def serve(self, address: str) -> grpc.aio.Server:
-        server = grpc.aio.server()
-        handler = grpc.unary_stream_rpc_method_handler(
-            self.subscribe, request_deserializer=bytes, response_serializer=bytes
-        )
-        server.add_generic_rpc_handlers(
-            [
-                grpc.method_handlers_generic_handler(
-                    "xmtp.xmtpv4.message_api.ReplicationApi", {"SubscribeOriginators": handler}
-                )
-            ]
-        )
-        server.add_insecure_port(address)
-        await server.start()
-        return server
+        return await serve_subscribe_originators(self.subscribe, address)
 
 
 async def test_f_misbehaving_relays_in_the_group_cannot_withhold_an_envelope(

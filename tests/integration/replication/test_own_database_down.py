@@ -16,6 +16,7 @@ import grpc
 from prometheus_client import REGISTRY
 
 from tests.conftest import Network
+from tests.fake_peer import serve_subscribe_originators
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.misbehavior import LIVENESS_TYPES
 from xnode.devtools.postgres import PgCluster
@@ -34,20 +35,7 @@ class FailingPeer:
         await asyncio.sleep(3600)
 
     async def serve(self, address: str) -> grpc.aio.Server:
-        server = grpc.aio.server()
-        handler = grpc.unary_stream_rpc_method_handler(
-            self.subscribe, request_deserializer=bytes, response_serializer=bytes
-        )
-        server.add_generic_rpc_handlers(
-            [
-                grpc.method_handlers_generic_handler(
-                    "xmtp.xmtpv4.message_api.ReplicationApi", {"SubscribeOriginators": handler}
-                )
-            ]
-        )
-        server.add_insecure_port(address)
-        await server.start()
-        return server
+        return await serve_subscribe_originators(self.subscribe, address)
 
 
 async def allow_connections(pg_cluster: PgCluster, dsn: str, allow: bool) -> None:

@@ -1,0 +1,29 @@
+"""A deliberately misbehaving peer's server: it serves SubscribeOriginators from a script."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+
+Subscribe = Callable[[bytes, Any], AsyncIterator[bytes]]
+
+
+async def serve_subscribe_originators(subscribe: Subscribe, address: str) -> grpc.aio.Server:
+    """A started server at `address` whose only method is ReplicationApi/SubscribeOriginators,
+    answered by `subscribe(request bytes, context)` with serialized responses."""
+    server = grpc.aio.server()
+    handler = grpc.unary_stream_rpc_method_handler(
+        subscribe, request_deserializer=bytes, response_serializer=bytes
+    )
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler(
+                "xmtp.xmtpv4.message_api.ReplicationApi", {"SubscribeOriginators": handler}
+            )
+        ]
+    )
+    server.add_insecure_port(address)
+    await server.start()
+    return server
