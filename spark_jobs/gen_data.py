@@ -30,6 +30,7 @@ from xnode.core.constants import (
 from xnode.core.crypto import SigningKey, keccak256, misbehavior_digest
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
 from xnode.core.fees import NO_FEES, Fees
+from xnode.core.mls import mls_group_message
 from xnode.core.topics import Topic, TopicKind
 from xnode.export.schema import REPORT_SCHEMA
 
@@ -236,7 +237,9 @@ def signed_envelope(
     topic = Topic(TopicKind.GROUP_MESSAGES, keccak256(b"group", data[:8]))
     client = envelopes_pb2.ClientEnvelope(
         aad=envelopes_pb2.AuthenticatedData(target_originator=node_id, target_topic=topic.raw),
-        group_message=mls_pb2.GroupMessageInput(v1=mls_pb2.GroupMessageInput.V1(data=data)),
+        group_message=mls_pb2.GroupMessageInput(
+            v1=mls_pb2.GroupMessageInput.V1(data=mls_group_message(topic.identifier, data))
+        ),
     )
     payer = validate_payer_envelope(build_payer_envelope(client, payer_key, node_id), node_id)
     return originate(payer, node_id, sequence_id, originator_ns, key, fees).raw

@@ -28,7 +28,7 @@ from xnode.api.client import NodeClient
 from xnode.commands.export import export_node
 from xnode.config import Settings
 from xnode.core.envelopes import parse_originator_envelope
-from xnode.core.topics import Topic, TopicKind
+from xnode.core.topics import TopicKind
 
 G, W, K, ID = (
     TopicKind.GROUP_MESSAGES,
@@ -69,9 +69,9 @@ def old_rows(spec: NodeSpec) -> list[tuple[Any, ...]]:
 
 async def query_keys(address: str) -> set[tuple[int, int]]:
     """(originator, sequence id) of everything the node's query API returns."""
-    kinds = ((G, 1), (W, 2), (K, 3), (ID, 4), (ID, 5), (ID, 6))
+    # By originator: a key package's topic is its installation key, not a test group id.
     async with NodeClient(address) as client:
-        found = await client.query(topics=[Topic(k, group(n)).raw for k, n in kinds], limit=1000)
+        found = await client.query(originators=[0, 1, 100, 200], limit=1000)
     parsed = [parse_originator_envelope(e.SerializeToString()) for e in found]
     return {(e.originator_node_id, e.sequence_id) for e in parsed}
 

@@ -14,7 +14,7 @@ from xmtp.xmtpv4.message_api import message_api_pb2_grpc
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import build_payer_envelope, cursor_to_proto
-from xnode.core.mls import ContentType, MlsError, WireFormat, encode_framing, parse_group_message
+from xnode.core.mls import mls_group_message as mls_group_message
 from xnode.core.topics import Topic, TopicKind
 from xnode.tls import ClientTls, open_channel
 
@@ -22,20 +22,6 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 25 * 1024 * 1024),
     ("grpc.max_send_message_length", 25 * 1024 * 1024),
 ]
-
-
-def mls_group_message(group_id: bytes, data: bytes) -> bytes:
-    """`data` when it is already an MLS group message of this group (or empty); otherwise
-    `data` as the ciphertext of an application PrivateMessage (epoch 0) of the group, which
-    the node accepts: tools and benchmarks send plain bytes, the node only sees the framing."""
-    if not data:
-        return data  # nothing to frame: the node refuses it as having no data
-    try:
-        if parse_group_message(data).group_id == group_id:
-            return data
-    except MlsError:
-        pass
-    return encode_framing(WireFormat.PRIVATE_MESSAGE, group_id, 0, ContentType.APPLICATION, data)
 
 
 def group_message_envelope(

@@ -217,3 +217,17 @@ def encode_framing(
 
 def vector_bytes(data: bytes) -> bytes:
     return varint_bytes(len(data)) + data
+
+
+def mls_group_message(group_id: bytes, data: bytes) -> bytes:
+    """`data` when it is already an MLS group message of this group (or empty); otherwise
+    `data` as the ciphertext of an application PrivateMessage (epoch 0) of the group, which
+    the node accepts: tools and benchmarks send plain bytes, the node only sees the framing."""
+    if not data:
+        return data  # nothing to frame: the node refuses it as having no data
+    try:
+        if parse_group_message(data).group_id == group_id:
+            return data
+    except MlsError:
+        pass
+    return encode_framing(WireFormat.PRIVATE_MESSAGE, group_id, 0, ContentType.APPLICATION, data)
