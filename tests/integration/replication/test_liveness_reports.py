@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 
 from tests.conftest import Network
+from tests.fake_peer import serve_subscribe_originators
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core import wire
@@ -28,20 +29,7 @@ async def serve_fake(address: str, behave: Behavior) -> grpc.aio.Server:
         yield wire.field(1, b"")  # "caught up": an empty answer
         await asyncio.sleep(3600)
 
-    server = grpc.aio.server()
-    handler = grpc.unary_stream_rpc_method_handler(
-        subscribe, request_deserializer=bytes, response_serializer=bytes
-    )
-    server.add_generic_rpc_handlers(
-        [
-            grpc.method_handlers_generic_handler(
-                "xmtp.xmtpv4.message_api.ReplicationApi", {"SubscribeOriginators": handler}
-            )
-        ]
-    )
-    server.add_insecure_port(address)
-    await server.start()
-    return server
+    return await serve_subscribe_originators(subscribe, address)
 
 
 async def reports_about(node: Any, node_id: int) -> list[mb.UnsignedMisbehaviorReport]:
