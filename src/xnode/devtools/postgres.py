@@ -6,11 +6,13 @@ OS user (runuser) on a data directory that user owns.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +107,37 @@ def _running_port(data_dir: Path) -> int | None:
     return port
 
 
+def _reachable_by_server_user(directory: Path) -> bool:
+    """True when the `postgres` OS user can enter `directory` (and so every parent of it)."""
+    if os.geteuid() != 0:
+        return True
+    probe = _as_server_user(["test", "-x", str(directory)])
+    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+
+
+def _server_reachable(data_dir: Path) -> Path:
+    """Where the cluster can live: `data_dir`, or a linked directory the server user can reach.
+
+    Run as root, Postgres runs as `postgres`, which cannot enter a private parent (a clone
+    made in `mktemp -d`, mode 0700). Rather than loosen the operator's permissions, the cluster
+    goes to /var/tmp under a name derived from `data_dir`, and `data_dir` becomes a link to it,
+    so later runs find the same cluster.
+    """
+    if data_dir.exists() or _reachable_by_server_user(data_dir.parent):
+        return data_dir
+    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
+    elsewhere = Path("/var/tmp") / f"xnode-postgres-{digest}"
+    elsewhere.mkdir(mode=0o700, exist_ok=True)
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    data_dir.symlink_to(elsewhere, target_is_directory=True)
+    print(
+        f"the postgres OS user cannot enter {data_dir.parent}: the cluster lives in {elsewhere}"
+        f" ({data_dir} links to it)",
+        file=sys.stderr,
+    )
+    return elsewhere
+
+
 def _initdb(data_dir: Path) -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
     owner = _server_owner()
@@ -130,7 +163,7 @@ def _initdb(data_dir: Path) -> None:
 
 def start_cluster(data_dir: Path, *, fsync: bool = True, attempts: int = 5) -> PgCluster:
     """Starts (initializing if needed) a cluster on a free 127.0.0.1 port; reuses a running one."""
-    data_dir = data_dir.resolve()
+    data_dir = _server_reachable(data_dir.absolute()).resolve()
     port = _running_port(data_dir)
     if port is not None:
         return PgCluster(data_dir, port)
