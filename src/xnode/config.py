@@ -200,7 +200,9 @@ class Settings(BaseSettings):
         5.0, description="New subscriptions per second per client IP", gt=0
     )
     limit_subscriptions_per_ip: int = Field(
-        100, description="Concurrent subscriptions per client IP (per process)", ge=1
+        100,
+        description="Concurrent subscriptions per client IP (across the node's processes)",
+        ge=1,
     )
     limit_peer_multiplier: float = Field(
         20.0, description="Callers with a valid node token get limits this many times higher", ge=1

@@ -67,6 +67,7 @@ from xnode.store.notifications import CommitListener
 from xnode.store.probe import PostgresProbe
 from xnode.store.replication import ReplicationStore
 from xnode.store.sequencer import Sequencer
+from xnode.store.subscription_slots import SharedSubscriptionSlots
 from xnode.tls import ClientTls, ServerTls, TlsConfigError
 from xnode.usecases.admission import Admission
 from xnode.usecases.health import DATABASE, HealthMonitor
@@ -388,7 +389,9 @@ async def _serve(
             ) from exc
         stack.callback(metrics.stop)
     chain, store = parts.chain, parts.store
-    limits = ApiLimits(settings.limit_policy(), SharedBuckets(parts.store.pool))
+    slots = SharedSubscriptionSlots(parts.store.pool)
+    stack.push_async_callback(slots.close)
+    limits = ApiLimits(settings.limit_policy(), SharedBuckets(parts.store.pool), slots)
     subscribe = Subscribe(
         store, parts.state.fanout, keepalive_s=settings.keepalive_seconds, limits=limits
     )

@@ -6,7 +6,7 @@
 - query: per caller, requests before answering and answer bytes after (a caller over its
   byte limit is refused its next answers);
 - subscribe: per caller, new subscriptions, and concurrent subscriptions per client IP
-  (counted in this process);
+  (counted across the node's processes when given shared SubscriptionSlots);
 - misbehavior reports: per reporter.
 
 A caller is its client IP, or its node id when it presented a valid node token: peers get
@@ -14,13 +14,13 @@ limits `peer_multiplier` times higher, in buckets of their own."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from xnode.core.envelopes import ValidPayerEnvelope
 from xnode.core.limits import Charge, Kind, Limit, LimitExceeded
-from xnode.usecases.ports import LimitBuckets
+from xnode.usecases.ports import LimitBuckets, SubscriptionSlots
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +68,36 @@ class LimitPolicy:
     enabled: bool = True
 
 
+class LocalSlots:
+    """Subscription slots counted in this process only (one-process tools and unit tests)."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, int] = {}
+
+    async def hold(self, key: str, allowed: int) -> bool:
+        if self._held.get(key, 0) >= allowed:
+            return False
+        self._held[key] = self._held.get(key, 0) + 1
+        return True
+
+    async def release(self, key: str) -> None:
+        left = self._held.get(key, 0) - 1
+        if left > 0:
+            self._held[key] = left
+        else:
+            self._held.pop(key, None)
+
+
 class ApiLimits:
-    def __init__(self, policy: LimitPolicy, buckets: LimitBuckets) -> None:
+    def __init__(
+        self,
+        policy: LimitPolicy,
+        buckets: LimitBuckets,
+        slots: SubscriptionSlots | None = None,
+    ) -> None:
         self.policy = policy
         self._buckets = buckets
-        self._subscriptions: dict[str, int] = {}
+        self._slots: SubscriptionSlots = slots if slots is not None else LocalSlots()
 
     def _for(self, caller: Caller, limit: Limit) -> Limit:
         return limit.scaled(self.policy.peer_multiplier) if caller.node_id is not None else limit
@@ -143,24 +168,22 @@ class ApiLimits:
         limit = self._for(caller, self.policy.query_bytes)
         await self._buckets.spend(Charge(f"query:{caller.subject}:bytes", Kind.BYTES, size, limit))
 
-    @contextmanager
-    def subscription(self, caller: Caller) -> Iterator[None]:
+    @asynccontextmanager
+    async def subscription(self, caller: Caller) -> AsyncIterator[None]:
         """Holds one of the caller's concurrent subscriptions while open."""
-        key = caller.ip if caller.node_id is None else caller.subject
+        if not self.policy.enabled:
+            yield
+            return
+        key = f"subscriptions:{caller.ip if caller.node_id is None else caller.subject}"
         allowed = self.policy.subscriptions_per_ip
         if caller.node_id is not None:
             allowed = int(allowed * self.policy.peer_multiplier)
-        if self.policy.enabled and self._subscriptions.get(key, 0) >= allowed:
+        if not await self._slots.hold(key, allowed):
             raise LimitExceeded(Kind.SUBSCRIPTIONS, caller.subject, 1.0)
-        self._subscriptions[key] = self._subscriptions.get(key, 0) + 1
         try:
             yield
         finally:
-            left = self._subscriptions[key] - 1
-            if left:
-                self._subscriptions[key] = left
-            else:
-                del self._subscriptions[key]
+            await self._slots.release(key)
 
     async def subscribe(self, caller: Caller) -> None:
         """Charges a new subscription; `subscription(caller)` then holds its place."""

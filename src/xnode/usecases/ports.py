@@ -112,3 +112,15 @@ class LimitBuckets(Protocol):
     async def spend(self, charge: Charge) -> None:
         """Takes the charge even past empty: what was already served is owed."""
         ...
+
+
+class SubscriptionSlots(Protocol):
+    """Concurrent subscriptions per key, counted across the node's processes (XIP-49 3.2.5)."""
+
+    async def hold(self, key: str, allowed: int) -> bool:
+        """Takes one of `key`'s slots, or returns False when `allowed` are held already."""
+        ...
+
+    async def release(self, key: str) -> None:
+        """Gives back a slot this process holds."""
+        ...

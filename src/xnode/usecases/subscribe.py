@@ -64,7 +64,7 @@ class Subscribe:
                 yield delivery
             return
         await self._limits.subscribe(caller)
-        with self._limits.subscription(caller):
+        async with self._limits.subscription(caller):
             async for delivery in self._deliver(groups, method):
                 yield delivery
 
