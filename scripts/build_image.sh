@@ -33,42 +33,11 @@ fi
 CA_FILE="${XNODE_BUILD_CA_FILE:-/etc/ssl/certs/ca-certificates.crt}"
 [[ -s "$CA_FILE" ]] && BUILD+=(--secret "id=ca,src=$CA_FILE")
 
-if [[ -z "${XNODE_IMAGE_CACHE:-}" ]]; then
-    if [[ $EUID -eq 0 ]]; then XNODE_IMAGE_CACHE=/var/cache/xnode-image
-    else XNODE_IMAGE_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/xnode-image"; fi
-fi
-
-have_image() { "$XNODE_ENGINE" image inspect "$1" >/dev/null 2>&1; }
+# shellcheck source=scripts/debian_base.sh
+source scripts/debian_base.sh
 
 # Present locally, or pulled within a minute (an unreachable registry fails or hangs).
 pullable() { have_image "$1" || timeout 60 "$XNODE_ENGINE" pull -q "$1" >/dev/null 2>&1; }
-
-apt_mirror() {
-    local uri
-    uri=$(grep -hsE '^(URIs:|deb )' /etc/apt/sources.list /etc/apt/sources.list.d/* \
-        | grep -oE 'https?://[^ ]+/debian/?( |$)' | head -n1 | tr -d ' ')
-    echo "${uri:-http://deb.debian.org/debian}"
-}
-
-# The Debian root file system, made once per machine (about a minute) and reused.
-debootstrap_base() {
-    local tarball="$XNODE_IMAGE_CACHE/debian-$SUITE-python.tar" root
-    if [[ ! -s "$tarball" ]]; then
-        command -v debootstrap >/dev/null || { log "debootstrap is required"; exit 1; }
-        mkdir -p "$XNODE_IMAGE_CACHE"
-        root=$(mktemp -d "$XNODE_IMAGE_CACHE/rootfs.XXXXXX")
-        log "debootstrap $SUITE from $(apt_mirror) into $root"
-        debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
-            "$SUITE" "$root" "$(apt_mirror)" >&2
-        rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
-        tar -C "$root" -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
-        rm -rf "$root"
-    fi
-    if ! have_image "$LOCAL_BASE"; then
-        log "importing $tarball as $LOCAL_BASE"
-        "$XNODE_ENGINE" import "$tarball" "$LOCAL_BASE" >/dev/null
-    fi
-}
 
 mode="${XNODE_IMAGE_BASE:-}"
 if [[ -z "$mode" ]]; then
@@ -76,7 +45,9 @@ if [[ -z "$mode" ]]; then
 fi
 case "$mode" in
     public) base="$PUBLIC_PYTHON" ;;
-    debootstrap) debootstrap_base; base="$LOCAL_BASE" ;;
+    debootstrap)
+        debian_base "$SUITE" python3,python3-venv,ca-certificates "debian-$SUITE-python.tar" "$LOCAL_BASE"
+        base="$LOCAL_BASE" ;;
     *) log "XNODE_IMAGE_BASE must be public or debootstrap, not $mode"; exit 1 ;;
 esac
 log "base: $base"

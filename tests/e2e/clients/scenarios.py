@@ -10,6 +10,7 @@ from typing import Any
 import xmtp_bindings.xmtpv3 as xmtp
 
 from tests.e2e.clients.network_view import NetworkView
+from tests.e2e.clients.node_sdk_user import NodeSdkUser
 from tests.e2e.clients.xmtp_users import User, group_options, list_options, new_user, until
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.api.client import NodeClient
@@ -61,17 +62,17 @@ async def identity_updates_on_chain(network: NetworkView, users: list[User]) -> 
 async def every_node_knows(network: NetworkView, user: User) -> None:
     """Asked right after registration, without waiting: the gateway answered the identity
     update only once every live node had indexed it from the chain (read-your-writes)."""
-    for node_id, address in network.live_addresses().items():
-        async with NodeClient(address) as client:
+    await every_node_knows_inbox(network, "0x" + user.key.address.hex(), user.inbox_id)
+
+
+async def every_node_knows_inbox(network: NetworkView, address: str, inbox_id: str) -> None:
+    for node_id, node_address in network.live_addresses().items():
+        async with NodeClient(node_address) as client:
             request = api.GetInboxIdsRequest(
-                requests=[
-                    api.GetInboxIdsRequest.Request(
-                        identifier="0x" + user.key.address.hex(), identifier_kind=1
-                    )
-                ]
+                requests=[api.GetInboxIdsRequest.Request(identifier=address, identifier_kind=1)]
             )
             reply = await client.replication.GetInboxIds(request, timeout=10)
-        assert reply.responses[0].inbox_id == user.inbox_id, f"node {node_id}"
+        assert reply.responses[0].inbox_id == inbox_id, f"node {node_id}"
 
 
 async def conversation_across_gateways(network: NetworkView, tmp_path: Path) -> None:
@@ -245,3 +246,36 @@ async def every_payload_kind(network: NetworkView, tmp_path: Path) -> None:
     finally:
         for user in (alice, bob, carol, alice_phone):
             user.close()
+
+
+async def conversation_with_node_sdk(network: NetworkView, tmp_path: Path) -> None:
+    """A user of the official Node SDK (in a container, node_sdk_user.py) and a user of the
+    Python bindings, each through its own gateway and node: both register, find each other,
+    the Node SDK user makes a group, both send and both read every message."""
+    gateway_a, gateway_b = network.gateway_urls
+    alice = new_user("alice", tmp_path, network.node_url(100), gateway_a)
+    nora = NodeSdkUser("nora", network.node_url(200), gateway_b)
+    try:
+        await nora.start()
+        created = await nora.connect()
+        assert str(created["version"]).startswith("v22."), created
+        await every_node_knows_inbox(network, nora.address, nora.inbox_id)
+        await alice.connect()
+        assert await nora.find("0x" + alice.key.address.hex()) == alice.inbox_id
+        assert await alice.find_address(nora.address, "nora") == nora.inbox_id
+
+        group_id = str((await nora.call("createGroup", inboxIds=[alice.inbox_id]))["groupId"])
+        alices = await alice.group(bytes.fromhex(group_id))
+        await nora.call("send", groupId=group_id, text="hello from node")
+        await alice.read(alices, ["hello from node"])
+        await alices.send_text("hello from python")
+        await nora.read(group_id, ["hello from node", "hello from python"])
+        await nora.call("send", groupId=group_id, text="bye from node")
+        everything = ["hello from node", "hello from python", "bye from node"]
+        await alice.read(alices, everything)
+        await nora.read(group_id, everything)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nnode sdk output:\n{nora.log()}") from None
+    finally:
+        alice.close()
+        await nora.close()

@@ -145,11 +145,19 @@ class User:
             await self.client.register_identity(request)
 
     async def find(self, other: User) -> str:
+        return await self.find_address("0x" + other.key.address.hex(), other.name)
+
+    async def find_address(self, address: str, whose: str = "an account") -> str:
+        """The inbox id registered for an Ethereum address, asked until the network knows."""
+        identifier = xmtp.FfiIdentifier(
+            identifier=address, identifier_kind=xmtp.FfiIdentifierKind.ETHEREUM
+        )
+
         async def lookup() -> str | None:
-            found: str | None = await self.client.find_inbox_id(other.identifier)
+            found: str | None = await self.client.find_inbox_id(identifier)
             return found
 
-        return await until(f"{self.name} finds {other.name}'s inbox", lookup)
+        return await until(f"{self.name} finds {whose}'s inbox", lookup)
 
     async def group(self, group_id: bytes) -> Any:
         async def synced() -> Any:

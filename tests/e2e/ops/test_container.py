@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.podman_host import install_tools, run
 from xnode.api.client import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
@@ -31,30 +32,10 @@ from xnode.devtools.postgres import free_port
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 REPO = Path(__file__).resolve().parents[3]
-TOOLS = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
 PODMAN_COMPOSE = "podman-compose==1.6.0"
 LOCAL_POSTGRES = "localhost/xnode-postgres:15"
 GROUP = b"\x13" * 16
 PAYER = SigningKey.generate()
-
-
-def run(cmd: list[str], env: dict[str, str], timeout: float = 300) -> str:
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        pytest.fail(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    return done.stdout
-
-
-def install_tools() -> None:
-    """apt-get installs what is missing; fails clearly where that is impossible."""
-    missing = [pkg for tool, pkg in TOOLS.items() if shutil.which(tool) is None]
-    if not missing:
-        return
-    if os.geteuid() != 0:
-        pytest.fail(f"container test needs {missing}: run as root or `apt-get install {missing}`")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", *missing]):
-        run(cmd, env, timeout=900)
 
 
 def podman_compose(env: dict[str, str]) -> str:

@@ -1,0 +1,92 @@
+// A user of the official Node SDK (@xmtp/node-sdk), driven line by line by the test
+// (tests/e2e/clients/node_sdk_user.py): one JSON command per stdin line, one JSON answer per
+// stdout line prefixed with "XNODE " (the SDK may log to stdout too). The account's key stays
+// with the test: to sign, this side asks ({"sign": text}) and reads {"signature": hex}.
+import { createInterface } from "node:readline";
+import { Client } from "@xmtp/node-sdk";
+
+const lines = createInterface({ input: process.stdin });
+const waiting = [];
+const queued = [];
+lines.on("line", (line) => {
+  const next = waiting.shift();
+  if (next) next(line);
+  else queued.push(line);
+});
+lines.on("close", () => process.exit(0));
+
+function nextLine() {
+  if (queued.length) return Promise.resolve(queued.shift());
+  return new Promise((resolve) => waiting.push(resolve));
+}
+
+function answer(value) {
+  process.stdout.write("XNODE " + JSON.stringify(value) + "\n");
+}
+
+const ETHEREUM = 0; // IdentifierKind.Ethereum (a const enum: not exported at run time)
+const identifier = (address) => ({ identifier: address.toLowerCase(), identifierKind: ETHEREUM });
+
+let client;
+
+async function conversation(groupId) {
+  await client.conversations.sync();
+  const found = await client.conversations.getConversationById(groupId);
+  if (!found) throw new Error(`no conversation ${groupId}`);
+  return found;
+}
+
+const commands = {
+  async create({ apiUrl, gatewayHost, address, dbPath }) {
+    const signer = {
+      type: "EOA",
+      getIdentifier: () => identifier(address),
+      signMessage: async (text) => {
+        answer({ sign: text });
+        const { signature } = JSON.parse(await nextLine());
+        return Uint8Array.from(Buffer.from(signature, "hex"));
+      },
+    };
+    client = await Client.create(signer, {
+      env: "local",
+      apiUrl,
+      gatewayHost,
+      dbPath,
+      disableDeviceSync: true,
+      appVersion: "xnode-e2e-node/1",
+    });
+    return { inboxId: client.inboxId, version: process.version };
+  },
+  async find({ address }) {
+    return { inboxId: await client.fetchInboxIdByIdentifier(identifier(address)) };
+  },
+  async createGroup({ inboxIds }) {
+    const group = await client.conversations.createGroup(inboxIds, { groupName: "node sdk" });
+    return { groupId: group.id };
+  },
+  async send({ groupId, text }) {
+    const group = await conversation(groupId);
+    return { messageId: await group.sendText(text) };
+  },
+  async read({ groupId }) {
+    const group = await conversation(groupId);
+    await group.sync();
+    const messages = await group.messages();
+    const texts = messages
+      .filter((m) => m.contentType?.typeId === "text" && typeof m.content === "string")
+      .map((m) => m.content);
+    return { texts };
+  },
+};
+
+for (;;) {
+  const command = JSON.parse(await nextLine());
+  if (command.op === "exit") process.exit(0);
+  try {
+    const handler = commands[command.op];
+    if (!handler) throw new Error(`unknown command ${command.op}`);
+    answer({ ok: true, ...(await handler(command)) });
+  } catch (error) {
+    answer({ ok: false, error: String(error?.stack ?? error) });
+  }
+}
