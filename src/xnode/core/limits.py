@@ -89,6 +89,12 @@ class Charge:
     limit: Limit
 
 
+def subject_of(key: str) -> str:
+    """`publish:payer:0xab..:bytes` -> `payer 0xab..` for the refusal message."""
+    parts = key.split(":")
+    return " ".join(parts[1:-1]) if len(parts) > 3 else " ".join(parts[1:])
+
+
 class LimitExceeded(Exception):
     """A request over a limit; `retry_after_s` says when it may pass."""
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+from dataclasses import asdict
+from pathlib import Path
 
 import uvloop
 
@@ -23,7 +27,40 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_usage(args: argparse.Namespace) -> int:
+    from xnode.gateway.usage import UsageLog, usage_table
+
+    path: Path = args.usage_path
+    if not path.exists():
+        print(f"xnode gateway usage: no usage file {path}", file=sys.stderr)
+        return 2
+    log = UsageLog(path)
+    try:
+        rows = log.rows()
+    finally:
+        log.close()
+    if args.json:
+        print(json.dumps([{**asdict(u), "fees": u.fees} for u in rows], indent=2))
+    else:
+        print(usage_table(rows))
+    return 0
+
+
 def add_gateway_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("gateway", help="run the payer service clients publish through")
     add_gateway_flags(parser)
     parser.set_defaults(func=_cmd_gateway)
+    commands = parser.add_subparsers(dest="gateway_command", metavar="{usage}")
+    usage = commands.add_parser(
+        "usage", help="what the gateway paid for, per client and day (its usage_file)"
+    )
+    usage.add_argument(
+        "--usage-file",
+        dest="usage_path",
+        type=Path,
+        default=os.environ.get("XNODE_GATEWAY_USAGE_FILE") or None,
+        required=not os.environ.get("XNODE_GATEWAY_USAGE_FILE"),
+        help="the gateway's usage_file (default: $XNODE_GATEWAY_USAGE_FILE)",
+    )
+    usage.add_argument("--json", action="store_true", help="JSON instead of a table")
+    usage.set_defaults(func=_cmd_usage)

@@ -24,12 +24,17 @@ from xnode.chain.node import ChainConnection, connect_chain
 from xnode.chain.verify import ChainSetupError
 from xnode.core.registry import Registry
 from xnode.gateway.channels import NodeChannels
+from xnode.gateway.clients import ClientAuth
+from xnode.gateway.limits import ClientLimits
 from xnode.gateway.publish import Publisher
-from xnode.gateway.service import SERVICE, PayerService, payer_handlers
+from xnode.gateway.service import SERVICE, ClientPolicy, PayerService, payer_handlers
 from xnode.gateway.settings import GatewaySettings
+from xnode.gateway.usage import UsageLog
 from xnode.observability.logging import configure_logging
+from xnode.observability.metrics import MetricsServer, serve_metrics
 from xnode.server import StartupError, open_registry
 from xnode.tls import ClientTls, TlsConfigError
+from xnode.usecases.limits import LocalBuckets
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -47,6 +52,8 @@ class Gateway:
     chain: ChainConnection | None
     grace_s: float
     http: HttpServer | None = None  # gRPC-web and JSON, when http_listen_address is set
+    usage: UsageLog | None = None  # what it paid for, per client and day
+    metrics: MetricsServer | None = None
 
     @property
     def http_address(self) -> str | None:
@@ -62,6 +69,10 @@ class Gateway:
         await self.channels.close()
         if self.chain is not None:
             await self.chain.close()
+        if self.usage is not None:
+            self.usage.close()
+        if self.metrics is not None:
+            self.metrics.stop()
         log.info("gateway_stopped")
 
 
@@ -126,7 +137,12 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
             ("grpc.http2.max_pings_without_data", 0),
         ]
     )
-    payer = payer_handlers(PayerService(registry, publisher))
+    clients = ClientPolicy(
+        ClientAuth(settings.client_api_keys()),
+        ClientLimits(settings.client_limit_policy(), LocalBuckets()),
+        UsageLog(settings.usage_file),
+    )
+    payer = payer_handlers(PayerService(registry, publisher, clients))
     server.add_generic_rpc_handlers([payer])
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -147,12 +163,18 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
     try:
         http_payer = payer
         if settings.node_http_urls is not None:
-            service = PayerService(registry, publisher, settings.node_http_urls)
+            service = PayerService(registry, publisher, clients, settings.node_http_urls)
             http_payer = payer_handlers(service)
         http = await _serve_http(settings, [http_payer, health_handler(health_servicer)])
     except BaseException:
         await registry.stop()
         raise
+    try:
+        # The process-wide counters (xnode_limited_total{api="gateway"}), labelled node_id 0.
+        metrics = serve_metrics(settings.metrics_address, 0) if settings.metrics_address else None
+    except OSError as exc:
+        await registry.stop()
+        raise StartupError(f"cannot serve metrics on {settings.metrics_address}: {exc}") from exc
     await server.start()
     address = f"{settings.listen_address.rpartition(':')[0]}:{port}"
     log.info(
@@ -170,6 +192,8 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
         chain,
         settings.shutdown_grace_seconds,
         http,
+        clients.usage,
+        metrics,
     )
 
 

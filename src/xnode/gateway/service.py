@@ -6,16 +6,23 @@ a reason instead of an opaque INTERNAL."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import structlog
 
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
+from xnode.api.errors import RETRY_AFTER_TRAILER
 from xnode.core import wire
+from xnode.core.limits import LimitExceeded
+from xnode.gateway.clients import ClientAuth, Unauthenticated
 from xnode.gateway.errors import GatewayError
+from xnode.gateway.limits import ClientLimits
 from xnode.gateway.publish import Publisher
 from xnode.gateway.routing import available_nodes
+from xnode.gateway.usage import UsageLog
+from xnode.observability.metrics import LIMITED
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -29,17 +36,28 @@ def _identity(data: bytes) -> bytes:
     return data
 
 
+@dataclass(frozen=True)
+class ClientPolicy:
+    """Who each client is, what it may publish, and where what it published is recorded."""
+
+    auth: ClientAuth
+    limits: ClientLimits
+    usage: UsageLog
+
+
 class PayerService:
     def __init__(
         self,
         registry: RegistrySource,
         publisher: Publisher,
+        clients: ClientPolicy,
         node_urls: Mapping[int, str] | None = None,
     ) -> None:
         """`node_urls`, when given, replaces the registry's URLs (and lists only those nodes):
         browsers speak gRPC-web, which nodes serve on their HTTP port, not the registry's."""
         self._registry = registry
         self._publisher = publisher
+        self._clients = clients
         self._node_urls = node_urls
 
     async def GetNodes(self, request: bytes, context: Context) -> bytes:
@@ -57,14 +75,31 @@ class PayerService:
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"request does not decode as {_PUBLISH_REQUEST}: {exc}",
             )
+        client = await self._admit(raws, context)
         try:
             answers = await self._publisher.publish(raws)
         except GatewayError as exc:
             if exc.trailers:
                 context.set_trailing_metadata(exc.trailers)
             await context.abort(exc.code, exc.message)
+        await self._clients.usage.record(client, raws, answers)
         # The node's envelopes go out as the node serialized (and signed) them.
         return wire.repeated(1, answers)
+
+    async def _admit(self, raws: list[bytes], context: Context) -> str:
+        """The client's name once it is known and within its limits; aborts otherwise."""
+        try:
+            client = self._clients.auth.client_of(
+                context.invocation_metadata() or (), context.peer()
+            )
+            await self._clients.limits.publish(client, raws)
+        except Unauthenticated as exc:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        except LimitExceeded as exc:
+            LIMITED.labels("gateway", exc.kind.value).inc()
+            context.set_trailing_metadata(((RETRY_AFTER_TRAILER, str(exc.retry_after_whole_s)),))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        return client
 
 
 def payer_handlers(service: PayerService) -> grpc.GenericRpcHandler[Any, Any]:

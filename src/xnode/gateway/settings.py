@@ -14,6 +14,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from xnode.config import Settings, add_flags, cors_origins, from_args, key_from
 from xnode.core.crypto import SigningKey
+from xnode.core.limits import Limit
+from xnode.gateway.clients import parse_api_keys
+from xnode.gateway.limits import ClientLimitPolicy
 
 ENV_PREFIX = "XNODE_GATEWAY_"
 
@@ -76,13 +79,38 @@ class GatewaySettings(BaseSettings):
         0, description="Retention asked of nodes per envelope (0: the node's default)", ge=0
     )
     max_message_mib: int = Field(25, description="Largest gRPC message, MiB", gt=0)
+    api_keys: SecretStr | None = Field(
+        None,
+        description="Client API keys, name=key comma-separated (clients send authorization: "
+        "Bearer KEY); unset: no authentication, clients told apart by IP",
+    )
+    client_limits_enabled: bool = Field(
+        True, description="Per-client rate and byte limits on PublishClientEnvelopes"
+    )
+    client_publish_envelopes_per_second: float = Field(
+        200.0, description="Envelopes a client may publish per second", gt=0
+    )
+    client_publish_bytes_per_second: float = Field(
+        4 * 1024 * 1024, description="Client envelope bytes a client may publish per second", gt=0
+    )
+    client_limit_burst_seconds: float = Field(
+        2.0, description="A client's limit holds this many seconds of its rate as a burst", gt=0
+    )
+    metrics_address: str = Field(
+        "", description="Prometheus /metrics host:port (node_id label 0); empty: off"
+    )
+    usage_file: Path | None = Field(
+        None,
+        description="SQLite file recording what the gateway paid for per client and day "
+        "(`xnode gateway usage`); unset: kept in memory",
+    )
     shutdown_grace_seconds: float = Field(
         10.0, description="How long SIGTERM waits for in-flight requests", ge=0
     )
     log_level: str = Field("info", description="debug, info, warning or error")
     log_format: Literal["console", "json"] = Field("console", description="console or json")
 
-    @field_validator("http_listen_address")
+    @field_validator("http_listen_address", "metrics_address")
     @classmethod
     def _optional_host_port(cls, value: str) -> str:
         return cls._host_port(value) if value else value
@@ -94,6 +122,13 @@ class GatewaySettings(BaseSettings):
             node_id, sep, url = item.partition("=")
             if not (sep and node_id.strip().isdigit() and "://" in url):
                 raise ValueError(f"expected id=scheme://host:port, got {item!r}")
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _api_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            parse_api_keys(value.get_secret_value())
         return value
 
     @field_validator("listen_address")
@@ -113,6 +148,18 @@ class GatewaySettings(BaseSettings):
             return None
         pairs = (item.split("=", 1) for item in self.http_node_urls.split(",") if item.strip())
         return {int(node_id): url.strip() for node_id, url in pairs}
+
+    def client_api_keys(self) -> dict[str, str]:
+        """key -> client name."""
+        return parse_api_keys(self.api_keys.get_secret_value() if self.api_keys else "")
+
+    def client_limit_policy(self) -> ClientLimitPolicy:
+        burst = self.client_limit_burst_seconds
+        return ClientLimitPolicy(
+            envelopes=Limit.per_second(self.client_publish_envelopes_per_second, burst),
+            bytes=Limit.per_second(self.client_publish_bytes_per_second, burst),
+            enabled=self.client_limits_enabled,
+        )
 
     def payer_signing_key(self) -> SigningKey:
         key = key_from(self.payer_key, self.payer_key_file)

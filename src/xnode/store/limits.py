@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import asyncpg
 
-from xnode.core.limits import Charge, Limit, LimitExceeded, lease_size
+from xnode.core.limits import Charge, Limit, LimitExceeded, lease_size, subject_of
 
 _NOW = "extract(epoch FROM statement_timestamp())::float8"
 _REFILLED = f"LEAST($2::float8, b.tokens + $3::float8 * GREATEST(0, {_NOW} - b.updated_s))"
@@ -77,7 +77,7 @@ class SharedBuckets:
             until = self._blocked.get(charge.key)
             if until is not None:
                 if now < until:
-                    return LimitExceeded(charge.kind, _subject(charge.key), until - now)
+                    return LimitExceeded(charge.kind, subject_of(charge.key), until - now)
                 del self._blocked[charge.key]
             held = self._leased.get(charge.key, 0.0)
             need = min(charge.cost - held, charge.limit.capacity)
@@ -85,7 +85,7 @@ class SharedBuckets:
             if granted < need:
                 wait = charge.limit.wait_s(need - left)
                 self._blocked[charge.key] = now + wait
-                return LimitExceeded(charge.kind, _subject(charge.key), wait)
+                return LimitExceeded(charge.kind, subject_of(charge.key), wait)
             # A cost above the capacity is admitted on a full bucket (and drains it).
             after = self._leased.get(charge.key, 0.0) + granted - charge.cost
             self._leased[charge.key] = max(after, 0.0) if charge.cost > held + granted else after
@@ -98,9 +98,3 @@ class SharedBuckets:
         row = await self._pool.fetchrow(_LEASE, key, limit.capacity, limit.rate, need, want)
         assert row is not None
         return float(row[1]), float(row[0])
-
-
-def _subject(key: str) -> str:
-    """`publish:payer:0xab..:bytes` -> `payer 0xab..` for the refusal message."""
-    parts = key.split(":")
-    return " ".join(parts[1:-1]) if len(parts) > 3 else " ".join(parts[1:])

@@ -14,12 +14,13 @@ limits `peer_multiplier` times higher, in buckets of their own."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from xnode.core.envelopes import ValidPayerEnvelope
-from xnode.core.limits import Charge, Kind, Limit, LimitExceeded
+from xnode.core.limits import Charge, Kind, Limit, LimitExceeded, TokenBucket, subject_of
 from xnode.usecases.ports import LimitBuckets, SubscriptionSlots
 
 
@@ -86,6 +87,39 @@ class LocalSlots:
             self._held[key] = left
         else:
             self._held.pop(key, None)
+
+
+class LocalBuckets:
+    """Token buckets in this process's memory (core.limits.TokenBucket), for a one-process
+    service such as the gateway; the node's processes share theirs (store.limits)."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._buckets: dict[str, TokenBucket] = {}
+
+    def _bucket(self, charge: Charge, now_s: float) -> TokenBucket:
+        bucket = self._buckets.get(charge.key)
+        if bucket is None or bucket.limit != charge.limit:
+            bucket = self._buckets[charge.key] = TokenBucket.full(charge.limit, now_s)
+        return bucket
+
+    async def take(self, charges: Sequence[Charge]) -> LimitExceeded | None:
+        now = self._monotonic()
+        taken: list[Charge] = []
+        for charge in charges:
+            wait_s = self._bucket(charge, now).take(charge.cost, now)
+            if wait_s > 0:
+                for done in taken:  # all or nothing: give back what this request took
+                    self._buckets[done.key].tokens += min(done.cost, done.limit.capacity)
+                return LimitExceeded(charge.kind, subject_of(charge.key), wait_s)
+            taken.append(charge)
+        return None
+
+    async def spend(self, charge: Charge) -> None:
+        now = self._monotonic()
+        bucket = self._bucket(charge, now)
+        bucket.refill(now)
+        bucket.tokens -= charge.cost
 
 
 class ApiLimits:

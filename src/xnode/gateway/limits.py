@@ -1,0 +1,39 @@
+"""Per-client limits on PublishClientEnvelopes (XIP-49 3.3.1: the gateway is the payer's first
+line of defense): envelopes and bytes per second for each client, on the node's token-bucket
+rules (core.limits) in this process's memory (usecases.limits.LocalBuckets). A request is
+admitted whole or refused whole, before anything is signed or sent."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xnode.core.limits import Charge, Kind, Limit
+from xnode.usecases.ports import LimitBuckets
+
+
+@dataclass(frozen=True)
+class ClientLimitPolicy:
+    envelopes: Limit
+    bytes: Limit
+    enabled: bool = True
+
+
+class ClientLimits:
+    def __init__(self, policy: ClientLimitPolicy, buckets: LimitBuckets) -> None:
+        self.policy = policy
+        self._buckets = buckets
+
+    async def publish(self, client: str, raws: Sequence[bytes]) -> None:
+        """Charges the request to `client`, or raises LimitExceeded having taken nothing."""
+        if not self.policy.enabled or not raws:
+            return
+        name = f"gateway:client:{client}"
+        refused = await self._buckets.take(
+            [
+                Charge(f"{name}:envelopes", Kind.ENVELOPES, len(raws), self.policy.envelopes),
+                Charge(f"{name}:bytes", Kind.BYTES, sum(map(len, raws)), self.policy.bytes),
+            ]
+        )
+        if refused is not None:
+            raise refused
