@@ -157,3 +157,33 @@ def signed(
         else:
             action.change_recovery_address.existing_recovery_identifier_signature.CopyFrom(sigs[0])
     return update
+
+
+@dataclass
+class Inbox:
+    """An inbox owned by a wallet, making signed updates with increasing timestamps."""
+
+    owner: Wallet = field(default_factory=Wallet)
+    nonce: int = 0
+    _ts: int = 1_795_466_270
+
+    @property
+    def id(self) -> str:
+        return inbox_of(self.owner, self.nonce)
+
+    @property
+    def key(self) -> bytes:
+        return bytes.fromhex(self.id)
+
+    def update(self, *actions: tuple[a.IdentityAction, list[Signer]]) -> a.IdentityUpdate:
+        self._ts += 1
+        return signed(self.id, list(actions), self._ts)
+
+    def create(self, *more: tuple[a.IdentityAction, list[Signer]]) -> a.IdentityUpdate:
+        return self.update((create(self.owner, self.nonce), [self.owner]), *more)
+
+    def add(self, *members: Signer) -> a.IdentityUpdate:
+        return self.update(*((add(m), [self.owner, m]) for m in members))
+
+    def revoke(self, *members: Signer) -> a.IdentityUpdate:
+        return self.update(*((revoke(m), [self.owner]) for m in members))
