@@ -43,6 +43,7 @@ INSTALLATION_KEY_CONTEXT = b"IDENTITY UPDATE SIGNATURE"
 _ETHEREUM = re.compile(r"0x[0-9a-fA-F]{40}")
 _CAIP2 = re.compile(r"[-a-z0-9]{3,8}:[-_a-zA-Z0-9]{1,32}")
 _CAIP10_ACCOUNT = re.compile(r"[-.%a-zA-Z0-9]{1,128}")
+_DECIMAL = re.compile(r"[0-9]{1,20}")
 
 
 class AssociationError(ValueError):
@@ -294,7 +295,7 @@ def _wallet_check(sig: signature_pb2.SmartContractWalletSignature, digest: bytes
     chain, account = f"{parts[0]}:{parts[1]}", parts[2]
     if not _CAIP2.fullmatch(chain) or not _CAIP10_ACCOUNT.fullmatch(account):
         raise AssociationError(f"account_id {sig.account_id!r} is not CAIP-10")
-    if parts[0] != "eip155" or not parts[1].isdigit() or int(parts[1]) >= 1 << 64:
+    if parts[0] != "eip155" or not _DECIMAL.fullmatch(parts[1]) or int(parts[1]) >= 1 << 64:
         raise AssociationError(f"account_id {sig.account_id!r} is not an eip155 chain")
     if not _ETHEREUM.fullmatch(account):
         raise AssociationError(f"account_id {sig.account_id!r} names no Ethereum address")

@@ -4,9 +4,13 @@ why (tampered copies, replays, signers without the right)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
+from google.protobuf.message import DecodeError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.identity_signers import (
     Installation,
@@ -285,3 +289,20 @@ def test_a_legacy_delegated_signature_is_refused() -> None:
     action.ClearField("initial_identifier_signature")
     update.actions[0].create_inbox.CopyFrom(action)
     refused(None, update, "missing or of a kind")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_any_mangled_update_is_refused_as_an_association_error(data: st.DataObject) -> None:
+    """Bytes flipped, cut or inserted anywhere in a real update: it applies or raises
+    AssociationError, never anything else."""
+    raw = bytearray(data.draw(st.sampled_from(official_updates())).SerializeToString())
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(raw) - 1))
+        raw[at] = data.draw(st.integers(0, 255))
+    try:
+        update = a.IdentityUpdate.FromString(bytes(raw))
+    except DecodeError:
+        return
+    with contextlib.suppress(AssociationError):
+        apply_update(None, update, {})
