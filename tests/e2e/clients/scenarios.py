@@ -260,7 +260,7 @@ async def _signed_by(request: Any, *keys: Any) -> Any:
 async def identity_lifecycle(network: NetworkView, tmp_path: Path) -> None:
     """Every kind of identity update the client makes, each validated by a node (XIP-46)
     before it goes to the chain: create inbox with its first installation, a second
-    installation, link a second wallet (signed by both), change the recovery address,
+    installation, link a second wallet (vouched by the installation), change the recovery address,
     revoke an installation and unlink a wallet (signed by the recovery address).
     GetInboxIds follows the validated state."""
     gateway_a, gateway_b = network.gateway_urls
@@ -272,8 +272,9 @@ async def identity_lifecycle(network: NetworkView, tmp_path: Path) -> None:
         for user in (alice, phone, bob):
             await user.connect()
         client = alice.client
+        # The installation signs as the existing member itself; the new wallet signs too.
         await client.apply_signature_request(
-            await _signed_by(await client.add_identity(wallet.identifier), alice.key, wallet.key)
+            await _signed_by(await client.add_identity(wallet.identifier), wallet.key)
         )
         assert await bob.find(wallet) == alice.inbox_id
         await client.apply_signature_request(

@@ -306,3 +306,18 @@ def test_any_mangled_update_is_refused_as_an_association_error(data: st.DataObje
         return
     with contextlib.suppress(AssociationError):
         apply_update(None, update, {})
+
+
+def test_the_official_clients_whole_identity_lifecycle_applies_in_chain_order() -> None:
+    """identity_lifecycle.hex: create, add installation, link a wallet (vouched by an
+    installation key), change recovery, revoke an installation, unlink the wallet."""
+    lines = (FIXTURES / "identity_lifecycle.hex").read_text().split()
+    updates = [
+        envelopes_pb2.ClientEnvelope.FromString(bytes.fromhex(x)).identity_update for x in lines
+    ]
+    states = replay(updates)
+    kinds = [a.WhichOneof("kind") for u in updates for a in u.actions]
+    assert {"revoke", "change_recovery_address"} <= set(kinds)
+    alice = next(s for s in states.values() if s.recovery not in s.members)
+    # The linked wallet became the recovery address and was then unlinked; one app is left.
+    assert [m.kind for m in alice.members] == ["ethereum", "installation"]
