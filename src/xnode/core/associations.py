@@ -234,7 +234,9 @@ def _recoverable_ecdsa(raw: bytes, digest: bytes) -> _Verified:
     """libxmtp normalizes S to the low half keeping the recovery byte, then recovers."""
     if len(raw) != 65:
         raise AssociationError(f"ECDSA signature is {len(raw)} bytes, not 65")
-    s = int.from_bytes(raw[32:64], "big")
+    r, s = int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:64], "big")
+    if not (0 < r < SECP256K1_ORDER and 0 < s < SECP256K1_ORDER):
+        raise AssociationError("ECDSA signature r or s is out of range")
     if s > SECP256K1_ORDER // 2:
         s = SECP256K1_ORDER - s
     normalized = raw[:32] + s.to_bytes(32, "big") + raw[64:]

@@ -321,3 +321,13 @@ def test_the_official_clients_whole_identity_lifecycle_applies_in_chain_order() 
     alice = next(s for s in states.values() if s.recovery not in s.members)
     # The linked wallet became the recovery address and was then unlinked; one app is left.
     assert [m.kind for m in alice.members] == ["ethereum", "installation"]
+
+
+def test_an_ecdsa_signature_out_of_range_is_refused() -> None:
+    wallet = Wallet()
+    update = signed(inbox_of(wallet), [(create(wallet), [wallet])])
+    sig = update.actions[0].create_inbox.initial_identifier_signature.erc_191
+    sig.bytes = sig.bytes[:32] + b"\xff" * 32 + sig.bytes[64:]
+    refused(None, update, "out of range")
+    sig.bytes = b"\x00" * 32 + sig.bytes[32:]
+    refused(None, update, "out of range")
