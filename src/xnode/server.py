@@ -6,7 +6,7 @@ import asyncio
 import os
 import signal
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +37,7 @@ from xnode.chain.node import (
     connect_chain,
 )
 from xnode.chain.verify import ChainSetupError
+from xnode.chain.wallets import Erc1271Wallets
 from xnode.config import Settings
 from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.crypto import SigningKey
@@ -71,6 +72,7 @@ from xnode.store.subscription_slots import SharedSubscriptionSlots
 from xnode.tls import ClientTls, ServerTls, TlsConfigError
 from xnode.usecases.admission import Admission
 from xnode.usecases.health import DATABASE, HealthMonitor
+from xnode.usecases.identity import IdentityUpdates
 from xnode.usecases.limits import ApiLimits
 from xnode.usecases.logs import CheckpointIntake, CheckpointIssuer, LogQueries
 from xnode.usecases.node_state import NodeState
@@ -254,15 +256,18 @@ async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: Async
         logs, node_id, key, settings.log_checkpoint_envelopes, settings.log_checkpoint_seconds
     )
     chain_parts = None
-    if chain is not None:
+    chain_store = ChainStore(pool, token) if chain is not None else None
+    wallets = Erc1271Wallets(chain.rpc, chain.contracts.chain_id) if chain is not None else None
+    identity = IdentityUpdates(store, wallets, chain_store)
+    if chain is not None and chain_store is not None:
         chain_parts = chain_services(
             chain,
             settings,
-            ChainStore(pool, token),
+            chain_store,
             LeaderLock(settings.database_dsn),
             key,
             state.stored,
-            state.rewound,
+            _forgetting(identity, state.rewound),
             state.vector_clock,
         )
         await _start_chain(chain_parts, stack)
@@ -303,7 +308,7 @@ async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: Async
     originator.start()
     stack.push_async_callback(issuer.stop)
     issuer.start()
-    parts = NodeParts(store, state, originator, reports, registry, chain_parts, logs)
+    parts = NodeParts(store, state, originator, reports, registry, chain_parts, logs, identity)
     address, http_address, health = await _serve(settings, node_id, parts, tls.served, stack)
     if replication is not None:
         await replication.start()
@@ -320,6 +325,18 @@ async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: Async
         health.monitor,
         http_address=http_address,
     )
+
+
+def _forgetting(
+    identity: IdentityUpdates, rewound: Callable[[dict[int, int]], Awaitable[None]]
+) -> Callable[[dict[int, int]], Awaitable[None]]:
+    """A chain re-org removed identity updates: replayed association states start over."""
+
+    async def on_rewound(tops: dict[int, int]) -> None:
+        identity.forget()
+        await rewound(tops)
+
+    return on_rewound
 
 
 async def _recover_own_log(
@@ -368,6 +385,7 @@ class NodeParts:
     registry: RegistrySource | None
     chain: ChainServices | None
     logs: LogStore | None = None
+    identity: IdentityUpdates | None = None
 
 
 async def _serve(
@@ -404,6 +422,7 @@ async def _serve(
         chain.publisher if chain else None,
         admission=admission,
         limits=limits,
+        identity=parts.identity,
     )
     registry = parts.registry
     current_registry = registry.current if registry else _no_registry
@@ -414,7 +433,7 @@ async def _serve(
             parts.logs, min(1.0, settings.log_checkpoint_seconds), settings.keepalive_seconds
         )
         logs = LogService(queries)
-    query = Query(store, chain.store if chain else None, limits)
+    query = Query(store, chain.store if chain else None, limits, parts.identity)
     service = EnvelopeService(publish, query, subscribe, auth.caller)
     misbehavior = MisbehaviorService(
         parts.reports, lambda: current_registry().keys(), limits, auth.caller

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from xnode.core.chain_index import ChainProgress, IndexedRange
 from xnode.core.envelopes import StoredEnvelope
-from xnode.usecases.ports import InboxResolver
+from xnode.usecases.ports import InboxClaims, InboxResolver
 
 
 class ChainIndexStore(Protocol):
@@ -63,7 +63,9 @@ class GasLedger(Protocol):
         ...
 
 
-class ChainStorage(ChainIndexStore, ChainPayloadLookup, InboxResolver, GasLedger, Protocol):
+class ChainStorage(
+    ChainIndexStore, ChainPayloadLookup, InboxResolver, InboxClaims, GasLedger, Protocol
+):
     """Everything the chain side stores and reads: the indexer's, the publisher's, and the
     inbox associations the indexed identity updates make."""
 

@@ -1,14 +1,11 @@
-"""Identifier-to-inbox associations read from identity updates (XIP-46 inbox log), for
-GetInboxIds (XIP-49 3.3.3).
+"""Identifier-to-inbox claims read from indexed identity updates (XIP-46 inbox log): which
+inboxes an update says hold an identifier, for GetInboxIds (XIP-49 3.3.3).
 
-What the node checks: the update names an inbox id that is 32 bytes of hex and matches its
-topic (see xnode.core.envelopes), and each identifier is well formed (an Ethereum address is
-0x + 40 hex digits, compared case-insensitively; a passkey is its public key, hex). What it
-does not check: any XIP-46 signature (ERC-191, ERC-1271, installation or passkey), that the
-signer of an action is a current member or the recovery identifier, that an inbox id derives
-from its first identifier and nonce, or that an identifier is revoked from one inbox before
-it joins another. Clients verify the full inbox log themselves; these associations only
-answer "which inbox claims this identifier".
+These are claims, recorded for every indexed update whatever its signatures: GetInboxIds
+answers only a claim the inbox's validated association state confirms
+(xnode.core.associations, replayed by xnode.usecases.identity). Identifiers are normalized
+here (an Ethereum address is 0x + 40 hex digits, compared case-insensitively; a passkey is
+its public key, hex).
 """
 
 from __future__ import annotations

@@ -141,6 +141,22 @@ LEFT JOIN LATERAL (
 ORDER BY k.i
 """
 
+_INBOX_CLAIMS = """
+SELECT k.i, COALESCE(r.inboxes, '{}')
+FROM unnest($1::text[], $2::smallint[]) WITH ORDINALITY AS k(identifier, kind, i)
+LEFT JOIN LATERAL (
+    SELECT array_agg(l.inbox_id ORDER BY l.sequence_id DESC, l.action_index DESC) AS inboxes
+    FROM (
+        SELECT DISTINCT ON (a.inbox_id) a.inbox_id, a.associated, a.sequence_id, a.action_index
+        FROM identity_associations a
+        WHERE a.identifier = k.identifier AND a.identifier_kind = k.kind
+        ORDER BY a.inbox_id, a.sequence_id DESC, a.action_index DESC
+    ) AS l
+    WHERE l.associated
+) AS r ON true
+ORDER BY k.i
+"""
+
 
 def _payload_columns(payloads: Sequence[ChainPayload]) -> list[list[object]]:
     rows = [
@@ -281,6 +297,21 @@ class ChainStore:
         self, payer_address: bytes, originator: int, originator_ns: int, wei: int
     ) -> None:
         await self.pool.execute(_RECORD_GAS, payer_address, originator, originator_ns, wei)
+
+    async def inbox_claims(self, identifiers: Sequence[tuple[str, int]]) -> list[list[str]]:
+        """Per identifier, the inboxes whose latest indexed action on it associates it (claims,
+        not yet validated: usecases.identity replays them), latest first."""
+        normalized = [normalize_identifier(i, k) for i, k in identifiers]
+        known = [(i, n) for i, n in enumerate(normalized) if n is not None]
+        answers: list[list[str]] = [[] for _ in identifiers]
+        if not known:
+            return answers
+        rows = await self.pool.fetch(
+            _INBOX_CLAIMS, [n[0] for _, n in known], [int(n[1]) for _, n in known]
+        )
+        for (index, _), row in zip(known, rows, strict=True):
+            answers[index] = list(row[1])
+        return answers
 
     async def inbox_ids(self, identifiers: Sequence[tuple[str, int]]) -> list[str | None]:
         normalized = [normalize_identifier(i, k) for i, k in identifiers]

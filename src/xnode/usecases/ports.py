@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode.core.associations import WalletCheck
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope, ValidPayerEnvelope
 from xnode.core.forks import Fork
@@ -80,6 +81,26 @@ class InboxResolver(Protocol):
 
     async def inbox_ids(self, identifiers: Sequence[tuple[str, int]]) -> list[str | None]:
         """One answer per (identifier, IdentifierKind); None when no inbox is associated."""
+        ...
+
+
+class InboxClaims(Protocol):
+    """Which inboxes the indexed identity updates say hold an identifier, validated or not."""
+
+    async def inbox_claims(self, identifiers: Sequence[tuple[str, int]]) -> list[list[str]]:
+        """Per (identifier, IdentifierKind): the inbox ids whose latest action on it associates
+        it, latest first; empty for an identifier that is malformed or claimed by none."""
+        ...
+
+
+class SmartContractWallets(Protocol):
+    """ERC-1271 answers from the chain, for identity updates signed by contract wallets."""
+
+    chain_id: int
+
+    async def accepts(self, check: WalletCheck) -> bool:
+        """Whether the account accepts the signature at the block; raises ConnectionError
+        when the chain cannot be asked now."""
         ...
 
 

@@ -15,6 +15,7 @@ from xnode.core.errors import Reason, Rejected
 from xnode.core.vector_clock import NodeClock
 from xnode.observability.metrics import ENVELOPES_STORED, PUBLISH_LATENCY
 from xnode.usecases.admission import Admission
+from xnode.usecases.identity import IdentityUpdates
 from xnode.usecases.limits import ANONYMOUS, ApiLimits, Caller
 from xnode.usecases.ports import ChainPublisher, EnvelopeReader, Originate
 
@@ -56,8 +57,10 @@ class Publish:
         chain: ChainPublisher | None = None,
         admission: Admission | None = None,
         limits: ApiLimits | None = None,
+        identity: IdentityUpdates | None = None,
     ) -> None:
         self.node_id = node_id
+        self._identity = identity
         self.admission = admission or Admission()
         self._limits = limits
         self._clock = clock
@@ -96,7 +99,14 @@ class Publish:
             # Before the vector clock: a node whose index is behind answers UNAVAILABLE.
             await self._chain.check_originated(valid)
         await self._check_depends_on(valid)
-        answers = await self._route(valid)
+        identity = self._identity
+        if identity is None:
+            answers = await self._route(valid)
+        else:
+            # XIP-46: an identity update that does not apply never reaches the chain.
+            async with identity.serialized(valid):
+                await identity.check(valid)
+                answers = await self._route(valid)
         PUBLISH_LATENCY.observe(time.perf_counter() - started)
         return answers
 

@@ -9,6 +9,7 @@ from xnode.core.envelopes import StoredEnvelope
 from xnode.core.errors import Reason, Rejected
 from xnode.core.query import MAX_QUERY_TOPICS, EnvelopeQuery, effective_limit
 from xnode.core.topics import Topic, TopicError
+from xnode.usecases.identity import IdentityUpdates
 from xnode.usecases.limits import ANONYMOUS, ApiLimits, Caller
 from xnode.usecases.ports import EnvelopeReader, InboxResolver
 
@@ -24,8 +25,10 @@ class Query:
         store: EnvelopeReader,
         inbox_resolver: InboxResolver | None = None,
         limits: ApiLimits | None = None,
+        identity: IdentityUpdates | None = None,
     ) -> None:
         self._store = store
+        self._identity = identity
         self._inbox_resolver = inbox_resolver
         self._limits = limits
 
@@ -56,8 +59,12 @@ class Query:
         return await self._store.newest(topics)
 
     async def inbox_ids(self, identifiers: Sequence[tuple[str, int]]) -> list[str | None]:
-        """One answer per (identifier, kind); all None when the chain is not configured."""
+        """One answer per (identifier, kind); all None when the chain is not configured.
+        With `identity`, only inboxes whose validated association state holds the identifier
+        are answered (XIP-46)."""
         _at_most(len(identifiers), "identifiers")
+        if self._identity is not None:
+            return await self._identity.inbox_ids(identifiers)
         resolver = self._inbox_resolver
         if resolver is None:
             return [None] * len(identifiers)

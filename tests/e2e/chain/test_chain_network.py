@@ -9,16 +9,16 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.conftest import ChainEnv, NodeProcess, NodeSpec
+from tests.identity_signers import Inbox
 from tests.integration.chain.helpers import (
     chain_proof,
     client_bytes,
     commit_envelope,
-    create_inbox,
     eventually,
     group_topic,
-    identity_update_envelope,
     inbox_topic,
     publish,
+    signed_update_envelope,
 )
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.api.client import NodeClient
@@ -27,8 +27,9 @@ from xnode.devtools.devnet import wait_serving
 from xnode.devtools.postgres import PgCluster, free_port
 
 GROUP = bytes([0x42]) * 16
-INBOX = bytes([0x17]) * 32
-ALICE = "0x" + "a1" * 20
+ALICES_INBOX = Inbox()
+ALICE = ALICES_INBOX.owner.address
+INBOX = ALICES_INBOX.key
 
 
 def _database(cluster: PgCluster) -> str:
@@ -63,7 +64,7 @@ async def test_three_nodes_index_the_same_chain_payloads(
     chain_env.register(node_spec, addresses)
     _spawn_all(spawn_node, pg_cluster, node_spec, chain_env, addresses)
     commit = commit_envelope(GROUP)
-    update = identity_update_envelope(INBOX, [create_inbox(ALICE)])
+    update = signed_update_envelope(ALICES_INBOX.create())
     async with NodeClient(addresses[100]) as first, NodeClient(addresses[200]) as second:
         [sent_commit] = await publish(first, 100, [commit])
         [sent_update] = await publish(second, 200, [update])

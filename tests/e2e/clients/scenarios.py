@@ -279,3 +279,56 @@ async def conversation_with_node_sdk(network: NetworkView, tmp_path: Path) -> No
     finally:
         alice.close()
         await nora.close()
+
+
+async def _signed_by(request: Any, *keys: Any) -> Any:
+    """Adds each account's EIP-191 signature over the request's text, as a wallet would."""
+    text = await request.signature_text()
+    for key in keys:
+        await request.add_ecdsa_signature(
+            xmtp.ethereum_sign_recoverable(text.encode(), key.secret, True)
+        )
+    return request
+
+
+async def identity_lifecycle(network: NetworkView, tmp_path: Path) -> None:
+    """Every kind of identity update the client makes, each validated by a node (XIP-46)
+    before it goes to the chain: create inbox with its first installation, a second
+    installation, link a second wallet (vouched by the installation), change the recovery address,
+    revoke an installation and unlink a wallet (signed by the recovery address).
+    GetInboxIds follows the validated state."""
+    gateway_a, gateway_b = network.gateway_urls
+    alice = new_user("alice", tmp_path, network.node_url(100), gateway_a)
+    phone = alice.another_installation("alice-phone", gateway_b)
+    bob = new_user("bob", tmp_path, network.node_url(200), gateway_b)
+    wallet = new_user("alice-wallet", tmp_path, network.node_url(300), gateway_a)  # never connects
+    try:
+        for user in (alice, phone, bob):
+            await user.connect()
+        client = alice.client
+        # The installation signs as the existing member itself; the new wallet signs too.
+        await client.apply_signature_request(
+            await _signed_by(await client.add_identity(wallet.identifier), wallet.key)
+        )
+        assert await bob.find(wallet) == alice.inbox_id
+        await client.apply_signature_request(
+            await _signed_by(await client.change_recovery_identifier(wallet.identifier), alice.key)
+        )
+        revoke = await client.revoke_installations([phone.client.installation_id()])
+        await client.apply_signature_request(await _signed_by(revoke, wallet.key))
+        state = await client.inbox_state(True)
+        assert [i.id for i in state.installations] == [client.installation_id()]
+        assert state.recovery_identity.identifier == wallet.identifier.identifier
+        unlink = await client.revoke_identity(wallet.identifier)
+        await client.apply_signature_request(await _signed_by(unlink, wallet.key))
+
+        async def unlinked() -> bool | None:
+            found = await bob.client.find_inbox_id(wallet.identifier)
+            return True if found is None else None
+
+        await until("the unlinked wallet resolves to no inbox", unlinked)
+        assert await bob.find(alice) == alice.inbox_id
+        await identity_updates_on_chain(network, [alice])
+    finally:
+        for user in (alice, phone, bob):
+            user.close()

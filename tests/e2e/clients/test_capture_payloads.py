@@ -42,3 +42,20 @@ def test_the_official_clients_payloads_are_all_stored(
         FIXTURES.mkdir(parents=True, exist_ok=True)
         for kind, lines in by_kind.items():
             (FIXTURES / f"{kind}.hex").write_text("\n".join(lines) + "\n")
+
+
+def test_every_identity_update_of_the_clients_lifecycle_is_stored(
+    client_network: ClientNetwork, tmp_path: Path
+) -> None:
+    """scenarios.identity_lifecycle: every kind of identity update (create, add installation,
+    link a wallet, change recovery, revoke an installation, unlink a wallet) is accepted and
+    on the chain. Captured, in chain order, to identity_lifecycle.hex."""
+    run_scenario("identity_lifecycle", client_network, tmp_path)
+    raw = asyncio.run(client_network.nodes.envelopes(100, [1]))
+    captured = [parse_originator_envelope(e).payer_envelope.unsigned_client_envelope for e in raw]
+    updates = [envelopes_pb2.ClientEnvelope.FromString(c) for c in captured]
+    kinds = {a.WhichOneof("kind") for c in updates for a in c.identity_update.actions}
+    assert kinds == {"create_inbox", "add", "revoke", "change_recovery_address"}, kinds
+    if os.environ.get("XNODE_CAPTURE_PAYLOADS"):
+        lines = [c.hex() for c in captured]
+        (FIXTURES / "identity_lifecycle.hex").write_text("\n".join(lines) + "\n")

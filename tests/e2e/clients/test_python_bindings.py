@@ -73,3 +73,10 @@ def test_a_user_keeps_talking_when_the_node_it_reads_from_is_killed(
 ) -> None:
     took = run_scenario("read_node_killed", client_network, tmp_path)
     print(f"failover scenario took {took:.1f}s")
+
+
+def test_every_identity_update_of_the_client_is_validated_and_accepted(
+    client_network: ClientNetwork, tmp_path: Path
+) -> None:
+    took = run_scenario("identity_lifecycle", client_network, tmp_path)
+    print(f"identity scenario took {took:.1f}s")

@@ -85,6 +85,19 @@ def identity_update_envelope(
     )
 
 
+def signed_update_envelope(
+    update: association_pb2.IdentityUpdate, depends_on: Cursor | None = None
+) -> envelopes_pb2.ClientEnvelope:
+    """A client envelope for a (signed) identity update, on its inbox's topic."""
+    return envelopes_pb2.ClientEnvelope(
+        aad=envelopes_pb2.AuthenticatedData(
+            target_topic=inbox_topic(bytes.fromhex(update.inbox_id)),
+            depends_on=cursor_proto(depends_on or Cursor()),
+        ),
+        identity_update=update,
+    )
+
+
 def commit_envelope(
     group_id: bytes, epoch: int = 1, depends_on: Cursor | None = None, body: bytes = b"commit"
 ) -> envelopes_pb2.ClientEnvelope:

@@ -9,21 +9,12 @@ import grpc
 import pytest
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
-from tests.integration.chain.helpers import (
-    add_address,
-    create_inbox,
-    identity_update_envelope,
-    publish,
-)
+from tests.identity_signers import Inbox, Wallet
+from tests.integration.chain.helpers import publish, signed_update_envelope
 from xnode.api.client import NodeClient
 from xnode.core.constants import IDENTITY_UPDATES_ORIGINATOR
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import parse_originator_envelope
-
-INBOX = bytes(range(32))
-FIRST = "0x" + "11" * 20
-SECOND = "0x" + "22" * 20
-THIRD = "0x" + "33" * 20
 
 
 async def test_an_identity_update_without_depends_on_is_appended_after_others(
@@ -31,12 +22,11 @@ async def test_an_identity_update_without_depends_on_is_appended_after_others(
 ) -> None:
     chain_env.register(node_spec)
     node = await start_node(**node_settings(database, node_spec, **chain_env.settings()))
+    inbox = Inbox()
     async with NodeClient(node.address) as client:
-        first = await publish(client, 100, [identity_update_envelope(INBOX, [create_inbox(FIRST)])])
+        first = await publish(client, 100, [signed_update_envelope(inbox.create())])
         # What libxmtp sends when a second installation joins: no depends_on at all.
-        second = await publish(
-            client, 100, [identity_update_envelope(INBOX, [add_address(SECOND)])]
-        )
+        second = await publish(client, 100, [signed_update_envelope(inbox.add(Wallet()))])
         stamp = parse_originator_envelope(first[0].SerializeToString()).sequence_id
         # A stated dependency is still checked: this one names a payload that is not the latest.
         with pytest.raises(grpc.aio.AioRpcError) as stale:
@@ -44,8 +34,8 @@ async def test_an_identity_update_without_depends_on_is_appended_after_others(
                 client,
                 100,
                 [
-                    identity_update_envelope(
-                        INBOX, [add_address(THIRD)], Cursor({IDENTITY_UPDATES_ORIGINATOR: stamp})
+                    signed_update_envelope(
+                        inbox.add(Wallet()), Cursor({IDENTITY_UPDATES_ORIGINATOR: stamp})
                     )
                 ],
             )

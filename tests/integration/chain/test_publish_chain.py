@@ -10,24 +10,23 @@ import grpc
 import pytest
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
+from tests.identity_signers import Inbox
 from tests.integration.chain.helpers import (
     application,
     chain_proof,
     client_bytes,
     commit_envelope,
-    create_inbox,
     group_topic,
-    identity_update_envelope,
     inbox_topic,
     publish,
+    signed_update_envelope,
 )
 from xnode.api.client import NodeClient, group_message_envelope
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import parse_originator_envelope
 
 GROUP = bytes(range(16))
-INBOX = bytes(range(32))
-ADDRESS = "0x" + "ab" * 20
+INBOX = Inbox()
 
 
 async def test_commit_and_identity_update_round_trip_with_proofs(
@@ -38,12 +37,12 @@ async def test_commit_and_identity_update_round_trip_with_proofs(
     key = node_spec.keys[100].public_key
     sent = [
         commit_envelope(GROUP, epoch=1),
-        identity_update_envelope(INBOX, [create_inbox(ADDRESS)]),
+        signed_update_envelope(INBOX.create()),
     ]
     async with NodeClient(node.address) as client:
         answers = await publish(client, 100, sent)
         found_group = await client.query(topics=[group_topic(GROUP)])
-        found_inbox = await client.query(topics=[inbox_topic(INBOX)])
+        found_inbox = await client.query(topics=[inbox_topic(INBOX.key)])
     commit_env, update_env = (chain_proof(a, key) for a in answers)
     assert (commit_env.originator_node_id, commit_env.sequence_id) == (0, 1)
     assert (update_env.originator_node_id, update_env.sequence_id) == (1, 1)

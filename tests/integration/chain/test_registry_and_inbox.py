@@ -5,26 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
-from tests.integration.chain.helpers import (
-    add_address,
-    create_inbox,
-    eventually,
-    identity_update_envelope,
-    publish,
-    revoke_address,
-)
+from tests.identity_signers import Inbox, Wallet
+from tests.integration.chain.helpers import eventually, publish, signed_update_envelope
 from xmtp.identity.associations import association_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.api.client import NodeClient
 from xnode.chain.admin import add_node, set_node_status
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
-
-ALICE = "0x" + "a1" * 20
-BOB = "0x" + "b0" * 20
-CAROL = "0x" + "c4" * 20
-INBOX_A = bytes([0xAA]) * 32
-INBOX_B = bytes([0xBB]) * 32
 
 
 async def test_registry_loads_and_follows_the_contract(
@@ -64,19 +52,16 @@ async def test_get_inbox_ids_follows_associations_and_revocations(
     chain_env.register(node_spec)
     node = await start_node(**node_settings(database, node_spec, **chain_env.settings()))
     eth = association_pb2.IDENTIFIER_KIND_ETHEREUM
-    a, b = INBOX_A.hex(), INBOX_B.hex()
+    alice, bob, carol = Wallet(), Wallet(), Wallet()
+    inbox_a, inbox_b = Inbox(alice), Inbox(bob)
+    ALICE, BOB, CAROL = alice.address, bob.address, carol.address
+    a, b = inbox_a.id, inbox_b.id
     async with NodeClient(node.address) as client:
-        await publish(client, 100, [identity_update_envelope(INBOX_A, [create_inbox(ALICE)])])
-        await publish(client, 100, [identity_update_envelope(INBOX_B, [create_inbox(BOB)])])
+        await publish(client, 100, [signed_update_envelope(inbox_a.create())])
+        await publish(client, 100, [signed_update_envelope(inbox_b.create())])
         # BOB is added to A without being revoked from B: the latest association wins.
         await publish(
-            client,
-            100,
-            [
-                identity_update_envelope(
-                    INBOX_A, [add_address(BOB), add_address(CAROL)], Cursor({1: 1})
-                )
-            ],
+            client, 100, [signed_update_envelope(inbox_a.add(bob, carol), Cursor({1: 1}))]
         )
         assert await _inbox_ids(
             client,
@@ -90,12 +75,6 @@ async def test_get_inbox_ids_follows_associations_and_revocations(
         ) == [a, a, a, None, None]
         # A revokes BOB: B's association was never revoked, so BOB maps to B again.
         await publish(
-            client,
-            100,
-            [
-                identity_update_envelope(
-                    INBOX_A, [revoke_address(BOB), revoke_address(CAROL)], Cursor({1: 3})
-                )
-            ],
+            client, 100, [signed_update_envelope(inbox_a.revoke(bob, carol), Cursor({1: 3}))]
         )
         assert await _inbox_ids(client, [(ALICE, eth), (BOB, eth), (CAROL, eth)]) == [a, b, None]
