@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from xnode.core.crypto import SigningKey
 from xnode.core.registry import NodeEntry, Registry
@@ -24,6 +25,11 @@ from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_c
 from xnode.store.migrate import upgrade_to_head
 
 TEMPLATE = "xnode_template"
+
+# Property tests check what holds, not how fast: on a loaded CI machine an example may take
+# longer than hypothesis' default 200 ms deadline without anything being wrong.
+settings.register_profile("xnode", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("xnode")
 
 
 @pytest.fixture(scope="session")
