@@ -49,6 +49,33 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from xnode.commands.audit import AuditError, AuditOptions, audit_node
+
+    settings = settings_from_args(args)
+    options = AuditOptions(chain=not args.no_chain, show_progress=not args.no_progress)
+    try:
+        verdict = asyncio.run(audit_node(settings, options))
+    except AuditError as exc:
+        print(f"xnode audit: could not run: {exc}", file=sys.stderr)
+        return 2
+    print(verdict.describe())
+    return 0 if verdict.clean else 1
+
+
+def add_audit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    audit = sub.add_parser(
+        "audit",
+        help="re-check the node's whole stored history (exit 0 clean, 1 faults, 2 not run)",
+    )
+    add_settings_flags(audit)
+    audit.add_argument(
+        "--no-chain", action="store_true", help="skip the chain payloads vs contract logs check"
+    )
+    audit.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    audit.set_defaults(func=_cmd_audit)
+
+
 def add_export_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     export = sub.add_parser(
         "export", help="export envelope metadata and misbehavior reports to Parquet"
