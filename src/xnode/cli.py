@@ -65,6 +65,18 @@ def _cmd_client(args: argparse.Namespace) -> int:
     return asyncio.run(run_client_command(args))
 
 
+def _cmd_prove(args: argparse.Namespace) -> int:
+    from xnode.client_cli import run_prove
+
+    return run_prove(args)
+
+
+def _cmd_verify_proof(args: argparse.Namespace) -> int:
+    from xnode.client_cli import run_verify_proof
+
+    return run_verify_proof(args)
+
+
 def _cmd_devnet(args: argparse.Namespace) -> int:
     from xnode.devtools.devnet import run_devnet
 
@@ -99,6 +111,24 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     subscribe.add_argument("--max", type=int, default=0, help="stop after N envelopes")
     for p in (publish, query, subscribe):
         p.set_defaults(func=_cmd_client, command=p.prog.split()[-1])
+    prove = sub.add_parser(
+        "prove",
+        parents=[common],
+        help="write a proof that an envelope's originator published it (docs/proofs.md)",
+    )
+    prove.add_argument("--envelope", help="the signed OriginatorEnvelope you hold (binary or hex)")
+    prove.add_argument("--originator", type=int, help="or: the envelope's originator id ...")
+    prove.add_argument("--sequence-id", type=int, help="... and sequence id, fetched from --node")
+    prove.add_argument("--out", required=True, help="where to write the proof (JSON)")
+    prove.set_defaults(func=_cmd_prove)
+    verify = sub.add_parser(
+        "verify-proof", help="check a proof file offline (exit 0 valid, 1 invalid, 2 unusable)"
+    )
+    verify.add_argument("file", help="a proof file written by `xnode prove`")
+    key = verify.add_mutually_exclusive_group(required=True)
+    key.add_argument("--public-key", help="the originator's registry public key, hex")
+    key.add_argument("--nodes-file", help="a registry file (nodes.json) naming the originator")
+    verify.set_defaults(func=_cmd_verify_proof)
 
 
 def build_parser() -> argparse.ArgumentParser:

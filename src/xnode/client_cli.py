@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
+from pathlib import Path
 
 import grpc
 
@@ -13,8 +15,17 @@ from xnode.api.client import NodeClient, envelopes_of
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import parse_originator_envelope
+from xnode.core.errors import Rejected
+from xnode.core.publication import (
+    ProofInvalid,
+    PublicationProof,
+    build_proof,
+    verify_publication,
+)
+from xnode.core.registry import Registry
 from xnode.core.topics import Topic, TopicKind
 from xnode.tls import ClientTls, TlsConfigError, target_of
+from xnode_api.logs.v1 import logs_pb2, logs_pb2_grpc
 
 
 def _parse_cursor(text: str) -> Cursor:
@@ -96,4 +107,88 @@ async def run_client_command(args: argparse.Namespace) -> int:
         hint = _hint(args.node, exc.code())
         print(f"xnode: {exc.code().name}: {exc.details()}{hint}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _read_envelope(path: str) -> bytes:
+    """The client's own copy of the envelope, binary or hex."""
+    data = Path(path).read_bytes()
+    try:
+        return bytes.fromhex(data.decode().strip().removeprefix("0x"))
+    except (UnicodeDecodeError, ValueError):
+        return data
+
+
+async def _served_envelope(client: NodeClient, originator: int, sequence_id: int) -> bytes:
+    cursor = Cursor({originator: sequence_id - 1})
+    found = await client.query(originators=[originator], cursor=cursor, limit=1)
+    raw = found[0].SerializeToString() if found else b""
+    if not raw or parse_originator_envelope(raw).sequence_id != sequence_id:
+        raise LookupError(f"the node holds no envelope {originator}:{sequence_id}")
+    return raw
+
+
+async def _fetch_proof(args: argparse.Namespace, held: bytes | None) -> PublicationProof:
+    tls = ClientTls.from_files(args.ca_file, args.cert_file, args.key_file)
+    async with NodeClient(args.node, tls) as client:
+        envelope = held or await _served_envelope(client, args.originator, args.sequence_id)
+        parsed = parse_originator_envelope(envelope)
+        stub = logs_pb2_grpc.LogApiStub(client.channel)  # type: ignore[no-untyped-call]
+        answer = await stub.GetInclusionProof(
+            logs_pb2.GetInclusionProofRequest(
+                originator_node_id=parsed.originator_node_id, sequence_id=parsed.sequence_id
+            )
+        )
+    return build_proof(envelope, answer.checkpoint.SerializeToString(), answer.proof)
+
+
+def run_prove(args: argparse.Namespace) -> int:
+    """`xnode prove`: asks a node for the inclusion proof of one envelope in its originator's
+    newest checkpoint and writes the proof file (xnode.core.publication, docs/proofs.md)."""
+    if not args.envelope and (args.originator is None or args.sequence_id is None):
+        print("xnode prove: give --envelope, or --originator and --sequence-id", file=sys.stderr)
+        return 2
+    try:
+        held = _read_envelope(args.envelope) if args.envelope else None
+        proof = asyncio.run(_fetch_proof(args, held))
+        Path(args.out).write_text(proof.to_json() + "\n")
+    except (TlsConfigError, LookupError, OSError, Rejected, ProofInvalid) as exc:
+        print(f"xnode prove: {exc}", file=sys.stderr)
+        return 2
+    except grpc.aio.AioRpcError as exc:
+        print(f"xnode prove: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+    print(
+        f"wrote the proof of {proof.originator_node_id}:{proof.sequence_id} (checkpoint at "
+        f"tree size {proof.tree_size}) to {args.out}"
+    )
+    return 0
+
+
+def run_verify_proof(args: argparse.Namespace) -> int:
+    """`xnode verify-proof FILE`: offline; 0 valid, 1 invalid, 2 unusable input."""
+    try:
+        proof = PublicationProof.from_json(Path(args.file).read_text())
+        if args.public_key:
+            key = bytes.fromhex(args.public_key.removeprefix("0x"))
+        else:
+            entry = Registry.from_json(Path(args.nodes_file).read_text()).get(
+                proof.originator_node_id
+            )
+            if entry is None:
+                raise LookupError(f"node {proof.originator_node_id} is not in {args.nodes_file}")
+            key = entry.public_key
+    except (OSError, ValueError, LookupError) as exc:
+        print(f"xnode verify-proof: cannot check: {exc}", file=sys.stderr)
+        return 2
+    try:
+        checkpoint = verify_publication(proof, key)
+    except ProofInvalid as exc:
+        print(f"INVALID: {exc}")
+        return 1
+    print(
+        f"VALID: originator {proof.originator_node_id} published sequence id "
+        f"{proof.sequence_id} (committed by its checkpoint at tree size {checkpoint.tree_size}, "
+        f"root 0x{checkpoint.root.hex()})"
+    )
     return 0
