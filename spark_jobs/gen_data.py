@@ -32,7 +32,16 @@ from xnode.core.envelopes import build_payer_envelope, originate, validate_payer
 from xnode.core.fees import NO_FEES, Fees
 from xnode.core.mls import mls_group_message
 from xnode.core.topics import Topic, TopicKind
-from xnode.export.schema import REPORT_SCHEMA
+from xnode.export.schema import (
+    CHECKPOINT_SCHEMA,
+    CHECKPOINTS_DIR,
+    FORK_SCHEMA,
+    FORKS_DIR,
+    LEAF_SCHEMA,
+    LEAVES_DIR,
+    LOGS_DIR,
+    REPORT_SCHEMA,
+)
 
 ENVELOPE_FILE_SCHEMA = pa.schema(
     [
@@ -347,3 +356,40 @@ def synthetic_reports(mix: ReportMix, keys: Mapping[int, SigningKey]) -> dict[in
         unsigned = safety_report(culprit, 5, pair, t)
         rows[host].append(report_row(len(rows[host]) + 1, host, keys[host], unsigned, t + 1000))
     return {host: report_table(r) for host, r in rows.items()}
+
+
+# --- committed logs (the audit job) ---------------------------------------------------------
+
+
+def write_logs(
+    directory: Path,
+    leaves: Mapping[int, Sequence[tuple[int, bytes]]],
+    checkpoints: Sequence[tuple[int, int, bytes, str | None]],
+    forks: Sequence[tuple[int, int, bytes, bytes]] = (),
+) -> None:
+    """`node-<id>/logs/` as `xnode export --with-logs` writes it (docs/export-format.md):
+    leaves per originator as (sequence id, leaf hash), checkpoints as (originator, tree
+    size, signed, conflict), forks as (originator, sequence id, envelope hash, envelope)."""
+    logs = directory / LOGS_DIR
+    for originator, leaf_rows in leaves.items():
+        table = pa.Table.from_arrays(
+            [
+                pa.array([r[0] for r in leaf_rows], pa.int64()),
+                pa.array([r[1] for r in leaf_rows]),
+            ],
+            schema=LEAF_SCHEMA,
+        )
+        part = logs / LEAVES_DIR / f"originator_node_id={originator}" / "part-0.parquet"
+        part.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, part)
+    tables: list[tuple[Sequence[tuple[Any, ...]], pa.Schema, str]] = [
+        (checkpoints, CHECKPOINT_SCHEMA, CHECKPOINTS_DIR),
+        (forks, FORK_SCHEMA, FORKS_DIR),
+    ]
+    for rows, schema, name in tables:
+        columns = [[r[i] for r in rows] for i in range(len(schema))]
+        table = pa.Table.from_arrays(
+            [pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
+        )
+        (logs / name).mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, logs / name / "part-0.parquet")

@@ -25,7 +25,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     try:
         summary = asyncio.run(
-            export_node(settings, Path(args.out), args.with_payloads, args.batch_size)
+            export_node(
+                settings,
+                Path(args.out),
+                args.with_payloads,
+                args.batch_size,
+                with_logs=args.with_logs,
+            )
         )
     except ExportError as exc:
         print(f"xnode export: {exc}", file=sys.stderr)
@@ -84,6 +90,11 @@ def add_export_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     export.add_argument("--out", required=True, help="export root; writes <out>/node-<id>/")
     export.add_argument(
         "--with-payloads", action="store_true", help="also export the signed envelopes"
+    )
+    export.add_argument(
+        "--with-logs",
+        action="store_true",
+        help="also export the committed logs (leaf hashes, checkpoints, forks) for the audit job",
     )
     export.add_argument(
         "--batch-size", type=_positive, default=10_000, help="rows per database page and file"

@@ -26,7 +26,7 @@ from xnode.chain.verify import ChainSetupError
 from xnode.commands.database import connection
 from xnode.config import Settings
 from xnode.core.registry import NodeEntry
-from xnode.export.writer import ExportError, ExportState, ExportWriter
+from xnode.export.writer import ExportError, ExportState, ExportWriter, LogSnapshotWriter
 from xnode.server import StartupError, open_registry
 from xnode.store.export import ExportSource, ExportSourceError, Pending
 
@@ -77,6 +77,7 @@ async def export_node(
     with_payloads: bool = False,
     page_rows: int = DEFAULT_PAGE_ROWS,
     show_progress: bool = True,
+    with_logs: bool = False,
 ) -> ExportSummary:
     async with connection(settings.database_dsn, ExportError) as conn:
         source = ExportSource(conn)
@@ -93,6 +94,8 @@ async def export_node(
             writer.write_nodes(entries)
             with _progress(pending, show_progress) as bar:
                 files = await _copy(source, writer, state, pending, bar, page_rows, with_payloads)
+            if with_logs:
+                files += await _copy_logs(source, writer, page_rows)
             writer.save_state(state)  # also when nothing was new: records when it ran
     return ExportSummary(
         node_id,
@@ -155,3 +158,21 @@ async def _copy(
         writer.save_state(state)
         bar.progress.advance(bar.reports, len(reports.ids))
     return files
+
+
+async def _copy_logs(source: ExportSource, writer: ExportWriter, page_rows: int) -> int:
+    """The committed logs, whole (LogSnapshotWriter): leaves, checkpoints, forks."""
+    with LogSnapshotWriter(writer.directory) as logs:
+        async for page in source.leaf_pages(page_rows):
+            by_originator: dict[int, tuple[list[int], list[bytes]]] = {}
+            for originator, sequence_id, leaf in page:
+                ids, leaves = by_originator.setdefault(originator, ([], []))
+                ids.append(sequence_id)
+                leaves.append(bytes(leaf))
+            for originator, (ids, leaves) in by_originator.items():
+                logs.leaves(originator, ids, leaves)
+        async for rows in source.checkpoint_pages(page_rows):
+            logs.checkpoints([(r[1], r[2], bytes(r[3]), r[4]) for r in rows])
+        async for rows in source.fork_pages(page_rows):
+            logs.forks([(r[0], r[1], bytes(r[2]), bytes(r[3])) for r in rows])
+        return logs.parts

@@ -317,9 +317,11 @@ def audit_conflict(
     log_raw: bytes | None,
     keys: RegistryKeys,
     verdict: Verdict,
+    check_pick: bool = True,
 ) -> None:
     """One forked (originator, sequence id): every version validly signed by the originator
-    for that sequence id, at least two different signed contents, the log's the rule's pick."""
+    for that sequence id, at least two different signed contents, the log's the rule's pick
+    (unless `check_pick` is False: an incremental export may predate the fork's resolution)."""
     verdict.conflicts += 1
     contents: set[bytes] = set()
     for version in versions:
@@ -337,6 +339,8 @@ def audit_conflict(
             sequence_id,
             "no two different signed contents",
         )
+        return
+    if not check_pick:
         return
     pick = versions[0].raw
     for version in versions[1:]:

@@ -36,3 +36,27 @@ REPORT_SCHEMA = pa.schema(
 NODES_SCHEMA = pa.schema(
     [("node_id", pa.int32()), ("public_key", pa.binary()), ("enabled", pa.bool_())]
 )
+
+# The committed logs (issue 9), written whole at each `xnode export --with-logs` under
+# node-<id>/logs/ (docs/export-format.md): what the audit job replays the roots from.
+LEAF_SCHEMA = pa.schema([("sequence_id", pa.int64()), ("leaf_hash", pa.binary())])
+CHECKPOINT_SCHEMA = pa.schema(
+    [
+        ("originator_node_id", pa.int32()),
+        ("tree_size", pa.int64()),
+        ("signed", pa.binary()),
+        ("conflict", pa.string()),  # null for the accepted chain; why it was kept aside
+    ]
+)
+FORK_SCHEMA = pa.schema(
+    [
+        ("originator_node_id", pa.int32()),
+        ("originator_sequence_id", pa.int64()),
+        ("envelope_hash", pa.binary()),
+        ("envelope", pa.binary()),
+    ]
+)
+LOGS_DIR = "logs"
+LEAVES_DIR = "leaves"
+CHECKPOINTS_DIR = "checkpoints"
+FORKS_DIR = "forks"

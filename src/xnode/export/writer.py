@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -27,7 +28,14 @@ import pyarrow.parquet as pq
 from xnode.core.registry import NodeEntry
 from xnode.export.ports import EnvelopeRows, ReportRows
 from xnode.export.schema import (
+    CHECKPOINT_SCHEMA,
+    CHECKPOINTS_DIR,
     ENVELOPE_SCHEMA,
+    FORK_SCHEMA,
+    FORKS_DIR,
+    LEAF_SCHEMA,
+    LEAVES_DIR,
+    LOGS_DIR,
     NODES_SCHEMA,
     PAYER_ADDRESS_LENGTH,
     PAYLOAD_FIELD,
@@ -282,3 +290,59 @@ def _partition_value(path: Path, name: str) -> int:
         if part.startswith(name + "="):
             return int(part.partition("=")[2])
     return 0
+
+
+class LogSnapshotWriter:
+    """`node-<id>/logs/`, written whole at each export into a temporary directory that then
+    takes its place: leaves can fill in below any watermark (repair) and forks rewrite them,
+    so an incremental copy would go stale. Readers see the old snapshot or the new one."""
+
+    def __init__(self, node_directory: Path) -> None:
+        self.target = node_directory / LOGS_DIR
+        self.temp = node_directory / f".{LOGS_DIR}.{os.getpid()}.tmp"
+        self.parts = 0
+
+    def __enter__(self) -> LogSnapshotWriter:
+        shutil.rmtree(self.temp, ignore_errors=True)
+        self.temp.mkdir(parents=True)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.temp, ignore_errors=True)
+            return
+        old = self.target.with_name(f".{LOGS_DIR}.{os.getpid()}.old")
+        if self.target.exists():
+            self.target.rename(old)
+        self.temp.rename(self.target)
+        _fsync(self.target.parent)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def _part(self, table: pa.Table, directory: Path) -> None:
+        self.parts += 1
+        path = directory / f"part-{self.parts:08d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, path)
+
+    def leaves(self, originator: int, sequence_ids: Sequence[int], leaves: Sequence[bytes]) -> None:
+        table = pa.Table.from_arrays(
+            [pa.array(sequence_ids, pa.int64()), pa.array(leaves, pa.binary())],
+            schema=LEAF_SCHEMA,
+        )
+        self._part(table, self.temp / LEAVES_DIR / f"originator_node_id={originator}")
+
+    def checkpoints(self, rows: Sequence[tuple[int, int, bytes, str | None]]) -> None:
+        columns = list(zip(*rows, strict=True))
+        table = pa.Table.from_arrays(
+            [pa.array(c, f.type) for c, f in zip(columns, CHECKPOINT_SCHEMA, strict=True)],
+            schema=CHECKPOINT_SCHEMA,
+        )
+        self._part(table, self.temp / CHECKPOINTS_DIR)
+
+    def forks(self, rows: Sequence[tuple[int, int, bytes, bytes]]) -> None:
+        columns = list(zip(*rows, strict=True))
+        table = pa.Table.from_arrays(
+            [pa.array(c, f.type) for c, f in zip(columns, FORK_SCHEMA, strict=True)],
+            schema=FORK_SCHEMA,
+        )
+        self._part(table, self.temp / FORKS_DIR)

@@ -74,6 +74,24 @@ FROM misbehavior_reports WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3
 """
 
 
+# (table, keyset columns, selected columns) of the committed-log tables
+_LEAVES = (
+    "log_leaves",
+    "originator_node_id, sequence_id",
+    "originator_node_id, sequence_id, leaf_hash",
+)
+_CHECKPOINTS = (
+    "log_checkpoints",
+    "id",
+    "id, originator_node_id, tree_size, signed, conflict",
+)
+_FORKS = (
+    "sequence_forks",
+    "originator_node_id, originator_sequence_id, envelope_hash",
+    "originator_node_id, originator_sequence_id, envelope_hash, envelope",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Pending:
     """What is new since a watermark, bounded at the start of the export: rows committed
@@ -163,3 +181,39 @@ class ExportSource:
                 [bytes(r[5]) for r in rows],
             )
             after = rows[-1][0]
+
+    def leaf_pages(self, page_size: int) -> AsyncIterator[list[asyncpg.Record]]:
+        """(originator, sequence id, leaf hash) of every leaf held, expired envelopes' too."""
+        return self._pages(*_LEAVES, page_size)
+
+    def checkpoint_pages(self, page_size: int) -> AsyncIterator[list[asyncpg.Record]]:
+        """(id, originator, tree size, signed, conflict) of every checkpoint stored."""
+        return self._pages(*_CHECKPOINTS, page_size)
+
+    def fork_pages(self, page_size: int) -> AsyncIterator[list[asyncpg.Record]]:
+        """(originator, sequence id, envelope hash, envelope) of every forked version."""
+        return self._pages(*_FORKS, page_size)
+
+    async def _pages(
+        self, table: str, key: str, columns: str, page_size: int
+    ) -> AsyncIterator[list[asyncpg.Record]]:
+        """All rows of one committed-log table, in `key` order, a keyset page at a time."""
+        last: tuple[object, ...] | None = None
+        keys = key.split(", ")
+        while True:
+            if last is None:
+                rows = await self._conn.fetch(
+                    f"SELECT {columns} FROM {table} ORDER BY {key} LIMIT $1", page_size
+                )
+            else:
+                marks = ", ".join(f"${i + 2}" for i in range(len(keys)))
+                rows = await self._conn.fetch(
+                    f"SELECT {columns} FROM {table} WHERE ({key}) > ({marks})"
+                    f" ORDER BY {key} LIMIT $1",
+                    page_size,
+                    *last,
+                )
+            if not rows:
+                return
+            yield list(rows)
+            last = tuple(rows[-1][k] for k in keys)
