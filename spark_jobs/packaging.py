@@ -2,7 +2,7 @@
 .venv (`make spark-dist`; the README's "Data pipeline" has the spark-submit lines):
 
     OUT/xnode_spark.zip     --py-files: every module of spark_jobs and the first-party modules
-                            (xnode, xmtp) they import, found by following their imports
+                            (xnode, xmtp, xnode_api) they import, found by following their imports
     OUT/launcher.py         the primary resource: `launcher.py JOB ARGS...`
     OUT/requirements.txt    the third-party distributions those modules import, with their
                             dependencies, pinned to this venv's versions; pyspark and py4j are
@@ -39,7 +39,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOURCE_ROOTS = (REPO_ROOT, REPO_ROOT / "src")
 JOBS_PACKAGE = "spark_jobs"
-FIRST_PARTY = frozenset({JOBS_PACKAGE, "xnode", "xmtp"})
+FIRST_PARTY = frozenset({JOBS_PACKAGE, "xnode", "xmtp", "xnode_api"})
 BUILD_ONLY = frozenset({f"{JOBS_PACKAGE}.packaging"})  # runs here, never on a cluster
 SPARK_PROVIDED = frozenset({"pyspark", "py4j"})
 DEFAULT_OUT = REPO_ROOT / "dist" / "spark"
