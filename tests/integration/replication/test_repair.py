@@ -4,19 +4,29 @@ starts after pruned envelopes is not reported OUT_OF_ORDER."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 
 from tests.conftest import Network
-from tests.integration.export.helpers import Item, group, publish, write_plan
+from tests.integration.export.helpers import (
+    Item,
+    group,
+    publish,
+    received_row,
+    store_received,
+    write_plan,
+)
 from tests.integration.logs.helpers import checkpoint_at, eventually, log_api
 from tests.integration.replication.test_replication import metric, stored
 from xnode.commands.prune import apply_plan
 from xnode.config import Settings
 from xnode.core import misbehavior
+from xnode.core.forks import log_keeps
 from xnode.core.topics import TopicKind
+from xnode.store.replication import ReplicationStore
 
 GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
 FAST = {
@@ -98,3 +108,45 @@ async def test_a_peer_starting_from_a_pruned_log_is_no_out_of_order_fault(
     finally:
         await conn.close()
     assert misbehavior.OUT_OF_ORDER not in [r[0] for r in types]
+
+
+async def test_a_fork_found_by_repair_is_settled_and_kept_as_evidence(
+    start_node: Any, network: Network
+) -> None:
+    """Node 200 holds a second version of originator 300's sequence id 2 (one the fork rule
+    keeps); node 100 only the first. Repair alone (originator 300 is down, the streams have
+    nothing new) brings node 100 to the same log and the same conflicts."""
+    key = network.spec.keys[300]
+    now = time.time_ns()  # not expired: peers serve only live envelopes
+    log = [received_row(300, key, s, now + s, GROUP) for s in range(1, 6)]
+    other = next(
+        r
+        for n in range(2, 200)
+        if log_keeps(
+            log[1].raw, (r := received_row(300, key, 2, now + 2, Item(GROUP.kind, group(n)))).raw
+        )
+        == r.raw
+    )
+    for node_id in (100, 200):
+        await store_received(network.dsns[node_id], log)
+    pool = await asyncpg.create_pool(network.dsns[200], min_size=1, max_size=2)
+    try:
+        await ReplicationStore(pool).resolve_forks([other])
+    finally:
+        await pool.close()
+    a = await start_node(**network.settings(100, **FAST))
+    await start_node(**network.settings(200, **FAST))
+
+    async def forks(node_id: int) -> list[bytes]:
+        conn = await asyncpg.connect(network.dsns[node_id])
+        try:
+            rows = await conn.fetch("SELECT envelope FROM sequence_forks ORDER BY envelope_hash")
+        finally:
+            await conn.close()
+        return [bytes(r[0]) for r in rows]
+
+    async def settled() -> bool:
+        return other.raw in await stored(a.address, 300) and len(await forks(100)) == 2
+
+    await eventually(settled, within_s=60)
+    assert await forks(100) == await forks(200)
