@@ -8,20 +8,15 @@ from typing import Any
 import asyncpg
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
-from tests.integration.chain.helpers import (
-    commit_envelope,
-    create_inbox,
-    identity_update_envelope,
-    publish,
-)
+from tests.identity_signers import Inbox
+from tests.integration.chain.helpers import commit_envelope, publish, signed_update_envelope
 from xnode.api.client import NodeClient
 from xnode.commands.audit import AuditOptions, audit_node
 from xnode.config import Settings
 from xnode.core.audit import FaultKind
 
 GROUP = bytes(range(16))
-INBOX = bytes(range(32))
-ADDRESS = "0x" + "ab" * 20
+INBOX = Inbox()
 
 
 async def test_chain_payloads_are_audited_against_the_contract_events(
@@ -32,7 +27,7 @@ async def test_chain_payloads_are_audited_against_the_contract_events(
     node = await start_node(**settings)
     sent = [
         commit_envelope(GROUP, epoch=1),
-        identity_update_envelope(INBOX, [create_inbox(ADDRESS)]),
+        signed_update_envelope(INBOX.create()),
     ]
     async with NodeClient(node.address) as client:
         await publish(client, 100, sent)
