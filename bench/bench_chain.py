@@ -37,12 +37,12 @@ from tests.integration.chain.helpers import (
     identity_update_envelope,
     publish,
 )
-from xnode.api.client import NodeClient
 from xnode.chain import abi
 from xnode.chain.admin import add_node
 from xnode.chain.anvil import AnvilProcess, rpc_call, start_anvil
 from xnode.chain.contracts import deploy_all
 from xnode.chain.deployment import write_contracts_file
+from xnode.client.node import NodeClient
 from xnode.config import Settings
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor

@@ -25,7 +25,7 @@ import asyncpg
 import grpc
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode.api.client import NodeClient, group_message_envelope
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey, keccak256
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
 from xnode.core.registry import NodeEntry, Registry

@@ -33,7 +33,7 @@ from pathlib import Path
 import asyncpg
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.api.client import group_message_envelope
+from xnode.client.node import group_message_envelope
 from xnode.core import merkle
 from xnode.core.checkpoints import Checkpoint, sign_checkpoint
 from xnode.core.crypto import SigningKey

@@ -36,7 +36,7 @@ import asyncpg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode.api.client import NodeClient, envelopes_of, group_message_envelope
+from xnode.client.node import NodeClient, envelopes_of, group_message_envelope
 from xnode.core.crypto import SigningKey, keccak256, recover_public_key
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
 from xnode.core.registry import NodeEntry, Registry

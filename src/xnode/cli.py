@@ -87,9 +87,15 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--node",
-        default="127.0.0.1:5050",
-        help="node gRPC address: host:port (plaintext) or https://host:port (TLS)",
+        help="prefer this node: host:port (plaintext) or https://host:port (TLS); alone "
+        "(no --registry) the client reads and writes it only, signatures unchecked",
     )
+    common.add_argument(
+        "--registry",
+        help="node registry to check signatures against and fail over in: nodes.json or "
+        "devnet.json (default .xnode/devnet.json when --node is not given)",
+    )
+    common.add_argument("--deadline", type=float, default=10.0, help="seconds to keep trying")
     common.add_argument("--ca-file", help="PEM CA the https:// node is checked against")
     common.add_argument("--cert-file", help="PEM client certificate, if the node asks for one")
     common.add_argument("--key-file", help="PEM private key of --cert-file")
@@ -98,7 +104,7 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     publish.add_argument("--group-id", required=True, help="MLS group id, hex (16 bytes)")
     publish.add_argument("--message", default="hello", help="payload text")
     publish.add_argument("--count", type=int, default=1)
-    publish.add_argument("--node-id", type=int, required=True, help="target originator id")
+    publish.add_argument("--node-id", type=int, help="the --node's id (without --registry)")
     publish.add_argument("--payer-key", help="payer private key hex (default: a new one)")
     query = sub.add_parser("query", parents=[common], help="query envelopes")
     subscribe = sub.add_parser("subscribe", parents=[common], help="stream envelopes")

@@ -1,4 +1,5 @@
-"""The client commands of the CLI: publish, query and subscribe, printing what comes back."""
+"""The client commands of the CLI: publish, query and subscribe through xnode.client (the
+checks of XIP-49 3.3.4, causal order, failover), printing what comes back."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from pathlib import Path
 
 import grpc
 
-from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode.api.client import NodeClient, envelopes_of
+from xnode.client.network import NetworkClient, NoNodeAvailable
+from xnode.client.node import NodeClient
+from xnode.client.registry_file import RegistryFileError, load_registry
+from xnode.core.client_checks import CheckedEnvelope, EnvelopeCheckFailed
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import parse_originator_envelope
@@ -22,10 +25,14 @@ from xnode.core.publication import (
     build_proof,
     verify_publication,
 )
-from xnode.core.registry import Registry
+from xnode.core.registry import NodeEntry, Registry
 from xnode.core.topics import Topic, TopicKind
 from xnode.tls import ClientTls, TlsConfigError, target_of
 from xnode_api.logs.v1 import logs_pb2, logs_pb2_grpc
+
+DEFAULT_NODE = "127.0.0.1:5050"  # `xnode prove` without --node
+# A node pinned by address alone has no known key: its entry needs a well-formed one.
+_UNKNOWN_KEY = b"\x04" + bytes(64)
 
 
 def _parse_cursor(text: str) -> Cursor:
@@ -33,8 +40,8 @@ def _parse_cursor(text: str) -> Cursor:
     return Cursor({int(n): int(s) for n, s in pairs})
 
 
-def describe(envelope: envelopes_pb2.OriginatorEnvelope) -> dict[str, object]:
-    parsed = parse_originator_envelope(envelope.SerializeToString())
+def describe(envelope: CheckedEnvelope) -> dict[str, object]:
+    parsed = parse_originator_envelope(envelope.raw)
     signer = parsed.signer_public_key() if parsed.signature else None
     return {
         "originator": parsed.originator_node_id,
@@ -47,7 +54,7 @@ def describe(envelope: envelopes_pb2.OriginatorEnvelope) -> dict[str, object]:
     }
 
 
-def _print(envelope: envelopes_pb2.OriginatorEnvelope, as_json: bool) -> None:
+def _print(envelope: CheckedEnvelope, as_json: bool) -> None:
     info = describe(envelope)
     if as_json:
         print(json.dumps(info), flush=True)
@@ -64,49 +71,81 @@ def _topics(args: argparse.Namespace) -> list[bytes]:
     return [bytes.fromhex(t) for t in args.topic] + group_topics
 
 
-def _hint(address: str, code: grpc.StatusCode) -> str:
-    if code is grpc.StatusCode.UNAVAILABLE and not target_of(address)[1]:
+def _hint(address: str | None, code: grpc.StatusCode) -> str:
+    if code is grpc.StatusCode.UNAVAILABLE and address and not target_of(address)[1]:
         return " (if the node serves TLS: --node https://HOST:PORT --ca-file CA.pem)"
     return ""
+
+
+def _registry(args: argparse.Namespace) -> tuple[Registry, bool]:
+    """The registry to check against, and whether its keys are known. `--node` alone pins
+    one node by address: its key is unknown, so signatures go unchecked (said on stderr)."""
+    if args.registry is None and args.node:
+        node_id = getattr(args, "node_id", None)
+        if args.command == "publish" and node_id is None:
+            raise RegistryFileError("publish with --node needs --node-id (or use --registry)")
+        print(
+            "xnode: no --registry: originator signatures are not checked against registry keys",
+            file=sys.stderr,
+        )
+        return Registry([NodeEntry(node_id or 0, _UNKNOWN_KEY, args.node)]), False
+    path = args.registry or ".xnode/devnet.json"
+    registry = load_registry(path)
+    if args.node:  # the chosen node, as the registry has it (a non-binding preference, 3.3.6)
+        chosen = [n for n in registry.nodes.values() if n.http_address == args.node]
+        registry = Registry(chosen) if chosen else registry
+    return registry, True
+
+
+async def _run(client: NetworkClient, args: argparse.Namespace) -> None:
+    if args.command == "publish":
+        payloads = [f"{args.message} {i}".encode() for i in range(args.count)]
+        for envelope in await client.publish_group_messages(bytes.fromhex(args.group_id), payloads):
+            _print(envelope, args.json)
+    elif args.command == "query":
+        found = await client.query(
+            _topics(args), args.originator, _parse_cursor(args.cursor), args.limit
+        )
+        for envelope in found:
+            _print(envelope, args.json)
+    else:
+        subscription = client.subscribe(_topics(args), args.originator, _parse_cursor(args.cursor))
+        seen = 0
+        async for envelope in subscription:
+            _print(envelope, args.json)
+            seen += 1
+            if args.max and seen >= args.max:
+                subscription.close()
+                break
+
+
+def _failure(exc: BaseException, node: str | None) -> str:
+    cause = exc.__cause__ if isinstance(exc, NoNodeAvailable) and exc.__cause__ else exc
+    if isinstance(cause, grpc.aio.AioRpcError):
+        return f"{cause.code().name}: {cause.details()}{_hint(node, cause.code())}"
+    return f"{type(cause).__name__}: {cause}"
 
 
 async def run_client_command(args: argparse.Namespace) -> int:
     try:
         tls = ClientTls.from_files(args.ca_file, args.cert_file, args.key_file)
-    except TlsConfigError as exc:
+        registry, known = _registry(args)
+    except (TlsConfigError, RegistryFileError) as exc:
         print(f"xnode: {exc}", file=sys.stderr)
         return 2
-    try:
-        async with NodeClient(args.node, tls) as client:
-            if args.command == "publish":
-                payer = (
-                    SigningKey.from_hex(args.payer_key) if args.payer_key else SigningKey.generate()
-                )
-                payloads = [f"{args.message} {i}".encode() for i in range(args.count)]
-                sent = await client.publish_group_messages(
-                    payer, args.node_id, bytes.fromhex(args.group_id), payloads
-                )
-                for envelope in sent:
-                    _print(envelope, args.json)
-            elif args.command == "query":
-                found = await client.query(
-                    _topics(args), args.originator, _parse_cursor(args.cursor), args.limit
-                )
-                for envelope in found:
-                    _print(envelope, args.json)
-            else:
-                call = client.subscribe(_topics(args), args.originator, _parse_cursor(args.cursor))
-                seen = 0
-                async for envelope in envelopes_of(call):
-                    _print(envelope, args.json)
-                    seen += 1
-                    if args.max and seen >= args.max:
-                        call.cancel()
-                        break
-    except grpc.aio.AioRpcError as exc:
-        hint = _hint(args.node, exc.code())
-        print(f"xnode: {exc.code().name}: {exc.details()}{hint}", file=sys.stderr)
-        return 1
+    payer_key = getattr(args, "payer_key", None)
+    payer = SigningKey.from_hex(payer_key) if payer_key else SigningKey.generate()
+    async with NetworkClient(
+        registry, payer, tls, deadline_s=args.deadline, check_signatures=known
+    ) as client:
+        try:
+            await _run(client, args)
+        except (grpc.aio.AioRpcError, NoNodeAvailable, EnvelopeCheckFailed) as exc:
+            print(f"xnode: {_failure(exc, args.node)}", file=sys.stderr)
+            return 1
+        finally:
+            for refusal in client.refusals:
+                print(f"xnode: refused node {refusal.node_id}: {refusal.check}", file=sys.stderr)
     return 0
 
 
@@ -130,7 +169,7 @@ async def _served_envelope(client: NodeClient, originator: int, sequence_id: int
 
 async def _fetch_proof(args: argparse.Namespace, held: bytes | None) -> PublicationProof:
     tls = ClientTls.from_files(args.ca_file, args.cert_file, args.key_file)
-    async with NodeClient(args.node, tls) as client:
+    async with NodeClient(args.node or DEFAULT_NODE, tls) as client:
         envelope = held or await _served_envelope(client, args.originator, args.sequence_id)
         parsed = parse_originator_envelope(envelope)
         stub = logs_pb2_grpc.LogApiStub(client.channel)  # type: ignore[no-untyped-call]

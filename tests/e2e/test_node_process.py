@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from xnode.api.client import NodeClient, envelopes_of
+from xnode.client.node import NodeClient, envelopes_of
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import parse_originator_envelope

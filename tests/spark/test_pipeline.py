@@ -24,7 +24,7 @@ from tests.integration.export.helpers import (
     store_received,
     table_rows,
 )
-from xnode.api.client import NodeClient
+from xnode.client.node import NodeClient
 from xnode.commands.export import export_node
 from xnode.config import Settings
 from xnode.core.envelopes import parse_originator_envelope

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from xmtp.identity.associations import association_pb2, signature_pb2
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode.api.client import group_message_envelope
+from xnode.client.node import group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import (

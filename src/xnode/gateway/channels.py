@@ -8,7 +8,7 @@ import time
 import grpc
 import structlog
 
-from xnode.api.client import CHANNEL_OPTIONS
+from xnode.client.node import CHANNEL_OPTIONS
 from xnode.core.registry import Registry
 from xnode.tls import ClientTls
 

@@ -24,11 +24,11 @@ from xnode.api.errors import STATUS_OF
 from xnode.core.crypto import SigningKey, payer_digest
 from xnode.core.envelopes import validate_payer_envelope
 from xnode.core.errors import Rejected
+from xnode.core.originator_selection import available_nodes, failover_order
 from xnode.core.registry import NodeEntry, Registry
 from xnode.core.topics import Topic, TopicError
 from xnode.gateway.channels import NodeChannels, UnusableUrl
 from xnode.gateway.errors import GatewayError, NodeUnavailable, invalid, node_error, stored_note
-from xnode.gateway.routing import available_nodes, failover_order
 from xnode.gateway.visibility import wait_visible
 from xnode.usecases.registry_source import RegistrySource
 

@@ -16,11 +16,11 @@ from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
 from xnode.api.errors import RETRY_AFTER_TRAILER
 from xnode.core import wire
 from xnode.core.limits import LimitExceeded
+from xnode.core.originator_selection import available_nodes
 from xnode.gateway.clients import ClientAuth, Unauthenticated
 from xnode.gateway.errors import GatewayError
 from xnode.gateway.limits import ClientLimits
 from xnode.gateway.publish import Publisher
-from xnode.gateway.routing import available_nodes
 from xnode.gateway.usage import UsageLog
 from xnode.observability.metrics import LIMITED
 from xnode.usecases.registry_source import RegistrySource

@@ -21,7 +21,7 @@ from tests.integration.chain.helpers import (
     signed_update_envelope,
 )
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
-from xnode.api.client import NodeClient
+from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.devtools.devnet import wait_serving
 from xnode.devtools.postgres import PgCluster, free_port

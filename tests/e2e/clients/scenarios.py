@@ -13,12 +13,12 @@ from tests.e2e.clients.network_view import NetworkView
 from tests.e2e.clients.node_sdk_user import NodeSdkUser
 from tests.e2e.clients.xmtp_users import User, group_options, list_options, new_user, until
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
-from xnode.api.client import NodeClient
+from xnode.client.node import NodeClient
 from xnode.core.constants import IDENTITY_UPDATES_ORIGINATOR
 from xnode.core.envelopes import parse_originator_envelope
+from xnode.core.originator_selection import available_nodes, preferred_node
 from xnode.core.registry import NodeEntry, Registry
 from xnode.core.topics import Topic, TopicKind
-from xnode.gateway.routing import available_nodes, preferred_node
 
 
 async def read_node(network: NetworkView, user: User) -> tuple[int, Any]:

@@ -26,8 +26,8 @@ from tests.e2e.replication.conftest import ChainNetwork
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
 from xmtp.xmtpv4.payer_api import payer_api_pb2_grpc
-from xnode.api.client import NodeClient, group_message_envelope
 from xnode.api.errors import RETRY_AFTER_TRAILER
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.envelopes import parse_originator_envelope
 from xnode.devtools.devnet import wait_serving
 from xnode.devtools.postgres import free_port

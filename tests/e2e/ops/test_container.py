@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.podman_host import install_tools, run
-from xnode.api.client import NodeClient
+from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.devtools.devnet import wait_serving

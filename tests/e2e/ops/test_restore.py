@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import REPLICATION_TEST_SETTINGS, NodeProcess, NodeSpec
 from tests.e2e.replication.conftest import eventually
-from xnode.api.client import NodeClient
+from xnode.client.node import NodeClient
 from xnode.core import misbehavior
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import parse_originator_envelope

@@ -25,7 +25,7 @@ from tests.conftest import REPLICATION_TEST_SETTINGS, NodeProcess, NodeSpec
 from tests.e2e.replication.conftest import eventually
 from tests.e2e.replication.test_devnet import interrupt, start_devnet
 from xmtp.xmtpv4.payer_api import payer_api_pb2, payer_api_pb2_grpc
-from xnode.api.client import NodeClient, group_message_envelope
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.certs import CertAuthority

@@ -21,7 +21,7 @@ import pytest
 
 from tests.e2e.replication.conftest import eventually
 from xmtp.xmtpv4.payer_api import payer_api_pb2, payer_api_pb2_grpc
-from xnode.api.client import NodeClient
+from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.devtools.postgres import free_port
 

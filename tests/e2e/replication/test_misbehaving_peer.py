@@ -17,7 +17,7 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2_grpc
-from xnode.api.client import group_message_envelope
+from xnode.client.node import group_message_envelope
 from xnode.core import wire
 from xnode.core.crypto import SigningKey, misbehavior_digest, originator_digest, recover_public_key
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope

@@ -9,7 +9,7 @@ import contextlib
 import grpc
 
 from tests.e2e.replication.conftest import ChainNetwork, eventually
-from xnode.api.client import NodeClient
+from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 
 NODES = (100, 200, 300)

@@ -13,7 +13,7 @@ import grpc
 from google.protobuf import json_format
 
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
-from xnode.api.client import NodeClient, group_message_envelope
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import build_payer_envelope
 

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import node_settings
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
-from xnode.api.client import NodeClient, group_message_envelope
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import MAX_NODE_ID, MAX_SEQUENCE_ID
 from xnode.core.envelopes import build_payer_envelope

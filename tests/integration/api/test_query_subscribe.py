@@ -18,7 +18,7 @@ from xmtp.xmtpv4.message_api import (
     publish_api_pb2_grpc,
     query_api_pb2_grpc,
 )
-from xnode.api.client import NodeClient, group_message_envelope
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import build_payer_envelope, parse_originator_envelope

@@ -12,9 +12,9 @@ from eth_account.signers.local import LocalAccount
 
 from xmtp.identity.associations import association_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode.api.client import NodeClient, group_message_envelope
 from xnode.chain import abi
 from xnode.chain.anvil import rpc_call
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey, blockchain_proof_digest, recover_public_key
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import ReceivedEnvelope, build_payer_envelope, parse_originator_envelope

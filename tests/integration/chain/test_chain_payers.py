@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
 from tests.integration.chain.helpers import chain_proof, commit_envelope, group_topic
-from xnode.api.client import NodeClient
+from xnode.client.node import NodeClient
 from xnode.core.constants import GROUP_MESSAGES_ORIGINATOR
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import build_payer_envelope, validate_payer_envelope

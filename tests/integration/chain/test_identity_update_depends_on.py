@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import ChainEnv, NodeSpec, node_settings
 from tests.identity_signers import Inbox, Wallet
 from tests.integration.chain.helpers import publish, signed_update_envelope
-from xnode.api.client import NodeClient
+from xnode.client.node import NodeClient
 from xnode.core.constants import IDENTITY_UPDATES_ORIGINATOR
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import parse_originator_envelope

@@ -27,11 +27,11 @@ from tests.integration.chain.helpers import (
 from xmtp.identity.associations import association_pb2 as a
 from xmtp.identity.associations import signature_pb2 as s
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
-from xnode.api.client import NodeClient
 from xnode.chain import abi
 from xnode.chain.contracts import send_transaction
 from xnode.chain.rpc import ChainRpc
 from xnode.chain.wallets import Erc1271Wallets
+from xnode.client.node import NodeClient
 from xnode.core.associations import (
     WalletCheck,
     ethereum,

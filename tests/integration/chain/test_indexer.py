@@ -27,8 +27,8 @@ from tests.integration.chain.helpers import (
     send_raw_event,
     stored_chain_payloads,
 )
-from xnode.api.client import NodeClient, group_message_envelope
 from xnode.chain import abi
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.cursors import Cursor
 from xnode.server import StartupError
 

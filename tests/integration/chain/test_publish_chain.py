@@ -21,7 +21,7 @@ from tests.integration.chain.helpers import (
     publish,
     signed_update_envelope,
 )
-from xnode.api.client import NodeClient, group_message_envelope
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import parse_originator_envelope
 

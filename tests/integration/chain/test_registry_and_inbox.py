@@ -9,8 +9,8 @@ from tests.identity_signers import Inbox, Wallet
 from tests.integration.chain.helpers import eventually, publish, signed_update_envelope
 from xmtp.identity.associations import association_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
-from xnode.api.client import NodeClient
 from xnode.chain.admin import add_node, set_node_status
+from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 

@@ -22,8 +22,8 @@ from tests.integration.chain.helpers import (
     send_raw_event,
     stored_chain_payloads,
 )
-from xnode.api.client import NodeClient, envelopes_of
 from xnode.chain import abi
+from xnode.client.node import NodeClient, envelopes_of
 from xnode.core.cursors import Cursor
 
 GROUP = bytes(range(16))

@@ -20,7 +20,7 @@ from xmtp.identity.associations import association_pb2, signature_pb2
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.api.client import NodeClient, mls_group_message
+from xnode.client.node import NodeClient, mls_group_message
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import (
     IndexedEnvelope,

@@ -18,7 +18,7 @@ from tests.integration.export.helpers import (
     store_received,
     table_rows,
 )
-from xnode.api.client import NodeClient
+from xnode.client.node import NodeClient
 from xnode.core.cursors import Cursor
 from xnode.core.topics import Topic, TopicKind
 

@@ -13,7 +13,7 @@ from tests.conftest import Network
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
 from xmtp.xmtpv4.payer_api import payer_api_pb2_grpc
-from xnode.api.client import CHANNEL_OPTIONS
+from xnode.client.node import CHANNEL_OPTIONS
 from xnode.core.crypto import SigningKey
 from xnode.devtools.postgres import free_port
 from xnode.gateway.server import Gateway, start_gateway

@@ -15,15 +15,15 @@ from tests.conftest import Network
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
-from xnode.api.client import NodeClient, group_message_envelope
 from xnode.api.errors import CURSOR_TRAILER
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core import wire
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import parse_originator_envelope
 from xnode.core.key_packages import encode_key_package, installation_key_of
+from xnode.core.originator_selection import available_nodes, failover_order
 from xnode.core.registry import Registry
 from xnode.core.topics import Topic, TopicKind
-from xnode.gateway.routing import available_nodes, failover_order
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 

@@ -10,7 +10,7 @@ from google.protobuf import json_format
 
 from tests.conftest import Network
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
-from xnode.api.client import group_message_envelope
+from xnode.client.node import group_message_envelope
 from xnode.core.envelopes import parse_originator_envelope
 from xnode.devtools.postgres import free_port
 

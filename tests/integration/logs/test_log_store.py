@@ -11,7 +11,7 @@ import grpc
 import pytest
 from structlog.testing import capture_logs
 
-from xnode.api.client import group_message_envelope
+from xnode.client.node import group_message_envelope
 from xnode.core import merkle
 from xnode.core.backoff import Backoff
 from xnode.core.checkpoints import Checkpoint, envelope_leaf, sign_checkpoint

@@ -12,7 +12,7 @@ from alembic.config import Config
 
 from tests.conftest import NodeSpec, node_settings
 from tests.integration.logs.helpers import checkpoint_at, log_api
-from xnode.api.client import group_message_envelope
+from xnode.client.node import group_message_envelope
 from xnode.core import merkle
 from xnode.core.checkpoints import envelope_leaf
 from xnode.core.crypto import SigningKey

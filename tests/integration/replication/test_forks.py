@@ -16,7 +16,7 @@ from tests.conftest import Network
 from tests.fake_peer import serve_subscribe_originators
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.api.client import group_message_envelope
+from xnode.client.node import group_message_envelope
 from xnode.core import wire
 from xnode.core.checkpoints import envelope_leaf
 from xnode.core.crypto import SigningKey

@@ -15,8 +15,8 @@ from tests.integration.replication.test_liveness_reports import wait_for_report
 from tests.integration.replication.test_replication import eventually, stored
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.api.client import NodeClient, group_message_envelope
 from xnode.api.fees import FeesService
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core import wire
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import (

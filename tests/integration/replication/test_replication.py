@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tests.conftest import Network
-from xnode.api.client import NodeClient, envelopes_of, group_message_envelope
+from xnode.client.node import NodeClient, envelopes_of, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import build_payer_envelope, parse_originator_envelope

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import NodeSpec, node_settings
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import publish_api_pb2_grpc, query_api_pb2_grpc
-from xnode.api.client import NodeClient
+from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.devtools.postgres import free_port
 

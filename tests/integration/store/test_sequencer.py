@@ -9,7 +9,7 @@ import time
 import asyncpg
 import pytest
 
-from xnode.api.client import group_message_envelope
+from xnode.client.node import group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import ValidPayerEnvelope, build_payer_envelope, validate_payer_envelope
 from xnode.store.identity import WrongNodeError, claim_database

@@ -10,9 +10,9 @@ from web3 import Web3
 
 from xmtp.identity.associations import association_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode.api.client import group_message_envelope
 from xnode.chain import abi
 from xnode.chain.contracts import load_artifact
+from xnode.client.node import group_message_envelope
 from xnode.core.chain_payloads import ChainEvent, MalformedPayload, build_chain_payload
 from xnode.core.crypto import SigningKey, blockchain_proof_digest, recover_public_key
 from xnode.core.envelopes import parse_originator_envelope

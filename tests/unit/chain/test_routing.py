@@ -6,11 +6,11 @@ from typing import Any
 
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode.api.client import group_message_envelope
 from xnode.chain.index_status import Tip
 from xnode.chain.log_stream import consistent
 from xnode.chain.publisher import needs_chain
 from xnode.chain.rpc import BlockHeader
+from xnode.client.node import group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import build_payer_envelope, validate_payer_envelope
 from xnode.core.mls import ContentType, WireFormat, encode_framing

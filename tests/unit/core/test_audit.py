@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode.api.client import group_message_envelope
+from xnode.client.node import group_message_envelope
 from xnode.core import merkle
 from xnode.core.audit import (
     ConflictVersion,

@@ -9,7 +9,7 @@ import pytest
 from xmtp.identity.associations import signature_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.api.client import group_message_envelope
+from xnode.client.node import group_message_envelope
 from xnode.core import misbehavior
 from xnode.core.crypto import SigningKey, originator_digest
 from xnode.core.envelopes import build_payer_envelope

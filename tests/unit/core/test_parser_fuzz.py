@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from xmtp.identity.associations import association_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.api.client import group_message_envelope
 from xnode.api.errors import STATUS_OF
+from xnode.client.node import group_message_envelope
 from xnode.core import mls, wire
 from xnode.core.chain_payloads import ChainEvent, MalformedPayload, client_envelope_of
 from xnode.core.crypto import SigningKey

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
-from xnode.api.client import group_message_envelope
+from xnode.client.node import group_message_envelope
 from xnode.core import wire
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode.api.client import group_message_envelope
+from xnode.client.node import group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import (

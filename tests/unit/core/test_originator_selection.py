@@ -7,8 +7,8 @@ import zlib
 from collections import Counter
 
 from xnode.core.crypto import SigningKey
+from xnode.core.originator_selection import available_nodes, failover_order, preferred_node
 from xnode.core.registry import NodeEntry, Registry
-from xnode.gateway.routing import available_nodes, failover_order, preferred_node
 
 KEYS = {n: SigningKey.generate().public_key for n in (100, 200, 300, 400)}
 

@@ -1,4 +1,5 @@
-"""A small async client for the node's APIs: the CLI, tests and benchmarks use it."""
+"""A client of one node's gRPC APIs, unchecked: xnode.client.network checks what it
+receives; tests that poke a node directly use this."""
 
 from __future__ import annotations
 
