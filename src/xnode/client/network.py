@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TypeVar
@@ -76,9 +76,11 @@ class NetworkClient:
         deadline_s: float = 30.0,
         clock_ns: Callable[[], int] = time.time_ns,
         check_signatures: bool = True,
+        trusted_payers: Collection[bytes] | None = None,
     ) -> None:
         """`check_signatures` False is for a registry whose keys are not known (a tool pointed
-        at one node by address): every other check still applies."""
+        at one node by address): every other check still applies. `trusted_payers` (payer
+        addresses) authenticates the aad of what is read; None takes any payer's."""
         self.registry = registry
         self.payer = payer or SigningKey.generate()
         self.tls = tls
@@ -87,6 +89,7 @@ class NetworkClient:
         self.keys: dict[int, bytes] | None = (
             {n.node_id: n.public_key for n in registry.nodes.values()} if check_signatures else None
         )
+        self.trusted_payers = trusted_payers
         self.excluded: list[int] = []
         self.refusals: list[Refusal] = []
         self.seen: dict[bytes, Cursor] = {}  # topic -> what this client saw or published on it
@@ -162,7 +165,7 @@ class NetworkClient:
 
     def check(self, raw: bytes, topics: Sequence[bytes] = ()) -> CheckedEnvelope:
         """3.3.4's checks on a received envelope (raises an EnvelopeCheckFailed)."""
-        env = check_received(raw, self.keys, topics)
+        env = check_received(raw, self.keys, topics, self.trusted_payers)
         check_timestamp(env, self.clock_ns(), published=False)
         return env
 

@@ -17,6 +17,7 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.core.constants import CHAIN_ORIGINATORS, NS_PER_SECOND
 from xnode.core.crypto import (
     SignatureError,
+    address_of,
     blockchain_proof_digest,
     payer_digest,
     recover_public_key,
@@ -144,23 +145,26 @@ def _client_envelope(env: ReceivedEnvelope) -> envelopes_pb2.ClientEnvelope:
         ) from None
 
 
-def _check_payer_signature(env: ReceivedEnvelope) -> None:
+def _check_payer_signature(env: ReceivedEnvelope, payers: Collection[bytes] | None) -> None:
     """The payer signs the serialized client envelope, aad included: that is what makes the
-    aad authenticated (3.3.2). Chain payloads may come without one (sent unwrapped)."""
+    aad authenticated (3.3.2). A recoverable signature recovers to some address whatever was
+    signed, so it authenticates only against the payers the client trusts (`payers`, 20-byte
+    addresses; None: any payer). Chain payloads may come without one (sent unwrapped)."""
     payer = env.payer_envelope
+    origin, seq = env.originator_node_id, env.sequence_id
     if not payer.HasField("payer_signature"):
-        if env.originator_node_id in CHAIN_ORIGINATORS:
+        if origin in CHAIN_ORIGINATORS:
             return
-        raise UnauthenticatedData(
-            "the payer envelope has no payer signature", env.originator_node_id, env.sequence_id
-        )
+        raise UnauthenticatedData("the payer envelope has no payer signature", origin, seq)
     digest = payer_digest(payer.target_originator, payer.unsigned_client_envelope)
     try:
-        recover_public_key(payer.payer_signature.bytes, digest)
+        address = address_of(recover_public_key(payer.payer_signature.bytes, digest))
     except SignatureError as exc:
+        raise UnauthenticatedData(f"payer signature: {exc}", origin, seq) from None
+    if payers is not None and address not in payers:
         raise UnauthenticatedData(
-            f"payer signature: {exc}", env.originator_node_id, env.sequence_id
-        ) from None
+            f"signed by payer 0x{address.hex()}, not by a payer this client trusts", origin, seq
+        )
 
 
 def _topic_of(client: envelopes_pb2.ClientEnvelope, origin: int, seq: int) -> Topic:
@@ -198,11 +202,14 @@ def _is_commit(client: envelopes_pb2.ClientEnvelope) -> bool:
 
 
 def check_received(
-    raw: bytes, keys: Mapping[int, bytes] | None, topics: Collection[bytes] = ()
+    raw: bytes,
+    keys: Mapping[int, bytes] | None,
+    topics: Collection[bytes] = (),
+    payers: Collection[bytes] | None = None,
 ) -> CheckedEnvelope:
     """3.3.4 on query: signature, aad (originator, topic, payer signature). `keys` maps node
     ids to registry keys (None: no registry known, signatures are not checked); `topics` are
-    those asked for (empty: any)."""
+    those asked for (empty: any); `payers` the payer addresses trusted (None: any)."""
     try:
         env = parse_originator_envelope(raw)
     except Rejected as exc:
@@ -211,7 +218,7 @@ def check_received(
         _check_signature(env, keys)
     client = _client_envelope(env)
     topic = _check_aad(env, client, topics)
-    _check_payer_signature(env)
+    _check_payer_signature(env, payers)
     try:
         depends_on = cursor_from_proto(client.aad.depends_on, "aad.depends_on")
     except Rejected as exc:
