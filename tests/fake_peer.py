@@ -1,4 +1,4 @@
-"""A deliberately misbehaving peer's server: it serves SubscribeOriginators from a script."""
+"""A deliberately misbehaving peer's server: it serves ReplicationApi methods from a script."""
 
 from __future__ import annotations
 
@@ -13,16 +13,20 @@ Subscribe = Callable[[bytes, Any], AsyncIterator[bytes]]
 async def serve_subscribe_originators(subscribe: Subscribe, address: str) -> grpc.aio.Server:
     """A started server at `address` whose only method is ReplicationApi/SubscribeOriginators,
     answered by `subscribe(request bytes, context)` with serialized responses."""
-    server = grpc.aio.server()
     handler = grpc.unary_stream_rpc_method_handler(
         subscribe, request_deserializer=bytes, response_serializer=bytes
     )
+    return await serve_replication_methods({"SubscribeOriginators": handler}, address)
+
+
+async def serve_replication_methods(
+    handlers: dict[str, grpc.RpcMethodHandler], address: str
+) -> grpc.aio.Server:
+    """A started server at `address` answering these ReplicationApi methods only (handlers
+    made with grpc.unary_unary_rpc_method_handler and friends, on bytes)."""
+    server = grpc.aio.server()
     server.add_generic_rpc_handlers(
-        [
-            grpc.method_handlers_generic_handler(
-                "xmtp.xmtpv4.message_api.ReplicationApi", {"SubscribeOriginators": handler}
-            )
-        ]
+        [grpc.method_handlers_generic_handler("xmtp.xmtpv4.message_api.ReplicationApi", handlers)]
     )
     server.add_insecure_port(address)
     await server.start()

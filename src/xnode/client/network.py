@@ -296,6 +296,7 @@ class Subscription:
         self.nodes_used: list[int] = []
         self._call: grpc.aio.Call | None = None
         self._closed = False
+        self._deliveries_iter: AsyncIterator[CheckedEnvelope] | None = None
 
     @property
     def cursor(self) -> Cursor:
@@ -307,7 +308,11 @@ class Subscription:
             self._call.cancel()
 
     def __aiter__(self) -> AsyncIterator[CheckedEnvelope]:
-        return self._deliveries()
+        """One stream of deliveries however many loops read it (a loop may stop and a later
+        one go on where it stopped)."""
+        if self._deliveries_iter is None:
+            self._deliveries_iter = self._deliveries()
+        return self._deliveries_iter
 
     async def _deliveries(self) -> AsyncIterator[CheckedEnvelope]:
         backoff = Backoff(0.05, 1.0)
@@ -333,6 +338,8 @@ class Subscription:
                 for ready in self.causal.offer(env):
                     self.client.note_seen(ready)
                     yield ready
+                    if self._closed:  # closed by whoever consumed `ready`
+                        return
         except grpc.aio.AioRpcError as exc:
             if exc.code() is grpc.StatusCode.CANCELLED and self._closed:
                 return
