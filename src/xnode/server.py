@@ -211,6 +211,7 @@ class NodeTls:
             log.warning(
                 "plaintext_listener",
                 grpc=address,
+                http=settings.http_listen_address or None,
                 metrics=settings.metrics_address or None,
                 detail="no TLS: for local development only; set tls_cert_file and tls_key_file",
             )
@@ -451,7 +452,8 @@ async def _serve(
     serving = GrpcServing(server, subscribe, admission, settings.shutdown_grace_seconds)
     stack.push_async_callback(serving.stop)
     handlers = [*envelope_handlers(service), misbehavior_handlers(misbehavior)]
-    http_address = await _serve_http(settings, [*handlers, health_handler(health_servicer)], stack)
+    http_handlers = [*handlers, health_handler(health_servicer)]
+    http_address = await _serve_http(settings, http_handlers, stack, tls)
     if http_address is not None:
         stack.callback(subscribe.close_all)  # HTTP streams end before the HTTP port waits on them
     probe = PostgresProbe(settings.database_dsn)
@@ -471,9 +473,13 @@ async def _serve(
 
 
 async def _serve_http(
-    settings: Settings, handlers: list[grpc.GenericRpcHandler[Any, Any]], stack: AsyncExitStack
+    settings: Settings,
+    handlers: list[grpc.GenericRpcHandler[Any, Any]],
+    stack: AsyncExitStack,
+    tls: ServerTls | None,
 ) -> str | None:
-    """gRPC-web and JSON on http_listen_address, over the gRPC server's own handlers."""
+    """gRPC-web and JSON on http_listen_address, over the gRPC server's own handlers, with
+    the gRPC port's certificate (plaintext with it)."""
     if not settings.http_listen_address:
         return None
     api = HttpApi(
@@ -483,7 +489,12 @@ async def _serve_http(
         settings.max_message_mib * 1024 * 1024,
     )
     try:
-        http = await serve_http(api, settings.http_listen_address, settings.shutdown_grace_seconds)
+        context = tls.ssl_context() if tls is not None else None
+        http = await serve_http(
+            api, settings.http_listen_address, settings.shutdown_grace_seconds, context
+        )
+    except TlsConfigError as exc:
+        raise StartupError(str(exc)) from exc
     except OSError as exc:
         raise StartupError(f"cannot listen on {settings.http_listen_address}: {exc}") from exc
     stack.push_async_callback(http.stop)

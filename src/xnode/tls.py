@@ -6,6 +6,7 @@ serves TLS from a certificate and key file, and may ask clients for certificates
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +133,21 @@ class ServerTls:
             root_certificates=self.client_ca,
             require_client_auth=self.require_client_cert and self.client_ca is not None,
         )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The same certificate, key and client CA for an HTTP listener (gRPC-web, JSON)."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(self.cert_file, self.key_file)
+            if self.client_ca is not None:
+                context.load_verify_locations(cadata=self.client_ca.decode())
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            raise TlsConfigError(f"cannot use {self.cert_file} and {self.key_file}: {exc}") from exc
+        if self.client_ca is not None:
+            context.verify_mode = (
+                ssl.CERT_REQUIRED if self.require_client_cert else ssl.CERT_OPTIONAL
+            )
+        return context
 
     def as_client(self, peer_ca: bytes | None) -> ClientTls:
         """What this node uses towards https:// peers: their CA, and its own certificate in

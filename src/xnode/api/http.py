@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import inspect
 import json
+import ssl
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -466,16 +467,20 @@ class HttpServer:
         await self.runner.cleanup()
 
 
-async def serve_http(api: HttpApi, listen_address: str, grace_s: float) -> HttpServer:
+async def serve_http(
+    api: HttpApi, listen_address: str, grace_s: float, tls: ssl.SSLContext | None = None
+) -> HttpServer:
+    """`tls` is the gRPC port's certificate as an SSL context (ServerTls.ssl_context); None
+    serves plaintext (the caller logs that loudly, with the other plaintext listeners)."""
     host, _, port = listen_address.rpartition(":")
     runner = web.AppRunner(api.app, access_log=None, shutdown_timeout=grace_s)
     await runner.setup()
-    site = web.TCPSite(runner, host or None, int(port))
+    site = web.TCPSite(runner, host or None, int(port), ssl_context=tls)
     try:
         await site.start()
     except OSError:
         await runner.cleanup()
         raise
     bound = runner.addresses[0]
-    log.info("http_listening", address=f"{host}:{bound[1]}")
+    log.info("http_listening", address=f"{host}:{bound[1]}", tls=tls is not None)
     return HttpServer(runner, f"{host}:{bound[1]}")

@@ -159,6 +159,18 @@ def tls_env(state: Path, nodes: list[DevNode]) -> dict[int, dict[str, str]]:
     return env
 
 
+def gateway_tls_env(state: Path) -> dict[str, str]:
+    """With --tls the gateway checks the nodes against the devnet's CA and serves its own
+    certificate of that CA on its gRPC and HTTP ports."""
+    directory = state / "tls"
+    cert_file, key_file = devnet_ca(directory).issue_files(directory, "gateway")
+    return {
+        "XNODE_TLS_CA_FILE": str(directory / "ca.pem"),
+        "XNODE_TLS_CERT_FILE": str(cert_file),
+        "XNODE_TLS_KEY_FILE": str(key_file),
+    }
+
+
 def _spawn(
     node: DevNode, registry_env: dict[str, str], state: Path, tls: dict[str, str]
 ) -> subprocess.Popen[bytes]:
@@ -210,14 +222,19 @@ def _print_table(
     ca_file: Path | None,
 ) -> None:
     table = Table(title="xnode devnet")
+    scheme = "https" if ca_file else "http"
     for column in ("node id", "gRPC", "gRPC-web and JSON", "metrics", "database"):
         table.add_column(column)
     for n in nodes:
-        metrics = f"{'https' if ca_file else 'http'}://{n.metrics}/metrics"
+        metrics = f"{scheme}://{n.metrics}/metrics"
         grpc_address = n.url if ca_file else n.address
-        table.add_row(str(n.node_id), grpc_address, f"http://{n.http}", metrics, n.dsn)
+        table.add_row(str(n.node_id), grpc_address, f"{scheme}://{n.http}", metrics, n.dsn)
     table.add_row(
-        "gateway", gateway[0], f"http://{gateway[1]}", "", "(PayerApi: clients publish here)"
+        "gateway",
+        f"https://{gateway[0]}" if ca_file else gateway[0],
+        f"{scheme}://{gateway[1]}",
+        "",
+        "(PayerApi: clients publish here)",
     )
     console.print(table)
     console.print(
@@ -303,16 +320,15 @@ def run_devnet(args: argparse.Namespace) -> int:
         client_tls = ClientTls.from_files(ca_file) if ca_file else None
         processes = [_spawn(n, registry_env, state, certs.get(n.node_id, {})) for n in nodes]
         gateway = f"127.0.0.1:{_port_or_free(GATEWAY_PORT)}"
-        gateway_registry_env = registry_env | (
-            {"XNODE_TLS_CA_FILE": str(ca_file)} if ca_file else {}
-        )
+        gateway_registry_env = registry_env | (gateway_tls_env(state) if ca_file else {})
+        scheme = "https" if ca_file else "http"
         gateway_http = f"127.0.0.1:{_port_or_free(GATEWAY_HTTP_PORT)}"
         # Passed as XNODE_GATEWAY_HTTP_* (spawn_gateway renames the nodes' settings).
         http_env = {
             "XNODE_HTTP_LISTEN_ADDRESS": gateway_http,
             "XNODE_HTTP_CORS_ORIGINS": "*",
             # Browsers asking the HTTP port for nodes get the nodes' gRPC-web ports.
-            "XNODE_HTTP_NODE_URLS": ",".join(f"{n.node_id}=http://{n.http}" for n in nodes),
+            "XNODE_HTTP_NODE_URLS": ",".join(f"{n.node_id}={scheme}://{n.http}" for n in nodes),
         }
         processes.append(
             spawn_gateway(state, gateway, gateway_key_file(state), gateway_registry_env | http_env)
@@ -323,7 +339,7 @@ def run_devnet(args: argparse.Namespace) -> int:
                     (f"node {n.node_id}", n.url, client_tls, p)
                     for n, p in zip(nodes, processes, strict=False)
                 ),
-                ("the gateway", gateway, None, processes[-1]),
+                ("the gateway", f"{scheme}://{gateway}", client_tls, processes[-1]),
             ]:
                 if not wait_serving(address, tls=tls) or proc.poll() is not None:
                     console.print(f"[red]{name} did not start; see its log in {state}")
@@ -331,8 +347,8 @@ def run_devnet(args: argparse.Namespace) -> int:
         description = json.loads(_describe(nodes, cluster, chain.describe(), ca_file))
         description["gateway"] = {
             "address": gateway,
-            "url": f"http://{gateway}",
-            "http": f"http://{gateway_http}",
+            "url": f"{scheme}://{gateway}",
+            "http": f"{scheme}://{gateway_http}",
         }
         (state / "devnet.json").write_text(json.dumps(description, indent=2))
         _print_table(nodes, cluster, chain.url, state, (gateway, gateway_http), ca_file)

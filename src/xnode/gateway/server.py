@@ -33,7 +33,7 @@ from xnode.gateway.usage import UsageLog
 from xnode.observability.logging import configure_logging
 from xnode.observability.metrics import MetricsServer, serve_metrics
 from xnode.server import StartupError, open_registry
-from xnode.tls import ClientTls, TlsConfigError
+from xnode.tls import ClientTls, ServerTls, TlsConfigError
 from xnode.usecases.limits import LocalBuckets
 from xnode.usecases.registry_source import RegistrySource
 
@@ -110,6 +110,7 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
     limit = settings.max_message_mib * 1024 * 1024
     try:
         tls = ClientTls.from_files(settings.tls_ca_file) if settings.tls_ca_file else None
+        served = ServerTls.from_files(settings.tls_cert_file, settings.tls_key_file)
     except TlsConfigError as exc:
         raise StartupError(f"tls: {exc}") from exc
     channels = NodeChannels(limit, settings.node_down_seconds, tls)
@@ -156,7 +157,11 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
         ],
         server,
     )
-    port = server.add_insecure_port(settings.listen_address)
+    port = (
+        server.add_secure_port(settings.listen_address, served.credentials())
+        if served is not None
+        else server.add_insecure_port(settings.listen_address)
+    )
     if port == 0:
         await registry.stop()
         raise StartupError(f"cannot listen on {settings.listen_address}")
@@ -165,7 +170,7 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
         if settings.node_http_urls is not None:
             service = PayerService(registry, publisher, clients, settings.node_http_urls)
             http_payer = payer_handlers(service)
-        http = await _serve_http(settings, [http_payer, health_handler(health_servicer)])
+        http = await _serve_http(settings, [http_payer, health_handler(health_servicer)], served)
     except BaseException:
         await registry.stop()
         raise
@@ -177,6 +182,13 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
         raise StartupError(f"cannot serve metrics on {settings.metrics_address}: {exc}") from exc
     await server.start()
     address = f"{settings.listen_address.rpartition(':')[0]}:{port}"
+    if served is None:
+        log.warning(
+            "plaintext_listener",
+            grpc=address,
+            http=http.address if http is not None else None,
+            detail="no TLS: for local development only; set tls_cert_file and tls_key_file",
+        )
     log.info(
         "gateway_listening",
         address=address,
@@ -198,9 +210,12 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
 
 
 async def _serve_http(
-    settings: GatewaySettings, handlers: list[grpc.GenericRpcHandler[Any, Any]]
+    settings: GatewaySettings,
+    handlers: list[grpc.GenericRpcHandler[Any, Any]],
+    tls: ServerTls | None,
 ) -> HttpServer | None:
-    """gRPC-web and JSON on http_listen_address, over the gRPC server's own handlers."""
+    """gRPC-web and JSON on http_listen_address, over the gRPC server's own handlers, with
+    the gRPC port's certificate (plaintext with it)."""
     if not settings.http_listen_address:
         return None
     api = HttpApi(
@@ -210,7 +225,12 @@ async def _serve_http(
         settings.max_message_mib * 1024 * 1024,
     )
     try:
-        return await serve_http(api, settings.http_listen_address, settings.shutdown_grace_seconds)
+        context = tls.ssl_context() if tls is not None else None
+        return await serve_http(
+            api, settings.http_listen_address, settings.shutdown_grace_seconds, context
+        )
+    except TlsConfigError as exc:
+        raise StartupError(f"tls: {exc}") from exc
     except OSError as exc:
         raise StartupError(f"cannot listen on {settings.http_listen_address}: {exc}") from exc
 

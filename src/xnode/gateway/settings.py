@@ -70,6 +70,10 @@ class GatewaySettings(BaseSettings):
     tls_ca_file: Path | None = Field(
         None, description="CA that https:// nodes' certificates chain to (default: system roots)"
     )
+    tls_cert_file: Path | None = Field(
+        None, description="PEM certificate chain the gRPC and HTTP ports serve (unset: plaintext)"
+    )
+    tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file")
     chain_visibility_seconds: float = Field(
         5.0,
         description="Longest wait for the other nodes to serve a commit or identity update",

@@ -5,6 +5,7 @@ is told clearly that the port speaks TLS."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import shutil
 import ssl
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import grpc
 import pytest
 
@@ -31,7 +33,7 @@ from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.certs import CertAuthority
 from xnode.devtools.devnet import wait_serving
 from xnode.devtools.postgres import free_port
-from xnode.tls import ClientTls
+from xnode.tls import ClientTls, open_channel
 
 PAYER = SigningKey.generate()
 GROUP = b"\x51" * 16
@@ -239,8 +241,10 @@ async def test_devnet_tls_runs_the_network_over_tls(devnet_state: Path) -> None:
                 return len(await client.query(topics=[TOPIC])) == 2
 
         await eventually(replicated)
-        # The gateway (plaintext for clients here) reaches the nodes over TLS with the CA.
-        async with grpc.aio.insecure_channel(described["gateway"]["address"]) as channel:
+        # The gateway serves TLS too (a certificate of the devnet's CA) and reaches the
+        # nodes over TLS with the CA.
+        assert described["gateway"]["url"].startswith("https://")
+        async with open_channel(described["gateway"]["url"], tls) as channel:
             payer = payer_api_pb2_grpc.PayerApiStub(channel)  # type: ignore[no-untyped-call]
             answer = await payer.PublishClientEnvelopes(
                 payer_api_pb2.PublishClientEnvelopesRequest(
@@ -260,5 +264,18 @@ async def test_devnet_tls_runs_the_network_over_tls(devnet_state: Path) -> None:
         assert done.returncode == 0 and len(done.stdout.splitlines()) == 3, done.stderr
         log = (devnet_state / "node-200.log").read_text()
         assert "plaintext_listener" not in log
+        # gRPC-web and JSON are https with the same certificates, checked with the same CA.
+        ca = ssl.create_default_context(cafile=described["tls_ca_file"])
+        async with aiohttp.ClientSession() as http:
+            query = {"query": {"topics": [base64.b64encode(TOPIC).decode()]}}
+            url = f"https://{nodes[200]['http']}/mls/v2/query-envelopes"
+            async with http.post(url, json=query, ssl=ca) as answer:
+                assert answer.status == 200 and len((await answer.json())["envelopes"]) == 3
+            url = described["gateway"]["http"] + "/mls/v2/payer/get-nodes"
+            assert url.startswith("https://")
+            async with http.post(url, json={}, ssl=ca) as answer:
+                listed = (await answer.json())["nodes"]
+            assert all(u.startswith("https://") for u in listed.values()), listed
+        assert "plaintext_listener" not in (devnet_state / "gateway.log").read_text()
     finally:
         assert interrupt(proc) == 0

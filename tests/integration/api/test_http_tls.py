@@ -1,0 +1,133 @@
+"""TLS on the HTTP port (gRPC-web and JSON) of the node and the gateway: the gRPC port's
+certificate and key, checked by clients with the devnet's kind of throwaway CA; a plaintext
+HTTP port is in the loud plaintext warning."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+import struct
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from structlog.testing import capture_logs
+
+from tests.conftest import Network, node_settings
+from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xmtp.xmtpv4.payer_api import payer_api_pb2, payer_api_pb2_grpc
+from xnode.client.node import NodeClient
+from xnode.core.crypto import SigningKey
+from xnode.devtools.certs import devnet_ca
+from xnode.devtools.postgres import free_port
+from xnode.gateway.server import start_gateway
+from xnode.gateway.settings import GatewaySettings
+from xnode.tls import ClientTls, open_channel
+
+GROUP = bytes(range(16))
+TOPIC = b"\x00" + GROUP
+QUERY = "/xmtp.xmtpv4.message_api.ReplicationApi/QueryEnvelopes"
+GRPC_WEB = {"Content-Type": "application/grpc-web+proto", "X-Grpc-Web": "1"}
+
+
+@pytest.fixture
+def certs(tmp_path: Path) -> dict[str, Path]:
+    directory = tmp_path / "tls"
+    ca = devnet_ca(directory)
+    node_cert, node_key = ca.issue_files(directory, "node")
+    gateway_cert, gateway_key = ca.issue_files(directory, "gateway")
+    return {
+        "ca": directory / "ca.pem",
+        "node_cert": node_cert,
+        "node_key": node_key,
+        "gateway_cert": gateway_cert,
+        "gateway_key": gateway_key,
+    }
+
+
+def _grpc_web_frame(payload: bytes) -> bytes:
+    return struct.pack(">BI", 0, len(payload)) + payload
+
+
+async def test_grpc_web_and_json_are_served_over_https_with_the_grpc_certificate(
+    start_node: Any, database: str, node_spec: Any, certs: dict[str, Path]
+) -> None:
+    node = await start_node(
+        **node_settings(database, node_spec),
+        http_listen_address="127.0.0.1:0",
+        tls_cert_file=certs["node_cert"],
+        tls_key_file=certs["node_key"],
+    )
+    async with NodeClient(f"https://{node.address}", ClientTls.from_files(certs["ca"])) as grpc:
+        await grpc.publish_group_messages(SigningKey.generate(), 100, GROUP, [b"a", b"b"])
+    ca = ssl.create_default_context(cafile=str(certs["ca"]))
+    base = f"https://{node.http_address}"
+    query = api.QueryEnvelopesRequest(query=api.EnvelopesQuery(topics=[TOPIC]))
+    async with aiohttp.ClientSession() as http:
+        body = {"query": {"topics": [base64.b64encode(TOPIC).decode()]}}
+        async with http.post(f"{base}/mls/v2/query-envelopes", json=body, ssl=ca) as answer:
+            assert answer.status == 200
+            assert len((await answer.json())["envelopes"]) == 2
+        frame = _grpc_web_frame(query.SerializeToString())
+        async with http.post(base + QUERY, data=frame, headers=GRPC_WEB, ssl=ca) as answer:
+            assert answer.status == 200
+            raw = await answer.read()
+        (size,) = struct.unpack_from(">I", raw, 1)
+        assert len(api.QueryEnvelopesResponse.FromString(raw[5 : 5 + size]).envelopes) == 2
+        # Plain http to the TLS port gets nothing; an unknown CA fails the handshake.
+        with pytest.raises(aiohttp.ClientError):
+            await http.post(f"http://{node.http_address}/mls/v2/query-envelopes", json=body)
+        with pytest.raises(aiohttp.ClientConnectorCertificateError):
+            await http.post(f"{base}/mls/v2/query-envelopes", json=body)
+
+
+async def test_a_plaintext_http_port_is_named_in_the_plaintext_warning(
+    start_node: Any, database: str, node_spec: Any
+) -> None:
+    with capture_logs() as logs:
+        node = await start_node(
+            **node_settings(database, node_spec), http_listen_address="127.0.0.1:0"
+        )
+    warnings = [e for e in logs if e["event"] == "plaintext_listener"]
+    assert len(warnings) == 1 and warnings[0]["log_level"] == "warning"
+    assert warnings[0]["http"] == "127.0.0.1:0" and node.http_address
+
+
+async def test_the_gateway_serves_tls_on_grpc_and_http(
+    network: Network, certs: dict[str, Path]
+) -> None:
+    settings = GatewaySettings(
+        listen_address=f"127.0.0.1:{free_port()}",
+        http_listen_address="127.0.0.1:0",
+        payer_key=SigningKey.generate().hex(),
+        nodes_file=network.spec.nodes_file,
+        registry_source="file",
+        tls_cert_file=certs["gateway_cert"],
+        tls_key_file=certs["gateway_key"],
+    )
+    with capture_logs() as logs:
+        gateway = await start_gateway(settings)
+    try:
+        assert not [e for e in logs if e["event"] == "plaintext_listener"]
+        ca = ssl.create_default_context(cafile=str(certs["ca"]))
+        async with aiohttp.ClientSession() as http:
+            url = f"https://{gateway.http_address}/mls/v2/payer/get-nodes"
+            async with http.post(url, json={}, ssl=ca) as answer:
+                assert answer.status == 200
+                assert sorted((await answer.json())["nodes"]) == ["100", "200", "300"]
+        tls = ClientTls.from_files(certs["ca"])
+        async with open_channel(f"https://{gateway.address}", tls) as channel:
+            payer = payer_api_pb2_grpc.PayerApiStub(channel)  # type: ignore[no-untyped-call]
+            listed = await payer.GetNodes(payer_api_pb2.GetNodesRequest(), timeout=10)
+            assert sorted(listed.nodes) == [100, 200, 300]
+    finally:
+        await gateway.stop()
+    plain = settings.model_copy(
+        update={"tls_cert_file": None, "tls_key_file": None, "listen_address": "127.0.0.1:0"}
+    )
+    with capture_logs() as logs:
+        gateway = await start_gateway(plain)
+    await gateway.stop()
+    warnings = [e for e in logs if e["event"] == "plaintext_listener"]
+    assert len(warnings) == 1 and warnings[0]["http"] == gateway.http_address
