@@ -13,7 +13,8 @@ the gateway), started and stopped by this script.
 2. Publishing throughput through the gateway (PayerApi.PublishClientEnvelopes, the gateway
    signs) beside publishing directly to the node (ReplicationApi.PublishPayerEnvelopes, this
    script signs), one envelope per request, `--concurrency` requests in flight, to the same
-   node, alternated twice in the same run.
+   node, alternated twice in the same run. The nodes' API limits are off (a payer's
+   envelopes/s limit would otherwise be what is measured).
 
 The machine is shared: the load average is printed beside every figure.
 """
@@ -42,11 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import grpc
 
 from xmtp.xmtpv4.payer_api import payer_api_pb2, payer_api_pb2_grpc
+from xnode.client.network import NetworkClient
 from xnode.client.node import CHANNEL_OPTIONS, NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import build_payer_envelope
 from xnode.core.originator_selection import failover_order
-from xnode.core.registry import NodeEntry
+from xnode.core.registry import NodeEntry, Registry
 from xnode.core.topics import Topic, TopicKind
 
 
@@ -74,7 +76,13 @@ def start_devnet(state: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
         stdout=log,
         stderr=log,
         start_new_session=True,
-        env={**os.environ, "XNODE_LOG_FORMAT": "json", "XNODE_LOG_LEVEL": "warning"},
+        # The payers' API limits (issue 11) are off: this measures the paths, not the limits.
+        env={
+            **os.environ,
+            "XNODE_LOG_FORMAT": "json",
+            "XNODE_LOG_LEVEL": "warning",
+            "XNODE_LIMITS_ENABLED": "false",
+        },
     )
     deadline = time.monotonic() + 180
     while not described.exists():
@@ -222,6 +230,56 @@ def run_latency(described: dict[str, Any], messages: int, directory: Path) -> No
     )
 
 
+# -- 1b. the same path without MLS: xnode.client reading, the gateway publishing -------------
+
+
+async def run_protocol_latency(described: dict[str, Any], messages: int) -> None:
+    """For reference beside the bindings: the network's part alone. Envelopes go through the
+    gateway to node 100 (their topic's preferred node); an xnode.client subscription on node
+    200 (checks, causal order) receives them."""
+    entries = registry_nodes(described)
+    group = group_preferring(entries, 100)
+    topic = Topic(TopicKind.GROUP_MESSAGES, group).raw
+    reader_registry = Registry([e for e in entries if e.node_id == 200])
+    reader = NetworkClient(Registry(entries), check_signatures=True)
+    reader.registry = reader_registry  # reads from 200 only; keys of every node
+    channel = grpc.aio.insecure_channel(described["gateway"]["address"], options=CHANNEL_OPTIONS)
+    gateway = payer_api_pb2_grpc.PayerApiStub(channel)  # type: ignore[no-untyped-call]
+    subscription = reader.subscribe([topic], cursor=None)
+    arrivals: asyncio.Queue[tuple[float, int]] = asyncio.Queue()
+
+    async def read() -> None:
+        async for env in subscription:
+            await arrivals.put((time.perf_counter(), env.originator_node_id))
+
+    reading = asyncio.create_task(read())
+    latencies = []
+    try:
+        for i in range(messages + 5):
+            started = time.perf_counter()
+            await gateway.PublishClientEnvelopes(
+                payer_api_pb2.PublishClientEnvelopesRequest(
+                    envelopes=[group_message_envelope(group, b"protocol %d" % i)]
+                ),
+                timeout=30,
+            )
+            arrived, origin = await asyncio.wait_for(arrivals.get(), 30)
+            assert origin == 100 and subscription.node_id == 200
+            if i >= 5:  # the first few warm the connections
+                latencies.append((arrived - started) * 1000)
+    finally:
+        subscription.close()
+        reading.cancel()
+        await channel.close(None)
+        await reader.close()
+    print(
+        f"latency, xnode.client (no MLS), {len(latencies)} envelopes through the gateway to "
+        f"node 100, read from a subscription on node 200: p50 {percentile(latencies, 50):.1f} "
+        f"ms, p99 {percentile(latencies, 99):.1f} ms, max {max(latencies):.1f} ms  [{load()}]",
+        flush=True,
+    )
+
+
 # -- 2. throughput: gateway beside direct ------------------------------------------------------
 
 
@@ -299,6 +357,7 @@ def main() -> int:
     try:
         if not args.skip_latency:
             run_latency(described, args.messages, root / "users")
+        asyncio.run(run_protocol_latency(described, args.messages))
         asyncio.run(run_throughput(described, args.seconds, args.concurrency))
     finally:
         proc.send_signal(signal.SIGINT)
