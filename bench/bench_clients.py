@@ -32,7 +32,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -127,11 +126,10 @@ async def _latency(described: dict[str, Any], messages: int, directory: Path) ->
     from tests.e2e.clients.scenarios import read_node
     from tests.e2e.clients.xmtp_users import MessageStream, group_options, new_user, until
 
-    class TimedStream(MessageStream):  # type: ignore[misc]
+    class TimedStream(MessageStream):
         def __init__(self) -> None:
             super().__init__()
             self.arrived: dict[str, tuple[float, int]] = {}
-            self.event = threading.Event()
 
         def on_message(self, message: Any) -> None:
             now = time.perf_counter()
@@ -173,19 +171,22 @@ async def _latency(described: dict[str, Any], messages: int, directory: Path) ->
         preferred = failover_order(topic, entries)[0]
         await bob.group(group.id())
 
-        async def delivered(text: str) -> float | None:
-            return stream.arrived.get(text, (None, 0))[0]
+        def delivered(text: str) -> Callable[[], Awaitable[float | None]]:
+            async def check() -> float | None:
+                return stream.arrived.get(text, (None, 0))[0]
+
+            return check
 
         for i in range(5):  # warm-up: connections, the group's first epoch
             await group.send_text(f"warm {i}")
-            await until("warm-up delivered", lambda i=i: delivered(f"warm {i}"), 60)
+            await until("warm-up delivered", delivered(f"warm {i}"), 60)
         latencies, sends, origins = [], [], set()
         for i in range(messages):
             text = f"m {i}"
             started = time.perf_counter()
             await group.send_text(text)
             sends.append(time.perf_counter() - started)
-            arrived = await until(f"{text} delivered", lambda t=text: delivered(t), 60)
+            arrived = await until(f"{text} delivered", delivered(text), 60)
             latencies.append(arrived - started)
             origins.add(stream.arrived[text][1])
         return {
