@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -128,6 +129,8 @@ def test_a_publish_answer_must_carry_the_payer_envelope_sent() -> None:
         check_published(payer_envelope(b"not mine"), env, NODE, time.time_ns())
     with pytest.raises(AadMismatch, match="published to 200"):
         check_published(sent, env, 200, time.time_ns())
+    # A commit comes back as the chain's payload (originator 0), indexed by the target.
+    check_published(sent, replace(env, originator_node_id=0), NODE, time.time_ns())
 
 
 def test_timestamps_more_than_30_minutes_off() -> None:
