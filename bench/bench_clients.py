@@ -13,8 +13,9 @@ the gateway), started and stopped by this script.
 2. Publishing throughput through the gateway (PayerApi.PublishClientEnvelopes, the gateway
    signs) beside publishing directly to the node (ReplicationApi.PublishPayerEnvelopes, this
    script signs), one envelope per request, `--concurrency` requests in flight, to the same
-   node, alternated twice in the same run. The nodes' API limits are off (a payer's
-   envelopes/s limit would otherwise be what is measured).
+   node, alternated twice in the same run. The nodes' API limits and the gateway's
+   per-client limits are off (a payer's or client's rate limit would otherwise be what is
+   measured).
 
 The machine is shared: the load average is printed beside every figure.
 """
@@ -75,12 +76,14 @@ def start_devnet(state: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
         stdout=log,
         stderr=log,
         start_new_session=True,
-        # The payers' API limits (issue 11) are off: this measures the paths, not the limits.
+        # The nodes' API limits (issue 11) and the gateway's per-client limits are off: this
+        # measures the paths, not the limits.
         env={
             **os.environ,
             "XNODE_LOG_FORMAT": "json",
             "XNODE_LOG_LEVEL": "warning",
             "XNODE_LIMITS_ENABLED": "false",
+            "XNODE_GATEWAY_CLIENT_LIMITS_ENABLED": "false",
         },
     )
     deadline = time.monotonic() + 180
