@@ -45,7 +45,7 @@ def start(network: Network, spawn_node: Callable[..., NodeProcess]) -> dict[int,
         for n in network.addresses
     }
     for n, proc in processes.items():
-        if not wait_serving(network.addresses[n], 60):
+        if not wait_serving(network.addresses[n], 180):  # a loaded machine starts slowly
             pytest.fail(f"node {n} did not start:\n{proc.output()[-3000:]}")
     return processes
 
