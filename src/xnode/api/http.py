@@ -466,11 +466,14 @@ class HttpServer:
         await self.runner.cleanup()
 
 
-async def serve_http(api: HttpApi, listen_address: str, grace_s: float) -> HttpServer:
+async def serve_http(
+    api: HttpApi, listen_address: str, grace_s: float, reuse_port: bool = False
+) -> HttpServer:
+    """`reuse_port`: the node's worker processes share the port (SO_REUSEPORT)."""
     host, _, port = listen_address.rpartition(":")
     runner = web.AppRunner(api.app, access_log=None, shutdown_timeout=grace_s)
     await runner.setup()
-    site = web.TCPSite(runner, host or None, int(port))
+    site = web.TCPSite(runner, host or None, int(port), reuse_port=reuse_port or None)
     try:
         await site.start()
     except OSError:
