@@ -347,6 +347,7 @@ async def _start(
         settings.max_batch,
         BatchStats([observe_batch]),
     )
+    stack.callback(_log_appends, sequencer)  # after the drain's last commit
     stack.push_async_callback(originator.close)  # accepted publishes commit before the pool
     originator.start()
     stack.push_async_callback(issuer.stop)
@@ -397,6 +398,12 @@ async def _recover_own_log(
     if outcome.behind:
         await sequencer.resume_after(outcome.peer_top)
         state.clock.merge({node_id: outcome.peer_top})
+
+
+def _log_appends(sequencer: Sequencer) -> None:
+    """How often the fast path held (it fails when another process appended in between: the
+    node's other workers, docs/operations.md)."""
+    log.info("sequencer_appends", fast=sequencer.fast_appends, locked=sequencer.locked_appends)
 
 
 async def _open_database(
@@ -646,6 +653,12 @@ async def create_pool(settings: Settings) -> asyncpg.Pool:
     )
 
 
+# The drain stops the server once no publish was refused for this long: a caller answered
+# just before may send its next request late (a loaded client), and a request reaching the
+# server as it stops ends CANCELLED, not UNAVAILABLE.
+DRAIN_QUIET_S = 1.0
+
+
 @dataclass
 class GrpcServing:
     """The gRPC server's start and its drain: new publishes are refused with UNAVAILABLE and
@@ -671,7 +684,7 @@ class GrpcServing:
             # A grpc.aio server that bound its port but never started holds the port until
             # it has started and stopped.
             await self.server.start()
-        elif not await self.admission.drained(self.grace_s):
+        elif not await self.admission.drained(self.grace_s, DRAIN_QUIET_S):
             log.warning(
                 "drain_grace_exceeded", in_flight=self.admission.in_flight, grace_s=self.grace_s
             )

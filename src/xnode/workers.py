@@ -88,7 +88,13 @@ class _Worker:
     role: WorkerRole
     process: BaseProcess
     conn: Connection  # the supervisor's end: the worker sends its metrics address when ready
+    serving: bool = False
     metrics_address: str | None = None
+
+    def drained_cleanly(self) -> bool:
+        """Exited 0, or was stopped by the drain's SIGTERM before it served."""
+        code = self.process.exitcode
+        return code == 0 or (not self.serving and code == -signal.SIGTERM)
 
 
 class Supervisor:
@@ -104,6 +110,8 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         if not self._start_all():
+            if self._stopping.is_set():  # SIGTERM while starting: a drain, not a failure
+                return self._drain()
             return max(self._drain(), 2)
         try:
             metrics = self._serve_metrics()
@@ -173,9 +181,12 @@ class Supervisor:
                     worker.metrics_address = worker.conn.recv()
                 except EOFError:
                     break
+                worker.serving = True
                 return True
             if not worker.process.is_alive():
                 break
+        if self._stopping.is_set():
+            return False
         log.error("worker_not_serving", worker=worker.role.index, exit_code=worker.process.exitcode)
         return False
 
@@ -218,7 +229,7 @@ class Supervisor:
                 log.error("worker_drain_timeout", worker=worker.role.index)
                 worker.process.kill()
                 worker.process.join()
-            if worker.process.exitcode != 0:
+            if not worker.drained_cleanly():
                 code = 1
         return code
 

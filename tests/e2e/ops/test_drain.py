@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 import grpc
+import pytest
 
 from xnode.api.client import NodeClient
 from xnode.core.crypto import SigningKey
@@ -24,7 +25,7 @@ GRACE_S = 5.0
 
 async def _caller(address: str, tag: str, outcomes: dict[bytes, grpc.StatusCode]) -> None:
     """Publishes one envelope at a time until the node answers anything but OK."""
-    async with NodeClient(address) as client:
+    async with NodeClient(address, own_connection=True) as client:  # spread over workers
         for i in range(1_000_000):
             payload = f"{tag}-{i:07d}.".encode()
             try:
@@ -54,11 +55,13 @@ async def _subscription_end(call: Any) -> grpc.StatusCode:
     return grpc.StatusCode.OK
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
 async def test_sigterm_under_load_answers_every_accepted_publish(
-    spawn_node: Any, database: str, node_spec: Any
+    spawn_node: Any, database: str, node_spec: Any, workers: str
 ) -> None:
+    """With 2 workers, SIGTERM goes to their supervisor, which drains both."""
     for round_ in range(3):
-        node = spawn_node(database, node_spec, shutdown_grace_seconds=str(GRACE_S))
+        node = spawn_node(database, node_spec, shutdown_grace_seconds=str(GRACE_S), workers=workers)
         outcomes: dict[bytes, grpc.StatusCode] = {}
         async with NodeClient(node.address) as watcher:
             subscription = asyncio.create_task(_subscription_end(watcher.subscribe([TOPIC])))

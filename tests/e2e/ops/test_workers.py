@@ -12,15 +12,11 @@ import signal
 import urllib.request
 from typing import Any
 
-import grpc
-
 from tests.e2e.replication.conftest import eventually
-from xmtp.xmtpv4.message_api import message_api_pb2 as api
-from xmtp.xmtpv4.message_api import message_api_pb2_grpc
-from xnode.api.client import NodeClient, group_message_envelope
+from xnode.api.client import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
-from xnode.core.envelopes import build_payer_envelope, parse_originator_envelope
+from xnode.core.envelopes import parse_originator_envelope
 from xnode.devtools.postgres import free_port
 
 GROUP = b"\x57" * 16
@@ -51,17 +47,10 @@ async def _spawn_workers(spawn_node: Any, database: str, node_spec: Any, **extra
 
 
 async def _publisher(address: str, tag: str, count: int) -> int:
-    """Publishes `count` envelopes one at a time over a connection of its own (channels of
-    one process share a connection unless told not to); how many were answered OK."""
-    options = [("grpc.use_local_subchannel_pool", 1)]
-    async with grpc.aio.insecure_channel(address, options=options) as channel:
-        stub = message_api_pb2_grpc.ReplicationApiStub(channel)  # type: ignore[no-untyped-call]
+    """Publishes `count` envelopes one at a time over a connection of its own."""
+    async with NodeClient(address, own_connection=True) as client:
         for i in range(count):
-            envelope = group_message_envelope(GROUP, f"{tag}-{i}".encode())
-            request = api.PublishPayerEnvelopesRequest(
-                payer_envelopes=[build_payer_envelope(envelope, PAYER, 100)]
-            )
-            await stub.PublishPayerEnvelopes(request, timeout=60)
+            await client.publish_group_messages(PAYER, 100, GROUP, [f"{tag}-{i}".encode()])
     return count
 
 
