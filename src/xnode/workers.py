@@ -229,6 +229,7 @@ class Supervisor:
                 log.error("worker_drain_timeout", worker=worker.role.index)
                 worker.process.kill()
                 worker.process.join()
+            log.info("worker_drained", worker=worker.role.index, exit_code=worker.process.exitcode)
             if not worker.drained_cleanly():
                 code = 1
         return code

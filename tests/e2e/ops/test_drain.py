@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
+from tests.e2e.ops.test_workers import all_workers_serving
 from xnode.api.client import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
@@ -62,6 +63,8 @@ async def test_sigterm_under_load_answers_every_accepted_publish(
     """With 2 workers, SIGTERM goes to their supervisor, which drains both."""
     for round_ in range(3):
         node = spawn_node(database, node_spec, shutdown_grace_seconds=str(GRACE_S), workers=workers)
+        if workers != "1":
+            await all_workers_serving(node)
         outcomes: dict[bytes, grpc.StatusCode] = {}
         async with NodeClient(node.address) as watcher:
             subscription = asyncio.create_task(_subscription_end(watcher.subscribe([TOPIC])))

@@ -35,14 +35,19 @@ def _events(output: str, event: str) -> list[dict[str, Any]]:
     return found
 
 
-async def _spawn_workers(spawn_node: Any, database: str, node_spec: Any, **extra: str) -> Any:
-    """A node of two workers, once both serve (the port answers once the first does)."""
-    node = spawn_node(database, node_spec, workers="2", **extra)
+async def all_workers_serving(node: Any) -> None:
+    """The port answers once the first worker serves; the others start after it."""
 
     async def serving() -> bool:
         return bool(_events(node.output(), "node_workers_serving"))
 
     await eventually(serving, within_s=120)
+
+
+async def _spawn_workers(spawn_node: Any, database: str, node_spec: Any, **extra: str) -> Any:
+    """A node of two workers, once both serve."""
+    node = spawn_node(database, node_spec, workers="2", **extra)
+    await all_workers_serving(node)
     return node
 
 
