@@ -203,16 +203,19 @@ SOLE = WorkerRole()
 
 
 @dataclass
-class CountedElsewhere:
-    """The commit listener's callback in the first of several workers: the checkpoint issuer
-    also counts the envelopes this node's other workers appended to its log."""
+class OtherWorkersCommits:
+    """The commit listener's callback when the node has several workers: what another worker
+    appended to this node's log moves this one's sequencer to its locked path, and is counted
+    by the checkpoint issuer (which runs in the first worker)."""
 
     state: NodeState
     issuer: CheckpointIssuer
+    sequencer: Sequencer
 
     async def __call__(self, tops: dict[int, int]) -> None:
         own = self.state.node_id
         if own in tops:
+            self.sequencer.appended_elsewhere(tops[own])
             self.issuer.committed(max(tops[own] - self.state.vector_clock().get(own), 0))
         await self.state.committed_elsewhere(tops)
 
@@ -337,7 +340,9 @@ async def _start(
         stack.push_async_callback(replication.stop)
         await _recover_own_log(settings, replication, sequencer, state)
     await sequencer.prime()
-    elsewhere = CountedElsewhere(state, issuer) if role.shares_ports else state.committed_elsewhere
+    elsewhere = state.committed_elsewhere
+    if role.shares_ports:
+        elsewhere = OtherWorkersCommits(state, issuer, sequencer)
     listener = CommitListener(settings.database_dsn, token, elsewhere)
     stack.push_async_callback(listener.stop)
     listener.start()
@@ -403,7 +408,12 @@ async def _recover_own_log(
 def _log_appends(sequencer: Sequencer) -> None:
     """How often the fast path held (it fails when another process appended in between: the
     node's other workers, docs/operations.md)."""
-    log.info("sequencer_appends", fast=sequencer.fast_appends, locked=sequencer.locked_appends)
+    log.info(
+        "sequencer_appends",
+        fast=sequencer.fast_appends,
+        locked=sequencer.locked_appends,
+        fast_misses=sequencer.fast_misses,
+    )
 
 
 async def _open_database(
