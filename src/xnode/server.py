@@ -663,12 +663,6 @@ async def create_pool(settings: Settings) -> asyncpg.Pool:
     )
 
 
-# The drain stops the server once no publish was refused for this long: a caller answered
-# just before may send its next request late (a loaded client), and a request reaching the
-# server as it stops ends CANCELLED, not UNAVAILABLE.
-DRAIN_QUIET_S = 1.0
-
-
 @dataclass
 class GrpcServing:
     """The gRPC server's start and its drain: new publishes are refused with UNAVAILABLE and
@@ -694,7 +688,7 @@ class GrpcServing:
             # A grpc.aio server that bound its port but never started holds the port until
             # it has started and stopped.
             await self.server.start()
-        elif not await self.admission.drained(self.grace_s, DRAIN_QUIET_S):
+        elif not await self.admission.drained(self.grace_s):
             log.warning(
                 "drain_grace_exceeded", in_flight=self.admission.in_flight, grace_s=self.grace_s
             )
