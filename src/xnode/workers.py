@@ -205,6 +205,8 @@ class Supervisor:
                 )
                 worker.conn.close()
                 if not self._may_restart() or not self._ready(self._spawn(index, False)):
+                    if self._stopping.is_set():  # SIGTERM while it restarted: drain
+                        return 0
                     log.error("node_workers_failing", restarts=len(self._restarts))
                     return 1
         return 0
