@@ -161,6 +161,7 @@ def spawn_node(tmp_path: Path) -> Iterator[Callable[..., NodeProcess]]:
             "XNODE_NODES_FILE": str(spec.nodes_file),
             "XNODE_METRICS_ADDRESS": "",
             "XNODE_LOG_FORMAT": "json",
+            "XNODE_WORKERS": "1",  # one process (tests/e2e/ops/test_workers.py runs more)
             **{f"XNODE_{k.upper()}": v for k, v in extra.items()},
         }
         log = tmp_path / f"node-{node_id}-{len(processes)}.log"

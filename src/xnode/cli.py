@@ -22,6 +22,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     try:
+        if settings.worker_count() > 1:
+            from xnode.workers import run_workers
+
+            return run_workers(settings)
         uvloop.run(run(settings))
     except (StartupError, WrongNodeError) as exc:
         print(f"xnode: cannot start: {exc}", file=sys.stderr)

@@ -7,6 +7,7 @@ Each field below is one row of the README's settings table (`--listen-address` i
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -17,6 +18,9 @@ from xnode.core.crypto import SigningKey
 from xnode.core.fees import FeeSchedule
 from xnode.core.limits import Limit
 from xnode.usecases.limits import LimitPolicy
+
+# `workers = 0` starts one serving process per core, but no more than this many.
+MAX_AUTO_WORKERS = 4
 
 
 class Settings(BaseSettings):
@@ -108,6 +112,14 @@ class Settings(BaseSettings):
         None, description="PEM CA that https:// peers' certificates must chain to (default: system)"
     )
     migrate_on_start: bool = Field(True, description="Apply database migrations at start-up")
+    # Default 1: with the database-side sequencer, 2 workers publish at 0.82x one worker's
+    # rate on 2 cores (docs/benchmarks.md, issue 14); more workers pay off for reads only.
+    workers: int = Field(
+        1,
+        description="Serving processes sharing the node's ports, database and key "
+        f"(`xnode run --workers N`); 0: the number of cores, at most {MAX_AUTO_WORKERS}",
+        ge=0,
+    )
     db_pool_size: int = Field(16, description="Most Postgres connections per process", gt=1)
     replication_response_timeout_seconds: float = Field(
         10.0, description="A peer stream unanswered this long is UNRESPONSIVE_NODE (XIP T)", gt=0
@@ -239,6 +251,12 @@ class Settings(BaseSettings):
                 "no signer key: set XNODE_SIGNER_KEY or XNODE_SIGNER_KEY_FILE (see `xnode keygen`)"
             )
         return key
+
+    def worker_count(self) -> int:
+        """`workers`, or with 0 the cores this process may run on (at most MAX_AUTO_WORKERS)."""
+        if self.workers:
+            return self.workers
+        return max(1, min(len(os.sched_getaffinity(0)), MAX_AUTO_WORKERS))
 
     @property
     def cors_origins(self) -> list[str]:

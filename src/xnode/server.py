@@ -148,6 +148,7 @@ class Node:
     health: HealthMonitor
     cleanup: AsyncExitStack = field(default_factory=AsyncExitStack)
     http_address: str | None = None  # gRPC-web and JSON, when http_listen_address is set
+    metrics_address: str | None = None  # as bound, when metrics_address is set
 
     async def stop(self) -> None:
         log.info("node_stopping", node_id=self.node_id)
@@ -176,6 +177,47 @@ class CheckpointedCommit:
     async def __call__(self, envelopes: list[IndexedEnvelope]) -> None:
         self.issuer.committed(len(envelopes))
         await self.state.originated(envelopes)
+
+
+@dataclass(frozen=True)
+class WorkerRole:
+    """Which of the node's serving processes this is (xnode.workers). The first (index 0)
+    runs what runs once per node: the recovery of its own log, replication (with liveness
+    reports and anti-entropy) and checkpoint issuing; the chain indexer is one per database
+    by its own lock. With more than one, the ports are shared (SO_REUSEPORT) and each
+    process's metrics are served plainly on loopback for the supervisor to merge."""
+
+    index: int = 0
+    count: int = 1
+
+    @property
+    def primary(self) -> bool:
+        return self.index == 0
+
+    @property
+    def shares_ports(self) -> bool:
+        return self.count > 1
+
+
+SOLE = WorkerRole()
+
+
+@dataclass
+class OtherWorkersCommits:
+    """The commit listener's callback when the node has several workers: what another worker
+    appended to this node's log moves this one's sequencer to its locked path, and is counted
+    by the checkpoint issuer (which runs in the first worker)."""
+
+    state: NodeState
+    issuer: CheckpointIssuer
+    sequencer: Sequencer
+
+    async def __call__(self, tops: dict[int, int]) -> None:
+        own = self.state.node_id
+        if own in tops:
+            self.sequencer.appended_elsewhere(tops[own])
+            self.issuer.committed(max(tops[own] - self.state.vector_clock().get(own), 0))
+        await self.state.committed_elsewhere(tops)
 
 
 _NO_REGISTRY = Registry([])
@@ -217,16 +259,17 @@ class NodeTls:
             )
 
 
-async def start_node(settings: Settings) -> Node:
-    """Starts every part of the node; when a step fails, what started before it is released
-    (connections closed, tasks ended, ports freed) before the error propagates."""
+async def start_node(settings: Settings, role: WorkerRole = SOLE) -> Node:
+    """Starts every part of the node (or of one of its worker processes: `role`); when a step
+    fails, what started before it is released (connections closed, tasks ended, ports freed)
+    before the error propagates."""
     try:
         key = settings.signing_key()
     except (OSError, ValueError) as exc:
         raise StartupError(f"signer key: {exc}") from exc
     tls = NodeTls.from_settings(settings)
     async with AsyncExitStack() as stack:
-        node = await _start(settings, key, tls, stack)
+        node = await _start(settings, key, tls, stack, role)
         node.cleanup = stack.pop_all()
     tls.warn_if_plaintext(settings, node.address)
     log.info(
@@ -240,7 +283,9 @@ async def start_node(settings: Settings) -> Node:
     return node
 
 
-async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: AsyncExitStack) -> Node:
+async def _start(
+    settings: Settings, key: SigningKey, tls: NodeTls, stack: AsyncExitStack, role: WorkerRole
+) -> Node:
     chain = await _connect_chain(settings)
     if chain is not None:
         stack.push_async_callback(chain.close)
@@ -277,7 +322,7 @@ async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: Async
         await registry.start()
     reports = MisbehaviorStore(pool, key)
     replication = None
-    if registry is not None:
+    if registry is not None and role.primary:
         own_store = PostgresProbe(settings.database_dsn)  # its own connection, not the monitor's
         stack.callback(own_store.close)
         replication = ReplicationWorker(
@@ -296,7 +341,10 @@ async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: Async
         stack.push_async_callback(replication.stop)
         await _recover_own_log(settings, replication, sequencer, state)
     await sequencer.prime()
-    listener = CommitListener(settings.database_dsn, token, state.committed_elsewhere)
+    elsewhere = state.committed_elsewhere
+    if role.shares_ports:
+        elsewhere = OtherWorkersCommits(state, issuer, sequencer)
+    listener = CommitListener(settings.database_dsn, token, elsewhere)
     stack.push_async_callback(listener.stop)
     listener.start()
     originator = Originator(
@@ -305,26 +353,29 @@ async def _start(settings: Settings, key: SigningKey, tls: NodeTls, stack: Async
         settings.max_batch,
         BatchStats([observe_batch]),
     )
+    stack.callback(_log_appends, sequencer)  # after the drain's last commit
     stack.push_async_callback(originator.close)  # accepted publishes commit before the pool
     originator.start()
     stack.push_async_callback(issuer.stop)
-    issuer.start()
+    if role.primary:
+        issuer.start()
     parts = NodeParts(store, state, originator, reports, registry, chain_parts, logs, identity)
-    address, http_address, health = await _serve(settings, node_id, parts, tls.served, stack)
+    served = await _serve(settings, node_id, parts, tls.served, stack, role)
     if replication is not None:
         await replication.start()
     # Runs first when the node stops: health says NOT_SERVING before anything drains.
-    stack.push_async_callback(health.drain)
+    stack.push_async_callback(served.health.drain)
     return Node(
         node_id,
-        address,
+        served.address,
         state,
         pool,
         registry,
         replication,
         chain_parts,
-        health.monitor,
-        http_address=http_address,
+        served.health.monitor,
+        http_address=served.http_address,
+        metrics_address=served.metrics_address,
     )
 
 
@@ -353,6 +404,17 @@ async def _recover_own_log(
     if outcome.behind:
         await sequencer.resume_after(outcome.peer_top)
         state.clock.merge({node_id: outcome.peer_top})
+
+
+def _log_appends(sequencer: Sequencer) -> None:
+    """How often the fast path held (it fails when another process appended in between: the
+    node's other workers, docs/operations.md)."""
+    log.info(
+        "sequencer_appends",
+        fast=sequencer.fast_appends,
+        locked=sequencer.locked_appends,
+        fast_misses=sequencer.fast_misses,
+    )
 
 
 async def _open_database(
@@ -389,24 +451,44 @@ class NodeParts:
     identity: IdentityUpdates | None = None
 
 
+@dataclass(frozen=True)
+class Served:
+    """Where the node listens, as bound, and its health."""
+
+    address: str
+    http_address: str | None
+    metrics_address: str | None
+    health: NodeHealth
+
+
+def _serve_metrics(
+    settings: Settings,
+    node_id: int,
+    parts: NodeParts,
+    tls: MetricsTls | None,
+    stack: AsyncExitStack,
+) -> str | None:
+    if not settings.metrics_address:
+        return None
+    try:
+        metrics = serve_metrics(settings.metrics_address, node_id, _node_gauges(parts), tls)
+    except OSError as exc:
+        raise StartupError(f"cannot serve metrics on {settings.metrics_address}: {exc}") from exc
+    stack.callback(metrics.stop)
+    return metrics.address
+
+
 async def _serve(
     settings: Settings,
     node_id: int,
     parts: NodeParts,
     tls: ServerTls | None,
     stack: AsyncExitStack,
-) -> tuple[str, str | None, NodeHealth]:
+    role: WorkerRole = SOLE,
+) -> Served:
     """Metrics, then the gRPC server with its health following the dependencies."""
-    if settings.metrics_address:
-        try:
-            metrics = serve_metrics(
-                settings.metrics_address, node_id, _node_gauges(parts), _metrics_tls(tls)
-            )
-        except OSError as exc:
-            raise StartupError(
-                f"cannot serve metrics on {settings.metrics_address}: {exc}"
-            ) from exc
-        stack.callback(metrics.stop)
+    served_tls = None if role.shares_ports else metrics_tls(tls)  # loopback, for the merge
+    metrics_address = _serve_metrics(settings, node_id, parts, served_tls, stack)
     chain, store = parts.chain, parts.store
     slots = SharedSubscriptionSlots(parts.store.pool)
     stack.push_async_callback(slots.close)
@@ -448,12 +530,13 @@ async def _serve(
         logs,
         tls,
         ForkService(ForkStore(parts.store.pool)),
+        role.shares_ports,
     )
     serving = GrpcServing(server, subscribe, admission, settings.shutdown_grace_seconds)
     stack.push_async_callback(serving.stop)
     handlers = [*envelope_handlers(service), misbehavior_handlers(misbehavior)]
     http_handlers = [*handlers, health_handler(health_servicer)]
-    http_address = await _serve_http(settings, http_handlers, stack, tls)
+    http_address = await _serve_http(settings, http_handlers, stack, tls, role.shares_ports)
     if http_address is not None:
         stack.callback(subscribe.close_all)  # HTTP streams end before the HTTP port waits on them
     probe = PostgresProbe(settings.database_dsn)
@@ -469,7 +552,7 @@ async def _serve(
     stack.push_async_callback(monitor.stop)
     await monitor.start()
     await serving.start()
-    return address, http_address, NodeHealth(monitor, health_servicer)
+    return Served(address, http_address, metrics_address, NodeHealth(monitor, health_servicer))
 
 
 async def _serve_http(
@@ -477,6 +560,7 @@ async def _serve_http(
     handlers: list[grpc.GenericRpcHandler[Any, Any]],
     stack: AsyncExitStack,
     tls: ServerTls | None,
+    reuse_port: bool = False,
 ) -> str | None:
     """gRPC-web and JSON on http_listen_address, over the gRPC server's own handlers, with
     the gRPC port's certificate (plaintext with it)."""
@@ -491,7 +575,11 @@ async def _serve_http(
     try:
         context = tls.ssl_context() if tls is not None else None
         http = await serve_http(
-            api, settings.http_listen_address, settings.shutdown_grace_seconds, context
+            api,
+            settings.http_listen_address,
+            settings.shutdown_grace_seconds,
+            context,
+            reuse_port,
         )
     except TlsConfigError as exc:
         raise StartupError(str(exc)) from exc
@@ -501,7 +589,7 @@ async def _serve_http(
     return http.address
 
 
-def _metrics_tls(tls: ServerTls | None) -> MetricsTls | None:
+def metrics_tls(tls: ServerTls | None) -> MetricsTls | None:
     if tls is None:
         return None
     return MetricsTls(tls.cert_file, tls.key_file, tls.client_ca_file, tls.require_client_cert)
@@ -636,18 +724,19 @@ def _grpc_server(
     logs: LogService | None = None,
     tls: ServerTls | None = None,
     forks: ForkService | None = None,
+    reuse_port: bool = False,
 ) -> tuple[grpc.aio.Server, health.HealthServicer, str]:
     limit = settings.max_message_mib * 1024 * 1024
-    server = grpc.aio.server(
-        interceptors=[auth],
-        options=[
-            ("grpc.max_receive_message_length", limit),
-            ("grpc.max_send_message_length", limit),
-            ("grpc.keepalive_time_ms", 60_000),
-            ("grpc.http2.max_pings_without_data", 0),
-            ("grpc.keepalive_permit_without_calls", 1),
-        ],
-    )
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+        ("grpc.keepalive_time_ms", 60_000),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.keepalive_permit_without_calls", 1),
+    ]
+    if reuse_port:  # the worker processes share the port; the kernel spreads connections
+        options.append(("grpc.so_reuseport", 1))
+    server = grpc.aio.server(interceptors=[auth], options=options)
     server.add_generic_rpc_handlers(envelope_handlers(service))
     server.add_generic_rpc_handlers([misbehavior_handlers(misbehavior)])
     if logs is not None:

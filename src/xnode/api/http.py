@@ -468,14 +468,21 @@ class HttpServer:
 
 
 async def serve_http(
-    api: HttpApi, listen_address: str, grace_s: float, tls: ssl.SSLContext | None = None
+    api: HttpApi,
+    listen_address: str,
+    grace_s: float,
+    tls: ssl.SSLContext | None = None,
+    reuse_port: bool = False,
 ) -> HttpServer:
     """`tls` is the gRPC port's certificate as an SSL context (ServerTls.ssl_context); None
-    serves plaintext (the caller logs that loudly, with the other plaintext listeners)."""
+    serves plaintext (the caller logs that loudly, with the other plaintext listeners).
+    `reuse_port`: the node's worker processes share the port (SO_REUSEPORT)."""
     host, _, port = listen_address.rpartition(":")
     runner = web.AppRunner(api.app, access_log=None, shutdown_timeout=grace_s)
     await runner.setup()
-    site = web.TCPSite(runner, host or None, int(port), ssl_context=tls)
+    site = web.TCPSite(
+        runner, host or None, int(port), ssl_context=tls, reuse_port=reuse_port or None
+    )
     try:
         await site.start()
     except OSError:

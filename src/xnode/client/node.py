@@ -23,6 +23,8 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 25 * 1024 * 1024),
     ("grpc.max_send_message_length", 25 * 1024 * 1024),
 ]
+# Channels of one process to one address share a connection unless given this option.
+OWN_CONNECTION = ("grpc.use_local_subchannel_pool", 1)
 
 
 def group_message_envelope(
@@ -44,8 +46,13 @@ class NodeClient:
     """A client of one node. `address` is host:port (plaintext) or https://host:port (TLS,
     the server checked against `tls.root_certificates`, or the system roots)."""
 
-    def __init__(self, address: str, tls: ClientTls | None = None) -> None:
-        self.channel = open_channel(address, tls, CHANNEL_OPTIONS)
+    def __init__(
+        self, address: str, tls: ClientTls | None = None, own_connection: bool = False
+    ) -> None:
+        """`own_connection`: not shared with this process's other channels to `address` (so
+        connections spread over a node's worker processes)."""
+        options = [*CHANNEL_OPTIONS, *([OWN_CONNECTION] if own_connection else [])]
+        self.channel = open_channel(address, tls, options)
         self.replication = message_api_pb2_grpc.ReplicationApiStub(self.channel)  # type: ignore[no-untyped-call]
 
     async def __aenter__(self) -> NodeClient:

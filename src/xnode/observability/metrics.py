@@ -88,6 +88,11 @@ class MetricsServer:
         self.server.server_close()
         self.thread.join()
 
+    @property
+    def address(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"{host!s}:{port}"
+
 
 @dataclass(frozen=True)
 class MetricsTls:

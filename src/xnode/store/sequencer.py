@@ -207,13 +207,16 @@ class Sequencer:
         self._frontier: Frontier | None = None  # this node's log tree as last committed
         self.fast_appends = 0
         self.locked_appends = 0
+        self.fast_misses = 0  # signed for the fast path, found the row moved: signed again
 
     async def append(
         self, batch: Sequence[ValidPayerEnvelope], now_ns: int
     ) -> list[IndexedEnvelope]:
         try:
-            signed = await self._append_fast(batch, now_ns) if self._in_sync() else None
+            in_sync = self._in_sync()
+            signed = await self._append_fast(batch, now_ns) if in_sync else None
             if signed is None:
+                self.fast_misses += int(in_sync)
                 async with self._pool.acquire() as conn, conn.transaction():
                     signed, frontier = await _append_locked(
                         conn, self._node_id, self._key, batch, now_ns, self._notice, self._pricing
@@ -228,6 +231,13 @@ class Sequencer:
             raise
         self._last = (signed[-1].sequence_id, signed[-1].originator_ns)
         return signed
+
+    def appended_elsewhere(self, sequence_id: int) -> None:
+        """Another process sharing the database (a worker of this node) appended this node's
+        log up to `sequence_id`: the next batch takes the locked path at once, rather than
+        signing for a fast path that would find the row moved."""
+        if self._last is not None and sequence_id > self._last[0]:
+            self._last = None
 
     def _in_sync(self) -> bool:
         """The fast path needs the clock and the whole tree up to it."""

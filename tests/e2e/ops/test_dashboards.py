@@ -161,7 +161,9 @@ async def test_every_dashboard_panel_returns_data_from_a_running_network(
     server, metrics = prometheus
     # 300 starts last, so its peers report it UNRESPONSIVE_NODE first: the misbehavior panel.
     for node_id in NODES:
-        chain_network.start(node_id, metrics_address=metrics[node_id])
+        # 100 runs two workers: its one metrics port serves both, labelled by worker.
+        workers = "2" if node_id == 100 else "1"
+        chain_network.start(node_id, metrics_address=metrics[node_id], workers=workers)
     stop = asyncio.Event()
     loads = [asyncio.create_task(_traffic(chain_network.addresses[n], n, stop)) for n in NODES]
     try:

@@ -9,7 +9,9 @@ from collections import Counter
 from typing import Any
 
 import grpc
+import pytest
 
+from tests.e2e.ops.test_workers import all_workers_serving
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
@@ -22,9 +24,11 @@ CALLERS = 16
 GRACE_S = 5.0
 
 
-async def _caller(address: str, tag: str, outcomes: dict[bytes, grpc.StatusCode]) -> None:
+async def _caller(
+    address: str, tag: str, outcomes: dict[bytes, grpc.StatusCode], own_connection: bool
+) -> None:
     """Publishes one envelope at a time until the node answers anything but OK."""
-    async with NodeClient(address) as client:
+    async with NodeClient(address, own_connection=own_connection) as client:
         for i in range(1_000_000):
             payload = f"{tag}-{i:07d}.".encode()
             try:
@@ -54,16 +58,25 @@ async def _subscription_end(call: Any) -> grpc.StatusCode:
     return grpc.StatusCode.OK
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
 async def test_sigterm_under_load_answers_every_accepted_publish(
-    spawn_node: Any, database: str, node_spec: Any
+    spawn_node: Any, database: str, node_spec: Any, workers: str
 ) -> None:
+    """With 2 workers, SIGTERM goes to their supervisor, which drains both."""
     for round_ in range(3):
-        node = spawn_node(database, node_spec, shutdown_grace_seconds=str(GRACE_S))
+        many = workers != "1"
+        # The API limits are not under test; 2 workers publish faster than they allow.
+        limits = {"limits_enabled": "false"} if many else {}
+        node = spawn_node(
+            database, node_spec, shutdown_grace_seconds=str(GRACE_S), workers=workers, **limits
+        )
+        if many:
+            await all_workers_serving(node)
         outcomes: dict[bytes, grpc.StatusCode] = {}
         async with NodeClient(node.address) as watcher:
             subscription = asyncio.create_task(_subscription_end(watcher.subscribe([TOPIC])))
             callers = [
-                asyncio.create_task(_caller(node.address, f"r{round_}-c{c:02d}", outcomes))
+                asyncio.create_task(_caller(node.address, f"r{round_}-c{c:02d}", outcomes, many))
                 for c in range(CALLERS)
             ]
             while len(outcomes) < 200:

@@ -122,6 +122,29 @@ async def test_racing_sequencers_fall_back_to_locking_and_stay_gap_free(database
         await pool.close()
 
 
+@pytest.mark.parametrize("told", [True, False])
+async def test_a_sequencer_told_of_another_workers_append_does_not_sign_in_vain(
+    database: str, told: bool
+) -> None:
+    """Workers of one node (xnode.workers) hear of each other's appends by NOTIFY: told, the
+    next batch goes to the locked path without first signing for a fast path that fails."""
+    pools = [await asyncpg.create_pool(database, min_size=1, max_size=2) for _ in range(2)]
+    await claim_database(pools[0], NODE, KEY.public_key)
+    first, second = (Sequencer(pool, NODE, KEY, f"w{i}") for i, pool in enumerate(pools))
+    for sequencer in (first, second):
+        await sequencer.prime()
+    done = await first.append(envelopes(3, "a"), time.time_ns())
+    if told:
+        second.appended_elsewhere(done[-1].sequence_id)
+    await second.append(envelopes(2, "b"), time.time_ns())
+    assert (second.locked_appends, second.fast_misses) == (1, 0 if told else 1)
+    await second.append(envelopes(2, "c"), time.time_ns())
+    assert second.fast_appends == 1  # back on the fast path
+    assert [seq for seq, _ in await stored(pools[0])] == list(range(1, 8))
+    for pool in pools:
+        await pool.close()
+
+
 async def test_lone_sequencer_takes_the_one_statement_path(database: str) -> None:
     pool = await asyncpg.create_pool(database, min_size=1, max_size=2)
     await claim_database(pool, NODE, KEY.public_key)

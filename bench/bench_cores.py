@@ -1,0 +1,317 @@
+"""Worker processes under honest load (issue 14 part 3): `h2load` (Debian's nghttp2-client, one
+C thread) sends pre-built gRPC requests to `xnode run --workers N` for N = 1, 2; every figure is
+printed beside its ceiling from the same run.
+
+    .venv/bin/python bench/bench_cores.py [--workers 1,2] [--singles 20000] [--batches 400]
+
+h2load counts an HTTP 200 as success whatever the grpc-status says, so after every publish run
+the node's stored envelopes are counted: the run fails unless exactly as many were stored as
+were sent. Starts its own Postgres cluster (fsync on: answers are durable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+
+from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xnode.client.node import group_message_envelope
+from xnode.core.crypto import SigningKey, keccak256
+from xnode.core.envelopes import build_payer_envelope
+from xnode.core.registry import NodeEntry, Registry
+from xnode.devtools.devnet import wait_serving
+from xnode.devtools.postgres import PgCluster, free_port, start_cluster
+from xnode.store.migrate import upgrade_to_head
+
+NODE = 100
+PAYER = SigningKey.generate()
+PUBLISH = "/xmtp.xmtpv4.message_api.ReplicationApi/PublishPayerEnvelopes"
+HEALTH = "/grpc.health.v1.Health/Check"
+SINGLES_IN_FLIGHT = (16, 4)  # connections x streams each: 64 in flight
+BATCHES_IN_FLIGHT = (4, 2)  # 8 batches of 100 in flight
+WIDTHS = (7, 9, 10, 18, 11, 12, 18, 12)
+# The limits are checked on every publish (their cost is part of the figures) but h2load's
+# one payer and one address would reach the defaults.
+LIMITS_NEVER_REACHED = {
+    f"XNODE_LIMIT_PUBLISH_{what}_PER_SECOND": "1e12"
+    for what in ("ENVELOPES", "BYTES", "IP_ENVELOPES", "IP_BYTES")
+}
+
+
+def load() -> str:
+    return "load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+
+
+# --- ceilings -------------------------------------------------------------------------------
+
+
+def signing_rate(seconds: float = 2.0) -> float:
+    """Signatures per second on one core."""
+    key, digest, n = SigningKey.generate(), keccak256(b"x"), 0
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for _ in range(500):
+            key.sign(digest)
+        n += 500
+    return n / (time.perf_counter() - started)
+
+
+def signing_ceiling(cores: int) -> float:
+    with ProcessPoolExecutor(cores) as pool:
+        return sum(pool.map(signing_rate, [2.0] * cores))
+
+
+# --- requests -------------------------------------------------------------------------------
+
+
+def grpc_frame(message: bytes) -> bytes:
+    """The 5-byte gRPC frame (uncompressed, length) and the serialized request."""
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+def publish_request(envelopes: int, group: bytes) -> bytes:
+    payer = [
+        build_payer_envelope(group_message_envelope(group, os.urandom(160)), PAYER, NODE)
+        for _ in range(envelopes)
+    ]
+    request = api.PublishPayerEnvelopesRequest(payer_envelopes=payer)
+    return grpc_frame(request.SerializeToString())
+
+
+@dataclass(frozen=True)
+class H2Result:
+    succeeded: int
+    failed: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.succeeded / self.seconds
+
+
+def h2load(
+    address: str, path: str, body: Path, requests: int, in_flight: tuple[int, int]
+) -> H2Result:
+    connections, streams = in_flight
+    command = [
+        "h2load", f"http://{address}{path}", "-n", str(requests), "-c", str(connections),
+        "-m", str(streams), "-t", "1", "-d", str(body),
+        "-H", "content-type: application/grpc", "-H", "te: trailers",
+    ]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    counts = re.search(r"requests: \d+ total.* (\d+) succeeded, (\d+) failed", out)
+    finished = re.search(r"finished in ([\d.]+)(m?s)", out)
+    if counts is None or finished is None:
+        raise SystemExit(f"cannot read h2load's output:\n{out}")
+    seconds = float(finished[1]) / (1000 if finished[2] == "ms" else 1)
+    return H2Result(int(counts[1]), int(counts[2]), seconds)
+
+
+# --- the node -------------------------------------------------------------------------------
+
+
+@dataclass
+class NodeRun:
+    proc: subprocess.Popen[bytes]
+    address: str
+    dsn: str
+    log: Path
+    peak_rss_kb: dict[int, int] = field(default_factory=dict)
+
+    def workers(self) -> list[int]:
+        """The serving processes: the supervisor's children, or the one process."""
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        try:
+            pids = [int(p) for p in children.read_text().split()]
+        except OSError:
+            return []
+        return pids or [self.proc.pid]
+
+    def sample_rss(self) -> None:
+        for pid in self.workers():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmRSS:"):
+                    kb = int(line.split()[1])
+                    self.peak_rss_kb[pid] = max(self.peak_rss_kb.get(pid, 0), kb)
+
+    def stored(self) -> int:
+        async def count() -> int:
+            conn = await asyncpg.connect(self.dsn)
+            try:
+                sql = "SELECT count(*) FROM originator_envelopes WHERE originator_node_id = $1"
+                return int(await conn.fetchval(sql, NODE))
+            finally:
+                await conn.close()
+
+        return asyncio.run(count())
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+        for line in self.log.read_text(errors="replace").splitlines():
+            if '"sequencer_appends"' in line:
+                print(f"    {line}")
+
+
+def start_node(cluster: PgCluster, work: Path, key: SigningKey, workers: int) -> NodeRun:
+    database = f"bench_w{workers}"
+    cluster.create_database(database)
+    upgrade_to_head(cluster.dsn(database))
+    nodes = work / "nodes.json"
+    nodes.write_text(Registry([NodeEntry(NODE, key.public_key, "")]).to_json())
+    address = f"127.0.0.1:{free_port()}"
+    env = {
+        **os.environ,
+        "XNODE_LISTEN_ADDRESS": address,
+        "XNODE_DATABASE_DSN": cluster.dsn(database),
+        "XNODE_SIGNER_KEY": key.hex(),
+        "XNODE_NODES_FILE": str(nodes),
+        "XNODE_METRICS_ADDRESS": "",
+        "XNODE_LOG_FORMAT": "json",
+        "XNODE_WORKERS": str(workers),
+        **LIMITS_NEVER_REACHED,
+    }
+    log = work / f"node-w{workers}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "xnode.cli", "run"], env=env, stdout=out, stderr=out
+        )
+    run = NodeRun(proc, address, cluster.dsn(database), log)
+    deadline = time.monotonic() + 120
+    while workers > 1 and "node_workers_serving" not in log.read_text(errors="replace"):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise SystemExit(f"node did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    if not wait_serving(address):
+        proc.kill()
+        raise SystemExit("node did not start")
+    return run
+
+
+@dataclass
+class Figures:
+    health: float = 0.0
+    singles: float = 0.0
+    batches: float = 0.0  # envelopes per second
+    peak_rss_mb: float = 0.0
+
+
+def publish_run(
+    node: NodeRun, body: Path, requests: int, each: int, in_flight: tuple[int, int]
+) -> float:
+    """Envelopes per second, after checking that every one sent was stored."""
+    before = node.stored()
+    result = h2load(node.address, PUBLISH, body, requests, in_flight)
+    stored = node.stored() - before
+    if result.failed or stored != result.succeeded * each:
+        raise SystemExit(
+            f"h2load: {result.succeeded} requests OK, {result.failed} failed, but the node "
+            f"stored {stored} envelopes (expected {result.succeeded * each})"
+        )
+    return result.rate * each
+
+
+def measure(node: NodeRun, bodies: dict[str, Path], args: argparse.Namespace) -> Figures:
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            node.sample_rss()
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    figures = Figures()
+    try:
+        h2load(node.address, HEALTH, bodies["health"], 2000, SINGLES_IN_FLIGHT)  # warm-up
+        figures.health = h2load(
+            node.address, HEALTH, bodies["health"], args.health, SINGLES_IN_FLIGHT
+        ).rate
+        print(f"    empty calls (Health/Check)  {figures.health:9,.0f}/s   {load()}")
+        publish_run(node, bodies["single"], 1000, 1, SINGLES_IN_FLIGHT)  # warm-up
+        figures.singles = publish_run(node, bodies["single"], args.singles, 1, SINGLES_IN_FLIGHT)
+        print(f"    single publishes            {figures.singles:9,.0f}/s   {load()}")
+        figures.batches = publish_run(node, bodies["batch"], args.batches, 100, BATCHES_IN_FLIGHT)
+        print(f"    batches of 100 (envelopes)  {figures.batches:9,.0f}/s   {load()}")
+    finally:
+        stop.set()
+        watcher.join()
+    figures.peak_rss_mb = max(node.peak_rss_kb.values(), default=0) / 1024
+    return figures
+
+
+def report(by_workers: dict[int, Figures], signing: dict[int, float]) -> None:
+    one = by_workers.get(1)
+    print(f"\nceilings: signing {signing[1]:,.0f}/s on 1 core, {signing[2]:,.0f}/s on 2 cores")
+    columns = ["workers", "empty/s", "singles/s", "singles/empty(1w)", "vs 1 worker"]
+    columns += ["batch env/s", "of 2-core signing", "peak RSS MB"]
+    print(" ".join(f"{c:>{w}}" for c, w in zip(columns, WIDTHS, strict=True)))
+    for workers, f in sorted(by_workers.items()):
+        ratio = f.singles / one.health if one and one.health else float("nan")
+        scale = f.singles / one.singles if one and one.singles else float("nan")
+        print(
+            f"{workers:>7} {f.health:>9,.0f} {f.singles:>10,.0f} {ratio:>18.2f} {scale:>10.2f}x "
+            f"{f.batches:>12,.0f} {f.batches / signing[2]:>18.2f} {f.peak_rss_mb:>12.0f}"
+        )
+    print("goals: singles >= 0.8 of one worker's empty calls; 2 workers >= 1.6x one; "
+          "batches >= 15,000 envelopes/s on 2 cores; RSS <= 200 MB per worker")  # fmt: skip
+    print(load())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workers", default="1,2", help="worker counts to run, comma-separated")
+    parser.add_argument("--health", type=int, default=40_000, help="Health/Check requests")
+    parser.add_argument("--singles", type=int, default=20_000, help="single publishes")
+    parser.add_argument("--batches", type=int, default=400, help="publishes of 100 envelopes")
+    args = parser.parse_args()
+    if shutil.which("h2load") is None:
+        raise SystemExit("h2load is missing: apt-get install -y nghttp2-client")
+    work = Path(tempfile.mkdtemp(prefix="xnode-bench-cores-"))
+    work.chmod(0o755)
+    print(f"start: {load()}, {os.cpu_count()} cores")
+    signing = {cores: signing_ceiling(cores) for cores in (1, 2)}
+    print(f"signing: {signing[1]:,.0f}/s on 1 core, {signing[2]:,.0f}/s on 2 cores   {load()}")
+    bodies = {
+        "health": work / "health.bin",
+        "single": work / "single.bin",
+        "batch": work / "batch.bin",
+    }
+    bodies["health"].write_bytes(grpc_frame(b""))
+    bodies["single"].write_bytes(publish_request(1, b"\x01" * 16))
+    bodies["batch"].write_bytes(publish_request(100, b"\x02" * 16))
+    cluster = start_cluster(work / "pg", fsync=True)
+    by_workers: dict[int, Figures] = {}
+    try:
+        for workers in (int(w) for w in args.workers.split(",")):
+            print(f"{workers} worker(s):")
+            node = start_node(cluster, work, SigningKey.generate(), workers)
+            try:
+                by_workers[workers] = measure(node, bodies, args)
+            finally:
+                node.stop()
+    finally:
+        cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    report(by_workers, signing)
+
+
+if __name__ == "__main__":
+    main()
