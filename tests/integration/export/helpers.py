@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from xmtp.identity.associations import association_pb2, signature_pb2
+from tests.identity_signers import Inbox
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
@@ -44,7 +44,8 @@ def client_envelope(
 ) -> envelopes_pb2.ClientEnvelope:
     """A valid client envelope of `kind` on topic kind byte + `identifier` (32 bytes); for
     key packages `identifier` is the installation's Ed25519 seed (the topic is its public
-    key) and `data` is not used; group messages carry `data` in an MLS PrivateMessage."""
+    key) and `data` is not used; group messages carry `data` in an MLS PrivateMessage;
+    identity updates create a new inbox (its id is the topic)."""
     if kind is TopicKind.KEY_PACKAGES:
         aad = envelopes_pb2.AuthenticatedData(
             target_topic=Topic(kind, installation_key_of(identifier)).raw
@@ -63,15 +64,11 @@ def client_envelope(
         return envelopes_pb2.ClientEnvelope(
             aad=aad, welcome_message=mls_pb2.WelcomeMessageInput(v1=w1)
         )
-    action = association_pb2.IdentityAction(
-        create_inbox=association_pb2.CreateInbox(
-            initial_identifier="0xabc",
-            initial_identifier_signature=signature_pb2.Signature(
-                erc_191=signature_pb2.RecoverableEcdsaSignature(bytes=data)
-            ),
-        )
-    )
-    update = association_pb2.IdentityUpdate(inbox_id=identifier.hex(), actions=[action])
+    # Identity updates must apply (XIP-46): a new wallet creates a new inbox, whose id is
+    # the topic; `identifier` and `data` are not used.
+    inbox = Inbox()
+    update = inbox.create()
+    aad = envelopes_pb2.AuthenticatedData(target_topic=Topic(kind, inbox.key).raw)
     return envelopes_pb2.ClientEnvelope(aad=aad, identity_update=update)
 
 
