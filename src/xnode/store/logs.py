@@ -4,7 +4,13 @@ Leaves are written in the same transaction as their envelopes (the sequencer for
 own log, `ReplicationStore.insert_received` for replicated ones). The tree over sequence ids
 1..n is built only over the contiguous prefix of leaves held (`log_trees.tree_size`): a
 replicated log can arrive with gaps, and its tree grows when they fill (`extend_tree`, run
-in the inserting transaction, under the log_trees row lock). Nothing here is ever pruned."""
+in the inserting transaction, under the log_trees row lock). Nothing here is ever pruned.
+
+`log_nodes` holds every perfect subtree of level >= STORED_MIN_LEVEL whose leaves are all
+held, past gaps too (`complete_subtrees`, for the leaves an insert added): filling a gap then
+recomputes only the paths above it, and the prefix grows by jumping over stored subtrees
+instead of re-hashing the leaves behind the gap. Leaves a database got before this rule
+(no subtrees past its gaps) are hashed the old way, a chunk at a time."""
 
 from __future__ import annotations
 
@@ -44,6 +50,12 @@ SELECT n.level, n.idx, CASE WHEN n.level = 0
     ELSE (SELECT hash FROM log_nodes
           WHERE originator_node_id = $1 AND level = n.level AND node_index = n.idx) END
 FROM unnest($2::smallint[], $3::bigint[]) AS n(level, idx)
+"""
+_STORED_NODES = """
+SELECT n.level, n.idx, t.hash
+FROM unnest($2::smallint[], $3::bigint[]) AS n(level, idx)
+JOIN log_nodes AS t
+    ON t.originator_node_id = $1 AND t.level = n.level AND t.node_index = n.idx
 """
 _INSERT_NODES = """
 INSERT INTO log_nodes SELECT $1, * FROM unnest($2::smallint[], $3::bigint[], $4::bytea[])
@@ -134,35 +146,118 @@ async def load_frontier(
     return merkle.Frontier.restored(size, _lookup(hashes))
 
 
-async def extend_tree(conn: asyncpg.Connection, originator: int) -> merkle.Frontier:
-    """Grows the originator's tree over the leaves that now follow its contiguous prefix;
-    the caller owns the transaction. Returns the tree's frontier."""
-    size = await conn.fetchval(_LOCK_TREE, originator)
+async def _stored_nodes(
+    conn: asyncpg.Connection, originator: int, nodes: Sequence[merkle.Node]
+) -> dict[merkle.Node, bytes]:
+    if not nodes:
+        return {}
+    rows = await conn.fetch(_STORED_NODES, originator, [n[0] for n in nodes], [n[1] for n in nodes])
+    return {(r[0], r[1]): bytes(r[2]) for r in rows}
+
+
+async def complete_subtrees(
+    conn: asyncpg.Connection, originator: int, sequence_ids: Sequence[int]
+) -> int:
+    """Stores the perfect subtrees (level >= STORED_MIN_LEVEL) that the leaves at these
+    sequence ids completed, anywhere in the log: their tiles (2^STORED_MIN_LEVEL leaves)
+    now all held, joined upwards with complete neighbours. Three queries whatever the log's
+    size. Returns how many subtrees it stored."""
+    if not sequence_ids:
+        return 0
+    tile = 1 << STORED_MIN_LEVEL
+    tiles = sorted({(s - 1) >> STORED_MIN_LEVEL for s in sequence_ids})
+    rows = await conn.fetch(
+        _LEAVES_IN, originator, [t * tile + 1 for t in tiles], [(t + 1) * tile for t in tiles]
+    )
+    by_tile: dict[int, list[bytes]] = {}
+    for sequence_id, leaf in rows:
+        by_tile.setdefault((sequence_id - 1) >> STORED_MIN_LEVEL, []).append(bytes(leaf))
+    new = {
+        (STORED_MIN_LEVEL, t): merkle.root_of(leaves)
+        for t, leaves in by_tile.items()
+        if len(leaves) == tile
+    }
+    if not new:
+        return 0
+    top = max(sequence_ids).bit_length() + 1
+    wanted = {s for n in new for s in merkle.path_siblings(n, top)} - new.keys()
+    known = await _stored_nodes(conn, originator, sorted(wanted))
+    made = merkle.join_complete(new, known)
+    await conn.execute(_INSERT_NODES, originator, *node_columns([(*n, h) for n, h in made.items()]))
+    return len(made)
+
+
+async def _jump(conn: asyncpg.Connection, originator: int, size: int) -> int:
+    """The prefix grown over the largest stored subtree starting at leaf `size` (aligned to
+    a tile), or `size` when none is stored there."""
+    candidates = [
+        (level, size >> level)
+        for level in range(STORED_MIN_LEVEL, max(size.bit_length(), STORED_MIN_LEVEL) + 40)
+        if size % (1 << level) == 0
+    ]
+    stored = await _stored_nodes(conn, originator, candidates)
+    return size + (1 << max(stored)[0]) if stored else size
+
+
+async def _hash_leaves(conn: asyncpg.Connection, originator: int, size: int, limit: int) -> int:
+    """The prefix grown over up to `limit` held leaves after `size` by hashing them (storing
+    the subtrees they complete); stops at a gap."""
     frontier = await load_frontier(conn, originator, size)
+    rows = await conn.fetch(_LEAVES_AFTER, originator, size, limit)
+    completed: list[tuple[int, int, bytes]] = []
+    for sequence_id, leaf in rows:
+        if sequence_id != frontier.size + 1:
+            break  # a gap: the tree waits for it
+        completed += frontier.append(leaf)
+    if completed:
+        await conn.execute(_INSERT_NODES, originator, *node_columns(completed))
+    return frontier.size
+
+
+async def extend_tree(
+    conn: asyncpg.Connection, originator: int, added: Sequence[int] = ()
+) -> merkle.Frontier:
+    """Grows the originator's tree over the leaves that now follow its contiguous prefix;
+    the caller owns the transaction. `added`: sequence ids of leaves just inserted, whose
+    completed subtrees are stored first (wherever they are). Returns the tree's frontier."""
+    size = await conn.fetchval(_LOCK_TREE, originator)
+    await complete_subtrees(conn, originator, added)
+    tile = 1 << STORED_MIN_LEVEL
+    grown, chunk = size, tile
     while True:
-        rows = await conn.fetch(_LEAVES_AFTER, originator, frontier.size, EXTEND_CHUNK)
-        completed: list[tuple[int, int, bytes]] = []
-        for sequence_id, leaf in rows:
-            if sequence_id != frontier.size + 1:
-                break  # a gap: the tree waits for it
-            completed += frontier.append(leaf)
-        if completed:
-            await conn.execute(_INSERT_NODES, originator, *node_columns(completed))
-        if len(rows) < EXTEND_CHUNK or frontier.size < rows[-1][0]:
+        if grown % tile:  # to the next tile boundary, where stored subtrees start
+            step = await _hash_leaves(conn, originator, grown, tile - grown % tile)
+        else:
+            step = await _jump(conn, originator, grown)
+            if step == grown:  # a gap, the last partial tile, or leaves from before the rule
+                step = await _hash_leaves(conn, originator, grown, chunk)
+                if step - grown >= tile:  # leaves without stored subtrees: hash in chunks
+                    chunk = EXTEND_CHUNK
+        if step == grown:
             break
-    if frontier.size != size:
+        grown = step
+    if grown != size:
         await conn.execute(
             "UPDATE log_trees SET tree_size = $2 WHERE originator_node_id = $1",
             originator,
-            frontier.size,
+            grown,
         )
-    return frontier
+    return await load_frontier(conn, originator, grown)
 
 
-async def extend_trees(conn: asyncpg.Connection, originators: Sequence[int]) -> None:
+async def extend_trees(
+    conn: asyncpg.Connection,
+    originators: Sequence[int],
+    added: Sequence[tuple[int, int]] = (),
+) -> None:
+    """`extend_tree` for each originator; `added`: (originator, sequence id) of the leaves
+    just inserted."""
+    by_originator: dict[int, list[int]] = {}
+    for originator, sequence_id in added:
+        by_originator.setdefault(originator, []).append(sequence_id)
     for originator in sorted(set(originators)):  # one lock order: no deadlocks between batches
         if has_log(originator):
-            await extend_tree(conn, originator)
+            await extend_tree(conn, originator, by_originator.get(originator, ()))
 
 
 def _checkpoint(row: asyncpg.Record | None) -> Checkpoint | None:

@@ -137,3 +137,29 @@ async def test_a_peer_without_log_api_is_left_alone(pool: asyncpg.Pool) -> None:
     finally:
         await server.stop(None)
     assert [e["event"] for e in logged] == ["peer_without_log_api"]
+
+
+async def test_subtrees_past_a_gap_are_kept_and_filling_it_joins_them(pool: asyncpg.Pool) -> None:
+    """Leaves past a gap keep their complete subtrees (tiles of 16 and above), so filling
+    the gap joins stored subtrees: the tree then covers everything with the reference root."""
+    store, logs = ReplicationStore(pool), LogStore(pool)
+    n, gap = 200, [20, 21, 70]
+    envelopes = signed(list(range(1, n + 1)))
+    leaves = [envelope_leaf(e.raw) for e in envelopes]
+    held = [e for e in envelopes if e.sequence_id not in gap]
+    for i in range(0, len(held), 37):
+        await store.insert_received(held[i : i + 37], "t")
+    assert await logs.tree_size(PEER) == 19
+    nodes = await pool.fetch("SELECT level, node_index, hash FROM log_nodes")
+    stored = {(r[0], r[1]): bytes(r[2]) for r in nodes}
+    # Tile 5 (leaves 81..96) lies past both gaps and is complete; so is level 5's node 3
+    # (leaves 97..128), made of tiles 6 and 7.
+    assert stored[(4, 5)] == merkle.root_of(leaves[80:96])
+    assert stored[(5, 3)] == merkle.root_of(leaves[96:128])
+    assert (4, 1) not in stored and (4, 4) not in stored  # they hold the gaps
+    await store.insert_received([envelopes[19], envelopes[20]], "t")
+    assert await logs.tree_size(PEER) == 69
+    await store.insert_received([envelopes[69]], "t")
+    assert await logs.tree_size(PEER) == n
+    hashes = await logs.perfect(PEER, merkle.perfect_nodes_for_root(n))
+    assert merkle.range_hash(0, n, lambda lv, i: hashes[(lv, i)]) == merkle.root_of(leaves)
