@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import math
 import os
 import shutil
@@ -175,6 +176,12 @@ async def load(
         await conn.close()
 
 
+def _covers_any(level: int, index: int, sorted_leaves: list[int]) -> bool:
+    first = index << level
+    at = bisect.bisect_left(sorted_leaves, first)
+    return at < len(sorted_leaves) and sorted_leaves[at] < first + (1 << level)
+
+
 def row(what: str, result: str, bound: str) -> None:
     print(f"| {what} | {result} | {bound} |")
 
@@ -204,7 +211,10 @@ async def main() -> None:
             cluster.create_database(name)
             await asyncio.to_thread(upgrade_to_head, cluster.dsn(name))
         await load(cluster.dsn("a"), leaves, nodes, n, checkpoint, list(real.values()))
-        b_nodes = [x for x in nodes if (x[2] + 1) << x[1] <= prefix]
+        # B holds every complete subtree of what it holds, past its gaps too, as its inserts
+        # keep them (store.logs.complete_subtrees): those covering no missing leaf.
+        missing_leaves = sorted(s - 1 for s in gone)
+        b_nodes = [x for x in nodes if not _covers_any(x[1], x[2], missing_leaves)]
         b_leaves = [x for x in leaves if x[1] not in gone]
         await load(cluster.dsn("b"), b_leaves, b_nodes, prefix, checkpoint, [])
         setup_s = time.perf_counter() - started

@@ -27,6 +27,8 @@ from xnode.usecases.logs import IssueSigner
 EXTEND_CHUNK = 10_000
 # Perfect subtrees below this level are not stored but hashed from their (at most 8) leaves
 # when a root or proof needs them: a log then adds about 1 + 1/16 rows per envelope, not 2.
+# Level 4 nodes are the tiles range fingerprints read (the SQL below and migration 0007
+# spell it 4 and 16).
 STORED_MIN_LEVEL = 4
 # Serializes checkpoint issuing per originator across processes sharing the database.
 _ISSUE_LOCK = 0x6C6F6773  # "logs"
@@ -61,14 +63,57 @@ _INSERT_NODES = """
 INSERT INTO log_nodes SELECT $1, * FROM unnest($2::smallint[], $3::bigint[], $4::bytea[])
 ON CONFLICT DO NOTHING
 """
+_INSERT_FINGERPRINTED_NODES = """
+INSERT INTO log_nodes
+SELECT $1, * FROM unnest($2::smallint[], $3::bigint[], $4::bytea[], $5::bigint[])
+ON CONFLICT DO NOTHING
+"""
+# A range's fingerprint: its complete tiles' stored fingerprints (log_nodes at level
+# STORED_MIN_LEVEL = 4: leaves 16t+1..16t+16), plus the leaves of the edges and of the tiles
+# inside it that are incomplete (or not fingerprinted yet). Tiles t_lo..t_hi are those
+# wholly inside the range, clamped to the highest leaf held (the open tail range).
 _FINGERPRINTS = """
-SELECT r.i, f.count, f.xor
-FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS r(first_id, last_id, i)
+WITH r AS (
+    SELECT i, first_id, last_id, (first_id + 14) / 16 AS t_lo, least(last_id, top) / 16 - 1 AS t_hi
+    FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS r(first_id, last_id, i),
+        (SELECT coalesce(max(sequence_id), 0) AS top FROM log_leaves
+         WHERE originator_node_id = $1) AS held
+)
+SELECT r.i, t.count + l.count, t.xor # l.xor
+FROM r
 CROSS JOIN LATERAL (
-    SELECT count(*), coalesce(bit_xor(fingerprint), 0) FROM log_leaves
-    WHERE originator_node_id = $1 AND sequence_id BETWEEN r.first_id AND r.last_id
-) AS f(count, xor)
+    SELECT count(*) * 16, coalesce(bit_xor(fingerprint), 0) FROM log_nodes
+    WHERE originator_node_id = $1 AND level = 4 AND node_index BETWEEN r.t_lo AND r.t_hi
+        AND fingerprint IS NOT NULL
+) AS t(count, xor)
+CROSS JOIN LATERAL (
+    SELECT count(*), coalesce(bit_xor(x.fingerprint), 0) FROM (
+        SELECT fingerprint FROM log_leaves WHERE originator_node_id = $1
+            AND sequence_id BETWEEN r.first_id AND least(r.last_id, r.t_lo * 16)
+        UNION ALL
+        SELECT fingerprint FROM log_leaves WHERE originator_node_id = $1
+            AND sequence_id BETWEEN greatest(r.first_id, r.t_lo * 16 + 1, r.t_hi * 16 + 17)
+                AND r.last_id
+        UNION ALL
+        SELECT v.fingerprint FROM generate_series(r.t_lo, r.t_hi) AS g(tile)
+        CROSS JOIN LATERAL (
+            SELECT fingerprint FROM log_leaves WHERE originator_node_id = $1
+                AND sequence_id BETWEEN g.tile * 16 + 1 AND g.tile * 16 + 16
+        ) AS v
+        WHERE NOT EXISTS (
+            SELECT 1 FROM log_nodes WHERE originator_node_id = $1 AND level = 4
+                AND node_index = g.tile AND fingerprint IS NOT NULL
+        )
+    ) AS x
+) AS l(count, xor)
 ORDER BY r.i
+"""
+# Tiles stored without their fingerprint (the sequencer's own log) get it here, once.
+_FILL_TILE_FINGERPRINTS = """
+UPDATE log_nodes AS n SET fingerprint = (
+    SELECT bit_xor(l.fingerprint) FROM log_leaves AS l WHERE l.originator_node_id = $1
+        AND l.sequence_id BETWEEN n.node_index * 16 + 1 AND n.node_index * 16 + 16)
+WHERE n.originator_node_id = $1 AND n.level = 4 AND n.fingerprint IS NULL
 """
 _LEAVES_IN = """
 SELECT l.sequence_id, l.leaf_hash
@@ -172,18 +217,22 @@ async def complete_subtrees(
     by_tile: dict[int, list[bytes]] = {}
     for sequence_id, leaf in rows:
         by_tile.setdefault((sequence_id - 1) >> STORED_MIN_LEVEL, []).append(bytes(leaf))
-    new = {
-        (STORED_MIN_LEVEL, t): merkle.root_of(leaves)
-        for t, leaves in by_tile.items()
-        if len(leaves) == tile
-    }
+    complete = {t: leaves for t, leaves in by_tile.items() if len(leaves) == tile}
+    new = {(STORED_MIN_LEVEL, t): merkle.root_of(leaves) for t, leaves in complete.items()}
     if not new:
         return 0
     top = max(sequence_ids).bit_length() + 1
     wanted = {s for n in new for s in merkle.path_siblings(n, top)} - new.keys()
     known = await _stored_nodes(conn, originator, sorted(wanted))
-    made = merkle.join_complete(new, known)
-    await conn.execute(_INSERT_NODES, originator, *node_columns([(*n, h) for n, h in made.items()]))
+    made = list(merkle.join_complete(new, known).items())
+    fingerprints = [
+        Fingerprint.of(complete[i]).xor if level == STORED_MIN_LEVEL else None
+        for (level, i), _ in made
+    ]
+    levels, indexes, hashes = node_columns([(*n, h) for n, h in made])
+    await conn.execute(
+        _INSERT_FINGERPRINTED_NODES, originator, levels, indexes, hashes, fingerprints
+    )
     return len(made)
 
 
@@ -299,6 +348,7 @@ class LogStore:
     async def fingerprints(
         self, originator: int, ranges: Sequence[SequenceRange]
     ) -> list[Fingerprint]:
+        await self.pool.execute(_FILL_TILE_FINGERPRINTS, originator)
         rows = await self.pool.fetch(
             _FINGERPRINTS, originator, [r.first for r in ranges], [r.last for r in ranges]
         )

@@ -22,6 +22,7 @@ from xnode.core.envelopes import (
     originate,
     validate_payer_envelope,
 )
+from xnode.core.reconciliation import Fingerprint, SequenceRange
 from xnode.replication.checkpoints import CheckpointFollower
 from xnode.store.logs import LogStore
 from xnode.store.replication import ReplicationStore
@@ -163,3 +164,36 @@ async def test_subtrees_past_a_gap_are_kept_and_filling_it_joins_them(pool: asyn
     assert await logs.tree_size(PEER) == n
     hashes = await logs.perfect(PEER, merkle.perfect_nodes_for_root(n))
     assert merkle.range_hash(0, n, lambda lv, i: hashes[(lv, i)]) == merkle.root_of(leaves)
+
+
+async def test_range_fingerprints_from_tiles_equal_those_of_the_leaves(pool: asyncpg.Pool) -> None:
+    """Fingerprints read from tiles (fingerprinted on insert, or later for tiles stored
+    without one) equal the leaves' own, for ranges with gaps, edges and the open tail."""
+    store, logs = ReplicationStore(pool), LogStore(pool)
+    n = 150
+    envelopes = signed(list(range(1, n + 1)))
+    leaves = {e.sequence_id: envelope_leaf(e.raw) for e in envelopes}
+    held = [e for e in envelopes if e.sequence_id not in (5, 40, 41, 99)]
+    await store.insert_received(held, "t")
+    # As the sequencer stores them: a tile without its fingerprint.
+    await pool.execute("UPDATE log_nodes SET fingerprint = NULL WHERE level = 4 AND node_index = 7")
+    held_ids = {e.sequence_id for e in held}
+    ranges = [
+        SequenceRange(1, n),
+        SequenceRange(3, 17),
+        SequenceRange(17, 32),
+        SequenceRange(16, 97),
+        SequenceRange(33, 48),
+        SequenceRange(100, 2**63 - 1),
+        SequenceRange(151, 2**63 - 1),
+        SequenceRange(2, 2),
+    ]
+    found = await logs.fingerprints(PEER, ranges)
+    expected = [
+        Fingerprint.of(leaves[s] for s in range(r.first, min(r.last, n) + 1) if s in held_ids)
+        for r in ranges
+    ]
+    assert found == expected
+    assert not await pool.fetchval(
+        "SELECT count(*) FROM log_nodes WHERE level = 4 AND fingerprint IS NULL"
+    )
