@@ -100,10 +100,11 @@ CROSS JOIN LATERAL (
             SELECT fingerprint FROM log_leaves WHERE originator_node_id = $1
                 AND sequence_id BETWEEN g.tile * 16 + 1 AND g.tile * 16 + 16
         ) AS v
-        WHERE NOT EXISTS (
-            SELECT 1 FROM log_nodes WHERE originator_node_id = $1 AND level = 4
-                AND node_index = g.tile AND fingerprint IS NOT NULL
-        )
+        WHERE t.count < (r.t_hi - r.t_lo + 1) * 16  -- else every tile inside is complete
+            AND NOT EXISTS (
+                SELECT 1 FROM log_nodes WHERE originator_node_id = $1 AND level = 4
+                    AND node_index = g.tile AND fingerprint IS NOT NULL
+            )
     ) AS x
 ) AS l(count, xor)
 ORDER BY r.i
