@@ -49,6 +49,9 @@ from xnode.store.migrate import upgrade_to_head
 
 SAMPLE_SECONDS = 10.0
 PAYLOAD_BYTES = 200
+# Publishes awaiting an answer at most; beyond it a send is shed and counted as an error (an
+# open-loop generator on a starved machine would otherwise queue without bound).
+MAX_IN_FLIGHT = 1000
 MARK = b"soak-index:"  # before the index in each payload (the node frames it as MLS)
 
 
@@ -132,10 +135,13 @@ class Soak:
             if delay > 0:
                 await asyncio.sleep(delay)
             node = self.nodes[index % len(self.nodes)]
-            task = asyncio.create_task(self.publish_one(node, index))
+            index += 1
+            if len(pending) >= MAX_IN_FLIGHT:  # the nodes fell behind: shed, do not queue
+                self.error("publish shed (too many in flight)")
+                continue
+            task = asyncio.create_task(self.publish_one(node, index - 1))
             pending.add(task)
             task.add_done_callback(pending.discard)
-            index += 1
         await asyncio.gather(*pending)
 
     async def queriers(self, rate: float, until: float) -> None:
