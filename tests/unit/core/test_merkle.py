@@ -3,6 +3,8 @@ every honest proof verifies, and no proof verifies for another leaf, index, size
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -170,7 +172,7 @@ def test_joining_completed_tiles_keeps_every_complete_subtree_past_gaps(
     held: set[int] = set()
     stored: dict[tuple[int, int], bytes] = {}
     bounds = sorted({0, n, *cut})
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
+    for lo, hi in itertools.pairwise(bounds):
         held.update(order[lo:hi])
         width = 1 << min_level
         tiles = {i >> min_level for i in order[lo:hi]}
