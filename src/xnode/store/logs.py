@@ -40,6 +40,7 @@ INSERT INTO log_trees VALUES ($1, 0)
 ON CONFLICT (originator_node_id) DO UPDATE SET tree_size = log_trees.tree_size
 RETURNING tree_size
 """
+_HIGHEST_LEAF = "SELECT max(sequence_id) FROM log_leaves WHERE originator_node_id = $1"
 _LEAVES_AFTER = """
 SELECT sequence_id, leaf_hash FROM log_leaves
 WHERE originator_node_id = $1 AND sequence_id > $2 ORDER BY sequence_id LIMIT $3
@@ -222,7 +223,10 @@ async def complete_subtrees(
     new = {(STORED_MIN_LEVEL, t): merkle.root_of(leaves) for t, leaves in complete.items()}
     if not new:
         return 0
-    top = max(sequence_ids).bit_length() + 1
+    # Parents can reach as high as the log does, not only as the leaves just added (a fork
+    # rewrites a leaf far below the log's end).
+    held = await conn.fetchval(_HIGHEST_LEAF, originator)
+    top = max(max(sequence_ids), held or 0).bit_length() + 1
     wanted = {s for n in new for s in merkle.path_siblings(n, top)} - new.keys()
     known = await _stored_nodes(conn, originator, sorted(wanted))
     made = list(merkle.join_complete(new, known).items())

@@ -22,8 +22,10 @@ from xnode.core.envelopes import (
     originate,
     validate_payer_envelope,
 )
+from xnode.core.forks import newcomer_wins
 from xnode.core.reconciliation import Fingerprint, SequenceRange
 from xnode.replication.checkpoints import CheckpointFollower
+from xnode.store.forks import resolve_fork
 from xnode.store.logs import LogStore
 from xnode.store.replication import ReplicationStore
 from xnode.usecases.logs import CheckpointIntake, LogQueries
@@ -197,3 +199,25 @@ async def test_range_fingerprints_from_tiles_equal_those_of_the_leaves(pool: asy
     assert not await pool.fetchval(
         "SELECT count(*) FROM log_nodes WHERE level = 4 AND fingerprint IS NULL"
     )
+
+
+async def test_a_fork_low_in_the_log_recomputes_its_path_to_the_top(pool: asyncpg.Pool) -> None:
+    """A fork rewriting leaf 7 of 40 drops and recomputes the subtrees over it, up to the
+    log's highest level (not only as high as leaf 7's own id reaches)."""
+    store, logs = ReplicationStore(pool), LogStore(pool)
+    envelopes = signed(list(range(1, 41)))
+    await store.insert_received(envelopes, "t")
+    for attempt in range(64):  # a version the rule puts in the log in place of the stored one
+        data = b"other %d" % attempt
+        payer = build_payer_envelope(group_message_envelope(b"g" * 16, data), PAYER, PEER)
+        other = originate(validate_payer_envelope(payer, PEER), PEER, 7, 1007, KEY)
+        if newcomer_wins(envelopes[6].raw, other.raw):
+            break
+    async with pool.acquire() as conn, conn.transaction():
+        assert await resolve_fork(conn, other) is not None
+    rows = await pool.fetch("SELECT sequence_id, leaf_hash FROM log_leaves ORDER BY 1")
+    leaves = [bytes(r[1]) for r in rows]
+    assert leaves[6] == envelope_leaf(other.raw)
+    assert await logs.tree_size(PEER) == 40
+    hashes = await logs.perfect(PEER, merkle.perfect_nodes_for_root(40))
+    assert merkle.range_hash(0, 40, lambda lv, i: hashes[(lv, i)]) == merkle.root_of(leaves)
