@@ -40,7 +40,7 @@ import grpc
 import uvloop
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode.api.client import NodeClient, envelopes_of, group_message_envelope
+from xnode.client.node import NodeClient, envelopes_of, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import build_payer_envelope
 from xnode.devtools.devnet import DevNode, plan_nodes, wait_serving, write_registry_file
