@@ -82,6 +82,9 @@ def start_node(
         "XNODE_NODES_FILE": str(nodes),
         "XNODE_METRICS_ADDRESS": "",
         "XNODE_LOG_LEVEL": "warning",
+        # One payer publishing flat out: the cost measured is the logs', not the API limits'
+        # (on by default since issue 11; a baseline without them ignores the setting).
+        "XNODE_LIMITS_ENABLED": "false",
     }
     proc = subprocess.Popen([sys.executable, "-m", "xnode.cli", "run"], env=env)
     if not wait_serving(address, 120):
@@ -176,7 +179,11 @@ async def load_tree(dsn: str, n: int, key: SigningKey) -> float:
     conn = await asyncpg.connect(dsn)
     try:
         await conn.copy_records_to_table("log_leaves", records=leaves)
-        await conn.copy_records_to_table("log_nodes", records=nodes)
+        await conn.copy_records_to_table(
+            "log_nodes",
+            records=nodes,
+            columns=["originator_node_id", "level", "node_index", "hash"],
+        )
         await conn.execute("INSERT INTO log_trees VALUES ($1, $2)", NODE, n)
         c = sign_checkpoint(key, NODE, n, root, time.time_ns(), None)
         await conn.execute(

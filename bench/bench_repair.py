@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import math
 import os
 import shutil
@@ -127,21 +128,28 @@ def signed_envelopes(ids: list[int], key: SigningKey) -> list[IndexedEnvelope]:
 
 def build_log(
     n: int, real: dict[int, IndexedEnvelope]
-) -> tuple[list[tuple[int, int, bytes, int]], list[tuple[int, int, int, bytes]], bytes]:
+) -> tuple[list[tuple[int, int, bytes, int]], list[tuple[int, int, int, bytes, int | None]], bytes]:
     frontier = merkle.Frontier()
     leaves, nodes = [], []
+    tile_xor = 0  # tiles keep their leaves' fingerprint, as a replica's inserts store them
     for s in range(1, n + 1):
         env = real.get(s)
         leaf = env.leaf if env is not None and env.leaf else merkle.leaf_hash(s.to_bytes(8, "big"))
-        leaves.append((NODE, s, leaf, fingerprint_part(leaf)))
-        nodes += [(NODE, lv, i, h) for lv, i, h in frontier.append(leaf) if lv >= STORED_MIN_LEVEL]
+        part = fingerprint_part(leaf)
+        leaves.append((NODE, s, leaf, part))
+        tile_xor ^= part
+        for lv, i, h in frontier.append(leaf):
+            if lv >= STORED_MIN_LEVEL:
+                nodes.append((NODE, lv, i, h, tile_xor if lv == STORED_MIN_LEVEL else None))
+        if s % (1 << STORED_MIN_LEVEL) == 0:
+            tile_xor = 0
     return leaves, nodes, frontier.root()
 
 
 async def load(
     dsn: str,
     leaves: list[tuple[int, int, bytes, int]],
-    nodes: list[tuple[int, int, int, bytes]],
+    nodes: list[tuple[int, int, int, bytes, int | None]],
     size: int,
     checkpoint: Checkpoint,
     envelopes: list[IndexedEnvelope],
@@ -175,6 +183,12 @@ async def load(
         await conn.close()
 
 
+def _covers_any(level: int, index: int, sorted_leaves: list[int]) -> bool:
+    first = index << level
+    at = bisect.bisect_left(sorted_leaves, first)
+    return at < len(sorted_leaves) and sorted_leaves[at] < first + (1 << level)
+
+
 def row(what: str, result: str, bound: str) -> None:
     print(f"| {what} | {result} | {bound} |")
 
@@ -204,13 +218,21 @@ async def main() -> None:
             cluster.create_database(name)
             await asyncio.to_thread(upgrade_to_head, cluster.dsn(name))
         await load(cluster.dsn("a"), leaves, nodes, n, checkpoint, list(real.values()))
-        b_nodes = [x for x in nodes if (x[2] + 1) << x[1] <= prefix]
+        # B holds every complete subtree of what it holds, past its gaps too, as its inserts
+        # keep them (store.logs.complete_subtrees): those covering no missing leaf.
+        missing_leaves = sorted(s - 1 for s in gone)
+        b_nodes = [x for x in nodes if not _covers_any(x[1], x[2], missing_leaves)]
         b_leaves = [x for x in leaves if x[1] not in gone]
         await load(cluster.dsn("b"), b_leaves, b_nodes, prefix, checkpoint, [])
         setup_s = time.perf_counter() - started
         print(f"machine: {os.cpu_count()} cores; {n:,} leaves, {len(ids):,} missing on B in "
               f"{args.ranges} ranges (set up in {setup_s:.0f} s)")  # fmt: skip
-        pools = (asyncpg.create_pool(cluster.dsn(db), min_size=1, max_size=8) for db in "ab")
+        pools = (
+            asyncpg.create_pool(
+                cluster.dsn(db), min_size=1, max_size=8, server_settings={"jit": "off"}
+            )
+            for db in "ab"
+        )
         async with next(pools) as pool_a, next(pools) as pool_b:
             store = ReplicationStore(pool_b)
             ctx = IngestContext(

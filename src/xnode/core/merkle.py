@@ -220,6 +220,40 @@ def verify_consistency(
         raise ProofError(f"the tree of {first} leaves is not a prefix of the one of {second}")
 
 
+def path_siblings(node: Node, top_level: int) -> list[Node]:
+    """The siblings of `node` and of its ancestors below `top_level`: what joining a newly
+    complete subtree with its neighbours needs."""
+    level, index = node
+    siblings = []
+    while level < top_level:
+        siblings.append((level, index ^ 1))
+        level, index = level + 1, index >> 1
+    return siblings
+
+
+def join_complete(new: dict[Node, bytes], known: dict[Node, bytes]) -> dict[Node, bytes]:
+    """Perfect subtrees made by joining the newly complete ones (`new`) with each other and
+    with complete neighbours (`known`), level by level: the parents whose both halves are
+    complete. Returns `new` with every parent made (a gap filled anywhere in a log only
+    recomputes the paths above it, whatever lies beyond the log's contiguous prefix)."""
+    made = dict(new)
+    frontier = set(new)
+    while frontier:
+        parents: set[Node] = set()
+        for level, index in frontier:
+            parent = (level + 1, index >> 1)
+            if parent in made or parent in known:
+                continue
+            left, right = (level, index & ~1), (level, index | 1)
+            left_hash = made.get(left) or known.get(left)
+            right_hash = made.get(right) or known.get(right)
+            if left_hash is not None and right_hash is not None:
+                made[parent] = node_hash(left_hash, right_hash)
+                parents.add(parent)
+        frontier = parents
+    return made
+
+
 @dataclass
 class Frontier:
     """The right edge of the tree (its perfect-subtree peaks): enough to append and to give

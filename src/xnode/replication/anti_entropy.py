@@ -141,8 +141,14 @@ class Repair:
         self, peer: RepairPeer, originator: int, asking: Sequence[SequenceRange]
     ) -> tuple[list[Fingerprint], list[Fingerprint]]:
         chunks = _chunks(asking, None)
-        theirs = await asyncio.gather(*(peer.fingerprints(originator, c) for c in chunks))
-        mine = [await self._logs.fingerprints(originator, c) for c in chunks]
+
+        async def held_here() -> list[list[Fingerprint]]:
+            return [await self._logs.fingerprints(originator, c) for c in chunks]
+
+        # Ours are read while the peer computes its own: one round trip, not two.
+        theirs, mine = await asyncio.gather(
+            asyncio.gather(*(peer.fingerprints(originator, c) for c in chunks)), held_here()
+        )
         return [f for c in mine for f in c], [f for c in theirs for f in c]
 
     async def _listed(

@@ -3,8 +3,8 @@ transaction, and every signed version kept as evidence.
 
 When the newcomer takes the stored version's place, the committed log follows: its leaf is
 rewritten and the tree is rebuilt from that sequence id (the perfect subtrees covering it
-or later are dropped and `extend_trees` grows them again), so every node ends with the same
-leaves and roots whatever order it saw the versions in."""
+are dropped and `extend_trees` recomputes them and grows the prefix again), so every node
+ends with the same leaves and roots whatever order it saw the versions in."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ WITH leaf AS (
     WHERE originator_node_id = $1 AND sequence_id = $2
 ), nodes AS (
     DELETE FROM log_nodes
-    WHERE originator_node_id = $1 AND ((node_index + 1) << level) > $2 - 1
+    WHERE originator_node_id = $1 AND (node_index << level) <= $2 - 1
+        AND ((node_index + 1) << level) > $2 - 1
 )
 UPDATE log_trees SET tree_size = least(tree_size, $2 - 1) WHERE originator_node_id = $1
 """
@@ -55,7 +56,9 @@ async def _replace_leaf(conn: asyncpg.Connection, envelope: IndexedEnvelope) -> 
         leaf,
         fingerprint_part(leaf),
     )
-    await extend_trees(conn, [envelope.originator_node_id])
+    await extend_trees(
+        conn, [envelope.originator_node_id], [(envelope.originator_node_id, envelope.sequence_id)]
+    )
 
 
 async def resolve_fork(

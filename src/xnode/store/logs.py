@@ -4,7 +4,13 @@ Leaves are written in the same transaction as their envelopes (the sequencer for
 own log, `ReplicationStore.insert_received` for replicated ones). The tree over sequence ids
 1..n is built only over the contiguous prefix of leaves held (`log_trees.tree_size`): a
 replicated log can arrive with gaps, and its tree grows when they fill (`extend_tree`, run
-in the inserting transaction, under the log_trees row lock). Nothing here is ever pruned."""
+in the inserting transaction, under the log_trees row lock). Nothing here is ever pruned.
+
+`log_nodes` holds every perfect subtree of level >= STORED_MIN_LEVEL whose leaves are all
+held, past gaps too (`complete_subtrees`, for the leaves an insert added): filling a gap then
+recomputes only the paths above it, and the prefix grows by jumping over stored subtrees
+instead of re-hashing the leaves behind the gap. Leaves a database got before this rule
+(no subtrees past its gaps) are hashed the old way, a chunk at a time."""
 
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ from xnode.usecases.logs import IssueSigner
 EXTEND_CHUNK = 10_000
 # Perfect subtrees below this level are not stored but hashed from their (at most 8) leaves
 # when a root or proof needs them: a log then adds about 1 + 1/16 rows per envelope, not 2.
+# Level 4 nodes are the tiles range fingerprints read (the SQL below and migration 0007
+# spell it 4 and 16).
 STORED_MIN_LEVEL = 4
 # Serializes checkpoint issuing per originator across processes sharing the database.
 _ISSUE_LOCK = 0x6C6F6773  # "logs"
@@ -32,6 +40,7 @@ INSERT INTO log_trees VALUES ($1, 0)
 ON CONFLICT (originator_node_id) DO UPDATE SET tree_size = log_trees.tree_size
 RETURNING tree_size
 """
+_HIGHEST_LEAF = "SELECT max(sequence_id) FROM log_leaves WHERE originator_node_id = $1"
 _LEAVES_AFTER = """
 SELECT sequence_id, leaf_hash FROM log_leaves
 WHERE originator_node_id = $1 AND sequence_id > $2 ORDER BY sequence_id LIMIT $3
@@ -45,18 +54,68 @@ SELECT n.level, n.idx, CASE WHEN n.level = 0
           WHERE originator_node_id = $1 AND level = n.level AND node_index = n.idx) END
 FROM unnest($2::smallint[], $3::bigint[]) AS n(level, idx)
 """
+_STORED_NODES = """
+SELECT n.level, n.idx, t.hash
+FROM unnest($2::smallint[], $3::bigint[]) AS n(level, idx)
+JOIN log_nodes AS t
+    ON t.originator_node_id = $1 AND t.level = n.level AND t.node_index = n.idx
+"""
 _INSERT_NODES = """
 INSERT INTO log_nodes SELECT $1, * FROM unnest($2::smallint[], $3::bigint[], $4::bytea[])
 ON CONFLICT DO NOTHING
 """
+_INSERT_FINGERPRINTED_NODES = """
+INSERT INTO log_nodes
+SELECT $1, * FROM unnest($2::smallint[], $3::bigint[], $4::bytea[], $5::bigint[])
+ON CONFLICT DO NOTHING
+"""
+# A range's fingerprint: its complete tiles' stored fingerprints (log_nodes at level
+# STORED_MIN_LEVEL = 4: leaves 16t+1..16t+16), plus the leaves of the edges and of the tiles
+# inside it that are incomplete (or not fingerprinted yet). Tiles t_lo..t_hi are those
+# wholly inside the range, clamped to the highest leaf held (the open tail range).
 _FINGERPRINTS = """
-SELECT r.i, f.count, f.xor
-FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS r(first_id, last_id, i)
+WITH r AS (
+    SELECT i, first_id, last_id, (first_id + 14) / 16 AS t_lo, least(last_id, top) / 16 - 1 AS t_hi
+    FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS r(first_id, last_id, i),
+        (SELECT coalesce(max(sequence_id), 0) AS top FROM log_leaves
+         WHERE originator_node_id = $1) AS held
+)
+SELECT r.i, t.count + l.count, t.xor # l.xor
+FROM r
 CROSS JOIN LATERAL (
-    SELECT count(*), coalesce(bit_xor(fingerprint), 0) FROM log_leaves
-    WHERE originator_node_id = $1 AND sequence_id BETWEEN r.first_id AND r.last_id
-) AS f(count, xor)
+    SELECT count(*) * 16, coalesce(bit_xor(fingerprint), 0) FROM log_nodes
+    WHERE originator_node_id = $1 AND level = 4 AND node_index BETWEEN r.t_lo AND r.t_hi
+        AND fingerprint IS NOT NULL
+) AS t(count, xor)
+CROSS JOIN LATERAL (
+    SELECT count(*), coalesce(bit_xor(x.fingerprint), 0) FROM (
+        SELECT fingerprint FROM log_leaves WHERE originator_node_id = $1
+            AND sequence_id BETWEEN r.first_id AND least(r.last_id, r.t_lo * 16)
+        UNION ALL
+        SELECT fingerprint FROM log_leaves WHERE originator_node_id = $1
+            AND sequence_id BETWEEN greatest(r.first_id, r.t_lo * 16 + 1, r.t_hi * 16 + 17)
+                AND r.last_id
+        UNION ALL
+        SELECT v.fingerprint FROM generate_series(r.t_lo, r.t_hi) AS g(tile)
+        CROSS JOIN LATERAL (
+            SELECT fingerprint FROM log_leaves WHERE originator_node_id = $1
+                AND sequence_id BETWEEN g.tile * 16 + 1 AND g.tile * 16 + 16
+        ) AS v
+        WHERE t.count < (r.t_hi - r.t_lo + 1) * 16  -- else every tile inside is complete
+            AND NOT EXISTS (
+                SELECT 1 FROM log_nodes WHERE originator_node_id = $1 AND level = 4
+                    AND node_index = g.tile AND fingerprint IS NOT NULL
+            )
+    ) AS x
+) AS l(count, xor)
 ORDER BY r.i
+"""
+# Tiles stored without their fingerprint (the sequencer's own log) get it here, once.
+_FILL_TILE_FINGERPRINTS = """
+UPDATE log_nodes AS n SET fingerprint = (
+    SELECT bit_xor(l.fingerprint) FROM log_leaves AS l WHERE l.originator_node_id = $1
+        AND l.sequence_id BETWEEN n.node_index * 16 + 1 AND n.node_index * 16 + 16)
+WHERE n.originator_node_id = $1 AND n.level = 4 AND n.fingerprint IS NULL
 """
 _LEAVES_IN = """
 SELECT l.sequence_id, l.leaf_hash
@@ -134,35 +193,125 @@ async def load_frontier(
     return merkle.Frontier.restored(size, _lookup(hashes))
 
 
-async def extend_tree(conn: asyncpg.Connection, originator: int) -> merkle.Frontier:
-    """Grows the originator's tree over the leaves that now follow its contiguous prefix;
-    the caller owns the transaction. Returns the tree's frontier."""
-    size = await conn.fetchval(_LOCK_TREE, originator)
+async def _stored_nodes(
+    conn: asyncpg.Connection, originator: int, nodes: Sequence[merkle.Node]
+) -> dict[merkle.Node, bytes]:
+    if not nodes:
+        return {}
+    rows = await conn.fetch(_STORED_NODES, originator, [n[0] for n in nodes], [n[1] for n in nodes])
+    return {(r[0], r[1]): bytes(r[2]) for r in rows}
+
+
+async def complete_subtrees(
+    conn: asyncpg.Connection, originator: int, sequence_ids: Sequence[int]
+) -> int:
+    """Stores the perfect subtrees (level >= STORED_MIN_LEVEL) that the leaves at these
+    sequence ids completed, anywhere in the log: their tiles (2^STORED_MIN_LEVEL leaves)
+    now all held, joined upwards with complete neighbours. Three queries whatever the log's
+    size. Returns how many subtrees it stored."""
+    if not sequence_ids:
+        return 0
+    tile = 1 << STORED_MIN_LEVEL
+    tiles = sorted({(s - 1) >> STORED_MIN_LEVEL for s in sequence_ids})
+    rows = await conn.fetch(
+        _LEAVES_IN, originator, [t * tile + 1 for t in tiles], [(t + 1) * tile for t in tiles]
+    )
+    by_tile: dict[int, list[bytes]] = {}
+    for sequence_id, leaf in rows:
+        by_tile.setdefault((sequence_id - 1) >> STORED_MIN_LEVEL, []).append(bytes(leaf))
+    complete = {t: leaves for t, leaves in by_tile.items() if len(leaves) == tile}
+    new = {(STORED_MIN_LEVEL, t): merkle.root_of(leaves) for t, leaves in complete.items()}
+    if not new:
+        return 0
+    # Parents can reach as high as the log does, not only as the leaves just added (a fork
+    # rewrites a leaf far below the log's end).
+    held = await conn.fetchval(_HIGHEST_LEAF, originator)
+    top = max(max(sequence_ids), held or 0).bit_length() + 1
+    wanted = {s for n in new for s in merkle.path_siblings(n, top)} - new.keys()
+    known = await _stored_nodes(conn, originator, sorted(wanted))
+    made = list(merkle.join_complete(new, known).items())
+    fingerprints = [
+        Fingerprint.of(complete[i]).xor if level == STORED_MIN_LEVEL else None
+        for (level, i), _ in made
+    ]
+    levels, indexes, hashes = node_columns([(*n, h) for n, h in made])
+    await conn.execute(
+        _INSERT_FINGERPRINTED_NODES, originator, levels, indexes, hashes, fingerprints
+    )
+    return len(made)
+
+
+async def _jump(conn: asyncpg.Connection, originator: int, size: int) -> int:
+    """The prefix grown over the largest stored subtree starting at leaf `size` (aligned to
+    a tile), or `size` when none is stored there."""
+    candidates = [
+        (level, size >> level)
+        for level in range(STORED_MIN_LEVEL, max(size.bit_length(), STORED_MIN_LEVEL) + 40)
+        if size % (1 << level) == 0
+    ]
+    stored = await _stored_nodes(conn, originator, candidates)
+    return size + (1 << max(stored)[0]) if stored else size
+
+
+async def _hash_leaves(conn: asyncpg.Connection, originator: int, size: int, limit: int) -> int:
+    """The prefix grown over up to `limit` held leaves after `size` by hashing them (storing
+    the subtrees they complete); stops at a gap."""
     frontier = await load_frontier(conn, originator, size)
+    rows = await conn.fetch(_LEAVES_AFTER, originator, size, limit)
+    completed: list[tuple[int, int, bytes]] = []
+    for sequence_id, leaf in rows:
+        if sequence_id != frontier.size + 1:
+            break  # a gap: the tree waits for it
+        completed += frontier.append(leaf)
+    if completed:
+        await conn.execute(_INSERT_NODES, originator, *node_columns(completed))
+    return frontier.size
+
+
+async def extend_tree(
+    conn: asyncpg.Connection, originator: int, added: Sequence[int] = ()
+) -> merkle.Frontier:
+    """Grows the originator's tree over the leaves that now follow its contiguous prefix;
+    the caller owns the transaction. `added`: sequence ids of leaves just inserted, whose
+    completed subtrees are stored first (wherever they are). Returns the tree's frontier."""
+    size = await conn.fetchval(_LOCK_TREE, originator)
+    await complete_subtrees(conn, originator, added)
+    tile = 1 << STORED_MIN_LEVEL
+    grown, chunk = size, tile
     while True:
-        rows = await conn.fetch(_LEAVES_AFTER, originator, frontier.size, EXTEND_CHUNK)
-        completed: list[tuple[int, int, bytes]] = []
-        for sequence_id, leaf in rows:
-            if sequence_id != frontier.size + 1:
-                break  # a gap: the tree waits for it
-            completed += frontier.append(leaf)
-        if completed:
-            await conn.execute(_INSERT_NODES, originator, *node_columns(completed))
-        if len(rows) < EXTEND_CHUNK or frontier.size < rows[-1][0]:
+        if grown % tile:  # to the next tile boundary, where stored subtrees start
+            step = await _hash_leaves(conn, originator, grown, tile - grown % tile)
+        else:
+            step = await _jump(conn, originator, grown)
+            if step == grown:  # a gap, the last partial tile, or leaves from before the rule
+                step = await _hash_leaves(conn, originator, grown, chunk)
+                if step - grown >= tile:  # leaves without stored subtrees: hash in chunks
+                    chunk = EXTEND_CHUNK
+        if step == grown:
             break
-    if frontier.size != size:
+        grown = step
+    if grown != size:
         await conn.execute(
             "UPDATE log_trees SET tree_size = $2 WHERE originator_node_id = $1",
             originator,
-            frontier.size,
+            grown,
         )
-    return frontier
+    return await load_frontier(conn, originator, grown)
 
 
-async def extend_trees(conn: asyncpg.Connection, originators: Sequence[int]) -> None:
+async def extend_trees(
+    conn: asyncpg.Connection,
+    originators: Sequence[int],
+    added: Sequence[tuple[int, int]] = (),
+) -> None:
+    """`extend_tree` for each originator; `added`: (originator, sequence id) of the leaves
+    just inserted."""
+    by_originator: dict[int, list[int]] = {}
+    for originator, sequence_id in added:
+        by_originator.setdefault(originator, []).append(sequence_id)
     for originator in sorted(set(originators)):  # one lock order: no deadlocks between batches
         if has_log(originator):
-            await extend_tree(conn, originator)
+            await extend_tree(conn, originator, by_originator.get(originator, ()))
 
 
 def _checkpoint(row: asyncpg.Record | None) -> Checkpoint | None:
@@ -204,6 +353,7 @@ class LogStore:
     async def fingerprints(
         self, originator: int, ranges: Sequence[SequenceRange]
     ) -> list[Fingerprint]:
+        await self.pool.execute(_FILL_TILE_FINGERPRINTS, originator)
         rows = await self.pool.fetch(
             _FINGERPRINTS, originator, [r.first for r in ranges], [r.last for r in ranges]
         )

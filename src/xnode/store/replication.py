@@ -99,7 +99,7 @@ class ReplicationStore:
             )
             inserted = [(r[0], r[1]) for r in rows]
             if inserted:
-                await extend_trees(conn, [o for o, _ in inserted])
+                await extend_trees(conn, [o for o, _ in inserted], inserted)
                 await conn.execute(
                     "SELECT pg_notify($1, $2)",
                     NOTIFY_CHANNEL,

@@ -22,7 +22,10 @@ from xnode.core.envelopes import (
     originate,
     validate_payer_envelope,
 )
+from xnode.core.forks import newcomer_wins
+from xnode.core.reconciliation import Fingerprint, SequenceRange
 from xnode.replication.checkpoints import CheckpointFollower
+from xnode.store.forks import resolve_fork
 from xnode.store.logs import LogStore
 from xnode.store.replication import ReplicationStore
 from xnode.usecases.logs import CheckpointIntake, LogQueries
@@ -137,3 +140,84 @@ async def test_a_peer_without_log_api_is_left_alone(pool: asyncpg.Pool) -> None:
     finally:
         await server.stop(None)
     assert [e["event"] for e in logged] == ["peer_without_log_api"]
+
+
+async def test_subtrees_past_a_gap_are_kept_and_filling_it_joins_them(pool: asyncpg.Pool) -> None:
+    """Leaves past a gap keep their complete subtrees (tiles of 16 and above), so filling
+    the gap joins stored subtrees: the tree then covers everything with the reference root."""
+    store, logs = ReplicationStore(pool), LogStore(pool)
+    n, gap = 200, [20, 21, 70]
+    envelopes = signed(list(range(1, n + 1)))
+    leaves = [envelope_leaf(e.raw) for e in envelopes]
+    held = [e for e in envelopes if e.sequence_id not in gap]
+    for i in range(0, len(held), 37):
+        await store.insert_received(held[i : i + 37], "t")
+    assert await logs.tree_size(PEER) == 19
+    nodes = await pool.fetch("SELECT level, node_index, hash FROM log_nodes")
+    stored = {(r[0], r[1]): bytes(r[2]) for r in nodes}
+    # Tile 5 (leaves 81..96) lies past both gaps and is complete; so is level 5's node 3
+    # (leaves 97..128), made of tiles 6 and 7.
+    assert stored[(4, 5)] == merkle.root_of(leaves[80:96])
+    assert stored[(5, 3)] == merkle.root_of(leaves[96:128])
+    assert (4, 1) not in stored and (4, 4) not in stored  # they hold the gaps
+    await store.insert_received([envelopes[19], envelopes[20]], "t")
+    assert await logs.tree_size(PEER) == 69
+    await store.insert_received([envelopes[69]], "t")
+    assert await logs.tree_size(PEER) == n
+    hashes = await logs.perfect(PEER, merkle.perfect_nodes_for_root(n))
+    assert merkle.range_hash(0, n, lambda lv, i: hashes[(lv, i)]) == merkle.root_of(leaves)
+
+
+async def test_range_fingerprints_from_tiles_equal_those_of_the_leaves(pool: asyncpg.Pool) -> None:
+    """Fingerprints read from tiles (fingerprinted on insert, or later for tiles stored
+    without one) equal the leaves' own, for ranges with gaps, edges and the open tail."""
+    store, logs = ReplicationStore(pool), LogStore(pool)
+    n = 150
+    envelopes = signed(list(range(1, n + 1)))
+    leaves = {e.sequence_id: envelope_leaf(e.raw) for e in envelopes}
+    held = [e for e in envelopes if e.sequence_id not in (5, 40, 41, 99)]
+    await store.insert_received(held, "t")
+    # As the sequencer stores them: a tile without its fingerprint.
+    await pool.execute("UPDATE log_nodes SET fingerprint = NULL WHERE level = 4 AND node_index = 7")
+    held_ids = {e.sequence_id for e in held}
+    ranges = [
+        SequenceRange(1, n),
+        SequenceRange(3, 17),
+        SequenceRange(17, 32),
+        SequenceRange(16, 97),
+        SequenceRange(33, 48),
+        SequenceRange(100, 2**63 - 1),
+        SequenceRange(151, 2**63 - 1),
+        SequenceRange(2, 2),
+    ]
+    found = await logs.fingerprints(PEER, ranges)
+    expected = [
+        Fingerprint.of(leaves[s] for s in range(r.first, min(r.last, n) + 1) if s in held_ids)
+        for r in ranges
+    ]
+    assert found == expected
+    assert not await pool.fetchval(
+        "SELECT count(*) FROM log_nodes WHERE level = 4 AND fingerprint IS NULL"
+    )
+
+
+async def test_a_fork_low_in_the_log_recomputes_its_path_to_the_top(pool: asyncpg.Pool) -> None:
+    """A fork rewriting leaf 7 of 40 drops and recomputes the subtrees over it, up to the
+    log's highest level (not only as high as leaf 7's own id reaches)."""
+    store, logs = ReplicationStore(pool), LogStore(pool)
+    envelopes = signed(list(range(1, 41)))
+    await store.insert_received(envelopes, "t")
+    for attempt in range(64):  # a version the rule puts in the log in place of the stored one
+        data = b"other %d" % attempt
+        payer = build_payer_envelope(group_message_envelope(b"g" * 16, data), PAYER, PEER)
+        other = originate(validate_payer_envelope(payer, PEER), PEER, 7, 1007, KEY)
+        if newcomer_wins(envelopes[6].raw, other.raw):
+            break
+    async with pool.acquire() as conn, conn.transaction():
+        assert await resolve_fork(conn, other) is not None
+    rows = await pool.fetch("SELECT sequence_id, leaf_hash FROM log_leaves ORDER BY 1")
+    leaves = [bytes(r[1]) for r in rows]
+    assert leaves[6] == envelope_leaf(other.raw)
+    assert await logs.tree_size(PEER) == 40
+    hashes = await logs.perfect(PEER, merkle.perfect_nodes_for_root(40))
+    assert merkle.range_hash(0, 40, lambda lv, i: hashes[(lv, i)]) == merkle.root_of(leaves)

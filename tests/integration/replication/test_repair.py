@@ -67,6 +67,16 @@ async def test_a_lost_range_is_repaired_from_a_peer_while_the_originator_is_down
             network.dsns[200],
             f"DELETE FROM {table} WHERE originator_node_id = 100 AND {column} BETWEEN 10 AND 20",
         )
+    # Nor does B hold the tree nodes over them (subtrees and tile fingerprints are stored
+    # only over leaves all held), and its tree stops before the gap.
+    await _execute(
+        network.dsns[200],
+        "DELETE FROM log_nodes WHERE originator_node_id = 100"
+        " AND (node_index << level) < 20 AND ((node_index + 1) << level) > 9",
+    )
+    await _execute(
+        network.dsns[200], "UPDATE log_trees SET tree_size = 9 WHERE originator_node_id = 100"
+    )
     assert len(await stored(b.address, 100)) == 29
 
     async def repaired() -> bool:

@@ -3,6 +3,8 @@ every honest proof verifies, and no proof verifies for another leaf, index, size
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,7 +17,9 @@ from xnode.core.merkle import (
     ProofError,
     consistency_proof,
     inclusion_proof,
+    join_complete,
     leaf_hash,
+    path_siblings,
     perfect_nodes_for_consistency,
     perfect_nodes_for_inclusion,
     perfect_nodes_for_root,
@@ -137,3 +141,53 @@ def test_a_run_of_leaves_is_proven_by_its_two_boundary_proofs(n: int, data: st.D
     assert run_root(first, run, n, first_proof, last_proof) == root_of(all_leaves)
     forged = [*run[:-1], leaf_hash(b"forged")]
     assert run_root(first, forged, n, first_proof, last_proof) != root_of(all_leaves)
+
+
+def complete_subtrees_of(
+    held: set[int], hashes: list[bytes], min_level: int
+) -> dict[tuple[int, int], bytes]:
+    """Every perfect subtree (level >= min_level) whose leaves are all held: the reference."""
+    out = {}
+    level = min_level
+    while (1 << level) <= len(hashes):
+        width = 1 << level
+        for index in range(len(hashes) // width):
+            if all(i in held for i in range(index * width, (index + 1) * width)):
+                out[(level, index)] = root_of(hashes[index * width : (index + 1) * width])
+        level += 1
+    return out
+
+
+@given(st.integers(1, 200), st.integers(0, 3), st.data())
+@settings(max_examples=60)
+def test_joining_completed_tiles_keeps_every_complete_subtree_past_gaps(
+    n: int, min_level: int, data: st.DataObject
+) -> None:
+    """Leaves arrive in any order, in batches, with gaps; after each batch the tiles it
+    completed are joined with what is stored: what is stored is then exactly every perfect
+    subtree whose leaves are all held, past gaps too, with the reference hashes."""
+    hashes = leaves(n)
+    order = data.draw(st.permutations(range(n)))
+    cut = data.draw(st.lists(st.integers(0, n), max_size=6))
+    held: set[int] = set()
+    stored: dict[tuple[int, int], bytes] = {}
+    bounds = sorted({0, n, *cut})
+    for lo, hi in itertools.pairwise(bounds):
+        held.update(order[lo:hi])
+        width = 1 << min_level
+        tiles = {i >> min_level for i in order[lo:hi]}
+        new = {
+            (min_level, t): root_of(hashes[t * width : (t + 1) * width])
+            for t in tiles
+            if all(i in held for i in range(t * width, (t + 1) * width)) and (t + 1) * width <= n
+        }
+        top = n.bit_length() + 1
+        wanted = {s for node in new for s in path_siblings(node, top)} - new.keys()
+        known = {s: stored[s] for s in wanted if s in stored}
+        stored.update(join_complete(new, known))
+        assert stored == complete_subtrees_of(held, hashes, min_level)
+
+
+def test_path_siblings_climb_to_the_top_level() -> None:
+    assert path_siblings((4, 5), 7) == [(4, 4), (5, 3), (6, 0)]
+    assert path_siblings((3, 0), 3) == []
