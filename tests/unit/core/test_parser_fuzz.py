@@ -30,6 +30,7 @@ from xnode.api.client import group_message_envelope
 from xnode.api.errors import STATUS_OF
 from xnode.core import mls, wire
 from xnode.core.chain_payloads import ChainEvent, MalformedPayload, client_envelope_of
+from xnode.core.checkpoints import CheckpointError, sign_checkpoint, verify_checkpoint
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import (
     build_payer_envelope,
@@ -128,12 +129,32 @@ def _chain_event(data: bytes) -> None:
 
 
 def _identity_update(data: bytes) -> None:
-    association_changes(_decode(association_pb2.IdentityUpdate, data))
+    update = _decode(association_pb2.IdentityUpdate, data)
+    association_changes(update)
+    # ...and as the payload of a client envelope on its inbox's topic (the publish path).
+    try:
+        inbox = bytes.fromhex(update.inbox_id)
+    except ValueError:
+        inbox = INBOX
+    client = envelopes_pb2.ClientEnvelope(
+        aad=envelopes_pb2.AuthenticatedData(target_topic=b"\x02" + inbox),
+        identity_update=update,
+    )
+    _client_envelope(client.SerializeToString())
 
 
 def _stream_frame(data: bytes) -> None:
     with contextlib.suppress(wire.FrameError):
         wire.originator_envelopes(data)
+    with contextlib.suppress(wire.FrameError):
+        wire.length_delimited(data, 1)
+    with contextlib.suppress(wire.FrameError):
+        list(wire.fields(data))
+
+
+def _checkpoint(data: bytes) -> None:
+    with contextlib.suppress(CheckpointError):
+        verify_checkpoint(data, KEY.public_key)
 
 
 def _topic(data: bytes) -> None:
@@ -184,6 +205,12 @@ def _valid_plan() -> bytes:
     return json.dumps(document).encode()
 
 
+def _identity_updates() -> tuple[bytes, ...]:
+    """The official client's identity updates (ECDSA wallet and installation signatures)."""
+    clients = [envelopes_pb2.ClientEnvelope.FromString(c) for c in official("identity_update")]
+    return tuple(c.identity_update.SerializeToString() for c in clients)
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -203,6 +230,7 @@ def targets() -> list[Target]:
     cursor = envelopes_pb2.Cursor(node_id_to_sequence_id={100: 5}).SerializeToString()
     token = issue_token(KEY, NODE_ID, NODE_ID, 1_800_000_000).encode()
     client = envelopes_pb2.PayerEnvelope.FromString(_valid_payer()).unsigned_client_envelope
+    checkpoint = sign_checkpoint(KEY, NODE_ID, 7, b"\x07" * 32, 1_700_000_000_000_000_000, None)
     official_clients = tuple(
         seed
         for kind in ("group_message", "welcome_message", "upload_key_package", "identity_update")
@@ -226,7 +254,8 @@ def targets() -> list[Target]:
             "key package", _key_package, tuple(k.key_package_tls_serialized for k in key_packages)
         ),
         Target("chain event payload", _chain_event, (framed, client)),
-        Target("identity update", _identity_update, (b"",)),
+        Target("welcome message", _client_envelope, official("welcome_message")),
+        Target("identity update", _identity_update, _identity_updates()),
         Target("subscribe stream frame", _stream_frame, (frame,)),
         Target("topic", _topic, (b"\x00" + GROUP,)),
         Target(
@@ -237,6 +266,7 @@ def targets() -> list[Target]:
         Target("misbehavior report", _misbehavior_report, (b"",)),
         Target("node token", _node_token, (token,)),
         Target("prune plan", _prune_plan, (_valid_plan(),)),
+        Target("log checkpoint", _checkpoint, (checkpoint.signed,)),
     ]
 
 
