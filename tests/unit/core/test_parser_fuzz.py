@@ -173,8 +173,9 @@ def _misbehavior_report(data: bytes) -> None:
 
 
 def _node_token(data: bytes) -> None:
-    with contextlib.suppress(AuthError):
-        verify_token(data.decode("latin-1"), REGISTRY, NODE_ID, 1_800_000_000)
+    for read_only in (False, True):  # read-only nodes' tokens name an address (XIP 3.4)
+        with contextlib.suppress(AuthError):
+            verify_token(data.decode("latin-1"), REGISTRY, NODE_ID, 1_800_000_000, read_only)
 
 
 def _prune_plan(data: bytes) -> None:
@@ -229,6 +230,7 @@ def targets() -> list[Target]:
     frame = wire.field(1, wire.field(1, originator))
     cursor = envelopes_pb2.Cursor(node_id_to_sequence_id={100: 5}).SerializeToString()
     token = issue_token(KEY, NODE_ID, NODE_ID, 1_800_000_000).encode()
+    read_only_token = issue_token(PAYER, None, NODE_ID, 1_800_000_000).encode()
     client = envelopes_pb2.PayerEnvelope.FromString(_valid_payer()).unsigned_client_envelope
     checkpoint = sign_checkpoint(KEY, NODE_ID, 7, b"\x07" * 32, 1_700_000_000_000_000_000, None)
     official_clients = tuple(
@@ -264,7 +266,7 @@ def targets() -> list[Target]:
             (cursor,),
         ),
         Target("misbehavior report", _misbehavior_report, (b"",)),
-        Target("node token", _node_token, (token,)),
+        Target("node token", _node_token, (token, read_only_token)),
         Target("prune plan", _prune_plan, (_valid_plan(),)),
         Target("log checkpoint", _checkpoint, (checkpoint.signed,)),
     ]

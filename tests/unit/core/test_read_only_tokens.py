@@ -55,7 +55,7 @@ def test_read_only_tokens_are_refused_unless_the_node_accepts_them() -> None:
 def test_a_read_only_token_must_be_signed_by_the_key_it_names() -> None:
     # Signed by READER, claiming the registered node's address: refused.
     forged = issue_token(READER, None, 100, NOW)
-    header, claims, signature = forged.split(".")
+    header, _, signature = forged.split(".")
     body = _claims(forged) | {"sub": read_only_subject(NODE.public_key)}
     encoded = base64.urlsafe_b64encode(json.dumps(body).encode()).rstrip(b"=").decode()
     with pytest.raises(AuthError, match="does not recover to its subject"):
