@@ -29,7 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_node import NODE, PAYER, run_callers, start_node_process
+from bench_node import NODE, PAYER, run_callers, start_node_process
+
 from tests.integration.export.helpers import client_envelope
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.api.client import NodeClient
