@@ -54,7 +54,7 @@ async def _check_chain_id(rpc: ChainRpc, expected: int, what: str) -> int:
     chain_id = await rpc.chain_id()
     if chain_id != expected:
         raise ChainSetupError(
-            f"the {what} RPC {rpc.url} serves chain id {chain_id}, but its contracts file "
+            f"the {what} RPC {rpc.url} serves chain id {chain_id}, but the contracts file "
             f"is for chain id {expected}"
         )
     return chain_id
