@@ -29,6 +29,7 @@ from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.api.client import group_message_envelope
 from xnode.api.errors import STATUS_OF
 from xnode.core import mls, wire
+from xnode.core.associations import AssociationError, apply_update, wallet_checks
 from xnode.core.chain_payloads import ChainEvent, MalformedPayload, client_envelope_of
 from xnode.core.checkpoints import CheckpointError, sign_checkpoint, verify_checkpoint
 from xnode.core.crypto import SigningKey
@@ -131,6 +132,9 @@ def _chain_event(data: bytes) -> None:
 def _identity_update(data: bytes) -> None:
     update = _decode(association_pb2.IdentityUpdate, data)
     association_changes(update)
+    # XIP-46: the update applied to a fresh inbox, every signature checked (issue 12 part 2).
+    with contextlib.suppress(AssociationError):
+        apply_update(None, update, {check: True for check in wallet_checks(update)})
     # ...and as the payload of a client envelope on its inbox's topic (the publish path).
     try:
         inbox = bytes.fromhex(update.inbox_id)
@@ -208,7 +212,8 @@ def _valid_plan() -> bytes:
 
 def _identity_updates() -> tuple[bytes, ...]:
     """The official client's identity updates (ECDSA wallet and installation signatures)."""
-    clients = [envelopes_pb2.ClientEnvelope.FromString(c) for c in official("identity_update")]
+    captured = (*official("identity_update"), *official("identity_lifecycle"))
+    clients = [envelopes_pb2.ClientEnvelope.FromString(c) for c in captured]
     return tuple(c.identity_update.SerializeToString() for c in clients)
 
 
