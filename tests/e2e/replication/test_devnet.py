@@ -22,15 +22,15 @@ import pytest
 from web3 import Web3
 
 from tests.e2e.replication.conftest import eventually
+from tests.identity_signers import Inbox
 from tests.integration.chain.helpers import (
     canonical_payloads,
     client_bytes,
     commit_envelope,
-    create_inbox,
     group_topic,
-    identity_update_envelope,
     inbox_topic,
     publish,
+    signed_update_envelope,
 )
 from xmtp.xmtpv4.payer_api import payer_api_pb2, payer_api_pb2_grpc
 from xnode.api.client import NodeClient
@@ -41,8 +41,7 @@ from xnode.core.crypto import SigningKey
 from xnode.devtools.postgres import free_port
 
 GROUP = bytes([9]) * 16
-INBOX = bytes([0x17]) * 32
-ALICE = "0x" + "a1" * 20
+ALICES_INBOX = Inbox()
 
 
 def start_devnet(
@@ -158,7 +157,7 @@ def _message_events(url: str, contracts_file: str) -> int:
 
 async def _topics_on(address: str) -> list[bytes]:
     async with NodeClient(address) as client:
-        found = await client.query(topics=[group_topic(GROUP), inbox_topic(INBOX)])
+        found = await client.query(topics=[group_topic(GROUP), inbox_topic(ALICES_INBOX.key)])
     return sorted(client_bytes(e) for e in found)
 
 
@@ -181,7 +180,7 @@ async def test_a_read_only_node_converges_and_the_registry_lives_on_its_own_chai
             async with NodeClient(nodes[100]) as first, NodeClient(nodes[200]) as second:
                 await first.publish_group_messages(SigningKey.generate(), 100, GROUP, [b"a"])
                 await publish(first, 100, [commit_envelope(GROUP)])
-                await publish(second, 200, [identity_update_envelope(INBOX, [create_inbox(ALICE)])])
+                await publish(second, 200, [signed_update_envelope(ALICES_INBOX.create())])
             # The read-only node's subscription delivers what node 100 originated.
             async with asyncio.timeout(60):
                 async for response in live:
