@@ -154,7 +154,9 @@ def start_node_process(
     key: SigningKey,
     database: str = "bench",
     extra: dict[str, str] | None = None,
+    command: list[str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """`command`: what runs the node (default `python -m xnode.cli run`)."""
     cluster.create_database(database)
     upgrade_to_head(cluster.dsn(database))
     nodes = work / "nodes.json"
@@ -170,7 +172,7 @@ def start_node_process(
         "XNODE_LOG_LEVEL": "warning",
         **(extra or {}),
     }
-    proc = subprocess.Popen([sys.executable, "-m", "xnode.cli", "run"], env=env)
+    proc = subprocess.Popen(command or [sys.executable, "-m", "xnode.cli", "run"], env=env)
     if not wait_serving(address):
         proc.kill()
         raise SystemExit("node did not start")

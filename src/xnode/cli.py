@@ -170,6 +170,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="TLS between nodes and for clients: a throwaway CA in <dir>/tls, https:// addresses",
     )
+    devnet.add_argument(
+        "--read-only-nodes",
+        type=int,
+        default=0,
+        help="also run this many read-only nodes (unregistered; they replicate, serve, and "
+        "refuse publishes)",
+    )
+    devnet.add_argument(
+        "--two-chains",
+        action="store_true",
+        help="the NodeRegistry on a second anvil (chain id 31338), apart from the app chain "
+        "of the payload contracts",
+    )
     devnet.set_defaults(func=_cmd_devnet)
     add_chain_parser(sub)
     add_export_parsers(sub)

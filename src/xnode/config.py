@@ -43,6 +43,15 @@ class Settings(BaseSettings):
     node_id: int | None = Field(
         None, description="This node's id; checked against the registry when one is given"
     )
+    read_only: bool = Field(
+        False,
+        description="Read-only node (XIP 3.4): needs no registered key (one is made if none is "
+        "set); replicates every originator from the registry's nodes, serves queries and "
+        "subscriptions, refuses publishes (FAILED_PRECONDITION), originates and reports nothing",
+    )
+    accept_read_only_peers: bool = Field(
+        True, description="Read-only nodes' tokens may open replication streams here"
+    )
     nodes_file: Path | None = Field(
         None, description="Static node registry (JSON) for private deployments"
     )
@@ -51,6 +60,16 @@ class Settings(BaseSettings):
     )
     contracts_file: Path | None = Field(
         None, description="Chain id, contract addresses, deploy block (`xnode chain deploy`)"
+    )
+    registry_rpc_url: str | None = Field(
+        None,
+        description="JSON-RPC URL of the chain holding the NodeRegistry (XIP: L1) when it is "
+        "not the app chain of the payload contracts; unset: chain_rpc_url",
+    )
+    registry_contracts_file: Path | None = Field(
+        None,
+        description="Contracts file (chain_id, node_registry) of the registry chain; unset: "
+        "contracts_file",
     )
     registry_source: Literal["auto", "chain", "file"] = Field(
         "auto", description="Node registry: chain, file (nodes_file) or auto (chain if set)"
@@ -219,6 +238,12 @@ class Settings(BaseSettings):
     limit_peer_multiplier: float = Field(
         20.0, description="Callers with a valid node token get limits this many times higher", ge=1
     )
+    limit_read_only_multiplier: float = Field(
+        2.0,
+        description="Callers with a valid read-only node token get a client IP's limits times "
+        "this, in buckets of their own (registered peers: limit_peer_multiplier)",
+        ge=1,
+    )
     limit_reports_per_minute: float = Field(
         10.0, description="Misbehavior reports per minute per reporter (client IP or node)", gt=0
     )
@@ -266,6 +291,11 @@ class Settings(BaseSettings):
     def chain_enabled(self) -> bool:
         return bool(self.chain_rpc_url) and self.contracts_file is not None
 
+    @property
+    def registry_chain_apart(self) -> bool:
+        """Whether the NodeRegistry is read from another chain than the payload contracts."""
+        return bool(self.registry_rpc_url) or self.registry_contracts_file is not None
+
     def fee_schedule(self) -> FeeSchedule:
         return FeeSchedule(
             self.fee_envelope_picodollars,
@@ -293,6 +323,7 @@ class Settings(BaseSettings):
             # a minute's worth of reports at once, then the rate
             reports=Limit(self.limit_reports_per_minute / 60, self.limit_reports_per_minute),
             peer_multiplier=self.limit_peer_multiplier,
+            read_only_multiplier=self.limit_read_only_multiplier,
             allowed_payers=self.payers_allowed(),
             denied_payers=self.payers_denied(),
             enabled=self.limits_enabled,

@@ -16,6 +16,7 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from pydantic import SecretStr
 
 from xnode.api.auth import PROTECTED_METHODS, NodeAuthInterceptor
 from xnode.api.fees import SERVICE_NAME as FEES_SERVICE
@@ -40,7 +41,7 @@ from xnode.chain.verify import ChainSetupError
 from xnode.chain.wallets import Erc1271Wallets
 from xnode.config import Settings
 from xnode.core.clock import SYSTEM_CLOCK, Clock
-from xnode.core.crypto import SigningKey
+from xnode.core.crypto import SigningKey, address_of
 from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope
 from xnode.core.fees import Pricing
 from xnode.core.registry import Registry, RegistryError
@@ -53,6 +54,8 @@ from xnode.observability.metrics import (
     resident_memory,
     serve_metrics,
 )
+from xnode.replication.ports import MisbehaviorRecorder
+from xnode.replication.unfiled import UnfiledReports
 from xnode.replication.worker import ReplicationConfig, ReplicationWorker
 from xnode.static_registry import StaticRegistrySource
 from xnode.store.chain import ChainStore
@@ -84,6 +87,10 @@ from xnode.usecases.subscribe import Subscribe
 from xnode_api.fees.v1 import fees_pb2_grpc
 
 log = structlog.get_logger(__name__)
+
+# A read-only node (XIP-49 3.4) has no registry entry; it goes by this id where one is needed
+# (its metrics, the audience its replication streams would need, which no peer issues).
+READ_ONLY_NODE_ID = 0
 
 
 class StartupError(RuntimeError):
@@ -123,6 +130,13 @@ async def open_registry(settings: Settings, chain: ChainConnection | None) -> Re
 
 
 def resolve_node_id(settings: Settings, key: SigningKey, source: RegistrySource | None) -> int:
+    if settings.read_only:
+        if source is None:
+            raise StartupError(
+                "a read-only node replicates from the registry's nodes: set XNODE_NODES_FILE "
+                "or the chain (XNODE_CHAIN_RPC_URL and XNODE_CONTRACTS_FILE)"
+            )
+        return READ_ONLY_NODE_ID
     if source is not None:
         try:
             return source.current().resolve_self(key.public_key, settings.node_id).node_id
@@ -265,7 +279,15 @@ async def start_node(settings: Settings, role: WorkerRole = SOLE) -> Node:
     before the error propagates."""
     try:
         key = settings.signing_key()
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:
+        configured = settings.signer_key is not None or settings.signer_key_file is not None
+        if not settings.read_only or configured:
+            raise StartupError(f"signer key: {exc}") from exc
+        # A read-only node's key signs only its tokens to peers: any key will do.
+        key = SigningKey.generate()
+        settings = settings.model_copy(update={"signer_key": SecretStr(key.hex())})
+        log.info("read_only_key_generated", address="0x" + address_of(key.public_key).hex())
+    except OSError as exc:
         raise StartupError(f"signer key: {exc}") from exc
     tls = NodeTls.from_settings(settings)
     async with AsyncExitStack() as stack:
@@ -295,12 +317,7 @@ async def _start(
     store = EnvelopeStore(pool)
     state = NodeState(node_id, await store.vector_clock(), store.originator_range)
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    pricing = Pricing(settings.fee_schedule(), settings.fee_rate_window_seconds)
-    sequencer = Sequencer(pool, node_id, key, token, pricing)
     logs = LogStore(pool)
-    issuer = CheckpointIssuer(
-        logs, node_id, key, settings.log_checkpoint_envelopes, settings.log_checkpoint_seconds
-    )
     chain_parts = None
     chain_store = ChainStore(pool, token) if chain is not None else None
     wallets = Erc1271Wallets(chain.rpc, chain.contracts.chain_id) if chain is not None else None
@@ -321,16 +338,19 @@ async def _start(
         stack.push_async_callback(registry.stop)
         await registry.start()
     reports = MisbehaviorStore(pool, key)
+    recorder: MisbehaviorRecorder = (
+        UnfiledReports() if settings.read_only else MisbehaviorLog(reports)
+    )
     replication = None
     if registry is not None and role.primary:
         own_store = PostgresProbe(settings.database_dsn)  # its own connection, not the monitor's
         stack.callback(own_store.close)
         replication = ReplicationWorker(
-            node_id,
+            None if settings.read_only else node_id,  # read-only: its tokens name its key
             key,
             registry,
             ReplicationStore(pool),
-            MisbehaviorLog(reports),
+            recorder,
             state.stored,
             token,
             ReplicationConfig.from_settings(settings, tls.peers),
@@ -339,26 +359,17 @@ async def _start(
             logs=logs,
         )
         stack.push_async_callback(replication.stop)
-        await _recover_own_log(settings, replication, sequencer, state)
-    await sequencer.prime()
+    originator = None
     elsewhere = state.committed_elsewhere
-    if role.shares_ports:
-        elsewhere = OtherWorkersCommits(state, issuer, sequencer)
+    if not settings.read_only:  # a read-only node signs no envelopes and no checkpoints
+        originator, sequencer, issuer = await _start_originator(
+            settings, key, pool, replication, state, token, stack, role
+        )
+        if role.shares_ports:
+            elsewhere = OtherWorkersCommits(state, issuer, sequencer)
     listener = CommitListener(settings.database_dsn, token, elsewhere)
     stack.push_async_callback(listener.stop)
     listener.start()
-    originator = Originator(
-        TimedAppend(sequencer),
-        CheckpointedCommit(state, issuer),
-        settings.max_batch,
-        BatchStats([observe_batch]),
-    )
-    stack.callback(_log_appends, sequencer)  # after the drain's last commit
-    stack.push_async_callback(originator.close)  # accepted publishes commit before the pool
-    originator.start()
-    stack.push_async_callback(issuer.stop)
-    if role.primary:
-        issuer.start()
     parts = NodeParts(store, state, originator, reports, registry, chain_parts, logs, identity)
     served = await _serve(settings, node_id, parts, tls.served, stack, role)
     if replication is not None:
@@ -389,6 +400,46 @@ def _forgetting(
         await rewound(tops)
 
     return on_rewound
+
+
+async def _start_originator(
+    settings: Settings,
+    key: SigningKey,
+    pool: asyncpg.Pool,
+    replication: ReplicationWorker | None,
+    state: NodeState,
+    token: str,
+    stack: AsyncExitStack,
+    role: WorkerRole,
+) -> tuple[Originator, Sequencer, CheckpointIssuer]:
+    """The group commit over the sequencer, with the checkpoint issuer of this node's log
+    (issuing in the primary worker only)."""
+    node_id = state.node_id
+    pricing = Pricing(settings.fee_schedule(), settings.fee_rate_window_seconds)
+    sequencer = Sequencer(pool, node_id, key, token, pricing)
+    issuer = CheckpointIssuer(
+        LogStore(pool),
+        node_id,
+        key,
+        settings.log_checkpoint_envelopes,
+        settings.log_checkpoint_seconds,
+    )
+    if replication is not None:
+        await _recover_own_log(settings, replication, sequencer, state)
+    await sequencer.prime()
+    originator = Originator(
+        TimedAppend(sequencer),
+        CheckpointedCommit(state, issuer),
+        settings.max_batch,
+        BatchStats([observe_batch]),
+    )
+    stack.callback(_log_appends, sequencer)  # after the drain's last commit
+    stack.push_async_callback(originator.close)  # accepted publishes commit before the pool
+    originator.start()
+    stack.push_async_callback(issuer.stop)
+    if role.primary:
+        issuer.start()
+    return originator, sequencer, issuer
 
 
 async def _recover_own_log(
@@ -425,7 +476,8 @@ async def _open_database(
         await asyncio.to_thread(upgrade_to_head, settings.database_dsn)
     pool = await create_pool(settings)
     stack.push_async_callback(pool.close)
-    await claim_database(pool, node_id, key.public_key)
+    if not settings.read_only:  # a read-only node's database may later serve a registered one
+        await claim_database(pool, node_id, key.public_key)
     return pool
 
 
@@ -443,7 +495,7 @@ class NodeParts:
 
     store: EnvelopeStore
     state: NodeState
-    originator: Originator
+    originator: Originator | None  # None: a read-only node
     reports: MisbehaviorStore
     registry: RegistrySource | None
     chain: ChainServices | None
@@ -509,7 +561,12 @@ async def _serve(
     )
     registry = parts.registry
     current_registry = registry.current if registry else _no_registry
-    auth = NodeAuthInterceptor(node_id, current_registry, parts.state.vector_clock)
+    auth = NodeAuthInterceptor(
+        node_id,
+        current_registry,
+        parts.state.vector_clock,
+        read_only_peers=settings.accept_read_only_peers,
+    )
     logs = None
     if parts.logs is not None:
         queries = LogQueries(

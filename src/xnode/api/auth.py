@@ -8,7 +8,11 @@ token is about telling nodes apart (their streams are long-lived and bulk), not 
 
 An accepted stream ends with UNAUTHENTICATED once its token expires or its node is disabled
 (checked before each response, so at least every keepalive); the peer reconnects with a
-fresh token, which renews the check the XIP asks for at least hourly."""
+fresh token, which renews the check the XIP asks for at least hourly.
+
+Read-only nodes (XIP-49 3.4) have no registry entry: their tokens name their key's address
+(core.node_tokens). With `read_only_peers` they may open SubscribeOriginators too, and are
+limited by client IP with `limit_read_only_multiplier`, lower than a registered peer's."""
 
 from __future__ import annotations
 
@@ -54,8 +58,10 @@ class NodeAuthInterceptor(_Interceptor):
         vector_clock: Callable[[], Cursor],
         protected: frozenset[str] = PROTECTED_METHODS,
         clock: Clock = SYSTEM_CLOCK,
+        read_only_peers: bool = True,
     ) -> None:
         self._clock = clock
+        self._read_only_peers = read_only_peers
         self._node_id = node_id
         self._registry = registry
         self._vector_clock = vector_clock
@@ -82,13 +88,15 @@ class NodeAuthInterceptor(_Interceptor):
 
     def authenticate(self, metadata: Any) -> NodeIdentity:
         token = token_from_metadata(metadata or ())
-        return verify_token(token, self._registry(), self._node_id, int(self._clock.now_s()))
+        now = int(self._clock.now_s())
+        return verify_token(token, self._registry(), self._node_id, now, self._read_only_peers)
 
     def caller(self, context: Context) -> Caller:
         """The caller for the API limits: its node id when it sent a valid node token (peers
-        get their own, higher limits), else its client IP. Tokens are cached until expiry so
-        a peer's requests do not each recover a signature."""
-        node_id = None
+        get their own, higher limits), else its client IP (read-only nodes: with their own
+        limits). Tokens are cached until expiry so a peer's requests do not each recover a
+        signature."""
+        identity: NodeIdentity | None = None
         try:
             token = token_from_metadata(context.invocation_metadata() or ())
         except AuthError:
@@ -96,7 +104,7 @@ class NodeAuthInterceptor(_Interceptor):
         now = self._clock.now_s()
         cached = self._known.get(token)
         if cached is not None and now < cached.expires_at:
-            node_id = cached.node_id
+            identity = cached
         else:
             try:
                 identity = self.authenticate(context.invocation_metadata())
@@ -106,12 +114,15 @@ class NodeAuthInterceptor(_Interceptor):
                 if len(self._known) >= MAX_KNOWN_TOKENS:
                     self._known.clear()
                 self._known[token] = identity
-                node_id = identity.node_id
-        return Caller.from_peer(context.peer(), node_id)
+        if identity is None:
+            return Caller.from_peer(context.peer())
+        return Caller.from_peer(context.peer(), identity.node_id, read_only=identity.read_only)
 
     def _revoked(self, identity: NodeIdentity) -> str | None:
         if self._clock.now_s() >= identity.expires_at:
             return "token expired; reconnect with a new one"
+        if identity.node_id is None:
+            return None  # a read-only node: nothing in the registry to lose
         entry = self._registry().get(identity.node_id)
         if entry is None or not entry.enabled:
             return f"node {identity.node_id} is no longer enabled in the registry"

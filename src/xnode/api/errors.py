@@ -30,6 +30,8 @@ STATUS_OF = {
     Reason.DEPENDS_ON_AHEAD: grpc.StatusCode.ABORTED,
     Reason.CHAIN_DEPENDS_ON_MISMATCH: grpc.StatusCode.ABORTED,
     Reason.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    # Not a retry: this node never originates; the client must publish elsewhere.
+    Reason.READ_ONLY: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 # The node's cursor travels with DEPENDS_ON_AHEAD as a serialized Cursor.

@@ -42,3 +42,17 @@ def load_contracts_file(path: Path) -> DeployedContracts:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ContractsFileError(f"contracts file {path} is incomplete or invalid: {exc}") from exc
+
+
+def load_registry_file(path: Path) -> tuple[int, str]:
+    """(chain id, NodeRegistry address) of a contracts file; when the registry's chain is
+    apart from the app chain's (registry_contracts_file), nothing else needs to be in it."""
+    try:
+        data = json.loads(path.read_text())
+        return int(data["chain_id"]), Web3.to_checksum_address(data["node_registry"])
+    except (OSError, ValueError) as exc:
+        raise ContractsFileError(f"cannot read registry contracts file {path}: {exc}") from exc
+    except (KeyError, TypeError) as exc:
+        raise ContractsFileError(
+            f"registry contracts file {path} needs chain_id and node_registry: {exc}"
+        ) from exc

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from eth_account import Account
 
 from xnode.chain.contracts import DeployedContracts
-from xnode.chain.deployment import ContractsFileError, load_contracts_file
+from xnode.chain.deployment import ContractsFileError, load_contracts_file, load_registry_file
 from xnode.chain.index_status import IndexerConfig
 from xnode.chain.indexer import ChainIndexer, OnIndexed, OnRewound
 from xnode.chain.ports import ChainStorage, IndexerLock
@@ -17,7 +17,7 @@ from xnode.chain.publisher import ChainPublisher
 from xnode.chain.registry import ChainRegistrySource
 from xnode.chain.rpc import ChainRpc, ChainRpcError, ChainUnavailable
 from xnode.chain.transactions import TxSender
-from xnode.chain.verify import ChainSetupError, verify_deployment
+from xnode.chain.verify import ChainSetupError, verify_deployment, verify_registry
 from xnode.config import Settings
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
@@ -25,34 +25,73 @@ from xnode.core.cursors import Cursor
 
 @dataclass
 class ChainConnection:
+    """The app chain (payload contracts) and, when it is apart (XIP: the registry on L1),
+    the registry's chain."""
+
     rpc: ChainRpc
     contracts: DeployedContracts
+    registry_rpc: ChainRpc | None = None
+    registry_address: str | None = None
+
+    @property
+    def registry(self) -> tuple[ChainRpc, str]:
+        """The RPC and address the NodeRegistry is read from."""
+        if self.registry_rpc is None or self.registry_address is None:
+            return self.rpc, self.contracts.node_registry
+        return self.registry_rpc, self.registry_address
 
     async def close(self) -> None:
         await self.rpc.close()
+        if self.registry_rpc is not None:
+            await self.registry_rpc.close()
 
 
 async def connect_chain(settings: Settings) -> ChainConnection:
-    """Checks the RPC and the contracts file against each other; ChainSetupError otherwise."""
+    """Checks the RPC and the contracts file against each other (and the registry chain's,
+    when it is apart); ChainSetupError otherwise."""
     assert settings.chain_rpc_url is not None and settings.contracts_file is not None
     try:
         contracts = load_contracts_file(settings.contracts_file)
     except ContractsFileError as exc:
         raise ChainSetupError(str(exc)) from exc
+    apart = settings.registry_chain_apart
     rpc = ChainRpc(settings.chain_rpc_url, settings.chain_rpc_timeout_seconds)
     try:
-        await verify_deployment(rpc, contracts)
+        await verify_deployment(rpc, contracts, registry=not apart)
+        if not apart:
+            return ChainConnection(rpc, contracts)
+        registry_rpc, address = await _connect_registry(settings)
     except BaseException:
         await rpc.close()
         raise
-    return ChainConnection(rpc, contracts)
+    return ChainConnection(rpc, contracts, registry_rpc, address)
+
+
+async def _connect_registry(settings: Settings) -> tuple[ChainRpc, str]:
+    """The registry chain: registry_rpc_url and registry_contracts_file, each defaulting to
+    the app chain's setting."""
+    path = settings.registry_contracts_file or settings.contracts_file
+    url = settings.registry_rpc_url or settings.chain_rpc_url
+    assert path is not None and url is not None
+    try:
+        chain_id, address = load_registry_file(path)
+    except ContractsFileError as exc:
+        raise ChainSetupError(str(exc)) from exc
+    rpc = ChainRpc(url, settings.chain_rpc_timeout_seconds)
+    try:
+        await verify_registry(rpc, chain_id, address)
+    except BaseException:
+        await rpc.close()
+        raise
+    return rpc, address
 
 
 async def chain_registry(conn: ChainConnection, settings: Settings) -> ChainRegistrySource:
+    rpc, address = conn.registry
     try:
         return await ChainRegistrySource.open(
-            conn.rpc,
-            conn.contracts.node_registry,
+            rpc,
+            address,
             poll_s=max(settings.chain_poll_seconds, 1.0),
             refresh_s=settings.chain_registry_refresh_seconds,
         )

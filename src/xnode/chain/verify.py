@@ -50,16 +50,34 @@ async def _check_contract(rpc: ChainRpc, chain_id: int, name: str, address: str)
         raise ChainSetupError(f"{name} address {address} holds a contract, but not a {name}")
 
 
-async def verify_deployment(rpc: ChainRpc, contracts: DeployedContracts) -> None:
+async def _check_chain_id(rpc: ChainRpc, expected: int, what: str) -> int:
+    chain_id = await rpc.chain_id()
+    if chain_id != expected:
+        raise ChainSetupError(
+            f"the {what} RPC {rpc.url} serves chain id {chain_id}, but the contracts file "
+            f"is for chain id {expected}"
+        )
+    return chain_id
+
+
+async def verify_deployment(
+    rpc: ChainRpc, contracts: DeployedContracts, registry: bool = True
+) -> None:
+    """`registry` False: the NodeRegistry is read from another chain (verify_registry)."""
     try:
-        chain_id = await rpc.chain_id()
-        if chain_id != contracts.chain_id:
-            raise ChainSetupError(
-                f"the chain RPC {rpc.url} serves chain id {chain_id}, but the contracts file "
-                f"is for chain id {contracts.chain_id}"
-            )
-        await _check_contract(rpc, chain_id, "node_registry", contracts.node_registry)
+        chain_id = await _check_chain_id(rpc, contracts.chain_id, "chain")
+        if registry:
+            await _check_contract(rpc, chain_id, "node_registry", contracts.node_registry)
         await _check_contract(rpc, chain_id, "group_messages", contracts.group_messages)
         await _check_contract(rpc, chain_id, "identity_updates", contracts.identity_updates)
     except ChainUnavailable as exc:
         raise ChainSetupError(f"cannot reach the chain RPC {rpc.url}: {exc}") from exc
+
+
+async def verify_registry(rpc: ChainRpc, chain_id: int, address: str) -> None:
+    """The registry chain, when it is apart from the app chain (XIP: L1 and L3)."""
+    try:
+        await _check_chain_id(rpc, chain_id, "registry chain")
+        await _check_contract(rpc, chain_id, "node_registry", address)
+    except ChainUnavailable as exc:
+        raise ChainSetupError(f"cannot reach the registry chain RPC {rpc.url}: {exc}") from exc

@@ -20,6 +20,8 @@ class Reason(StrEnum):
     # XIP-49 3.3.4 rule 2.4: depends_on must name the topic's latest chain payload.
     CHAIN_DEPENDS_ON_MISMATCH = "chain_depends_on_mismatch"
     UNAVAILABLE = "unavailable"
+    # XIP-49 3.4: a read-only node originates nothing; clients publish to registered nodes.
+    READ_ONLY = "read_only"
 
 
 class Rejected(Exception):

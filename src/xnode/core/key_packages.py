@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from Crypto.Signature import eddsa
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from xnode.core.mls import MLS10, MlsError, Reader, vector_bytes
 
@@ -45,14 +47,17 @@ class KeyPackage:
 
 
 def _verify(key: bytes, label: bytes, content: bytes, signature: bytes, what: str) -> None:
+    # OpenSSL's Ed25519 (cryptography): ~0.1 ms a verification, where pycryptodome's took
+    # ~5 ms and made a key package upload cost as much as 100 group messages
+    # (docs/benchmarks.md, payload checks).
     sign_content = vector_bytes(b"MLS 1.0 " + label) + vector_bytes(content)
     try:
-        public = eddsa.import_public_key(key)
+        public = Ed25519PublicKey.from_public_bytes(key)
     except ValueError:
-        raise MlsError("leaf_node.signature_key: not a point on Ed25519") from None
+        raise MlsError("leaf_node.signature_key: not an Ed25519 public key") from None
     try:
-        eddsa.new(public, "rfc8032").verify(sign_content, signature)
-    except ValueError:
+        public.verify(signature, sign_content)
+    except InvalidSignature:
         raise MlsError(f"{what}: the signature does not verify") from None
 
 

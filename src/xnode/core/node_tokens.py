@@ -4,6 +4,11 @@ A JWT with header {"alg":"ES256K","typ":"JWT"}, claims sub (sender node id), aud
 node id]), iat and exp = iat + 1 h. Its signature is the network's own ES256K: a 65-byte
 recoverable secp256k1 signature over keccak256(b"jwt|" + signing input). PyJWT's stock ES256K
 hashes with SHA-256, so this module registers its own algorithm on a private PyJWS instance.
+
+Read-only tokens (XIP-49 3.4, our extension): a read-only node has no registry entry, so its
+token's subject is the 0x address of its own key instead of a node id; the signature must
+recover to that address. Peers that accept them let the holder replicate (SubscribeOriginators)
+under limits of its own, lower than a registered node's; nothing else is trusted from them.
 """
 
 from __future__ import annotations
@@ -15,8 +20,15 @@ from typing import Any
 import jwt
 from jwt.algorithms import Algorithm
 from jwt.exceptions import InvalidKeyError
+from jwt.utils import base64url_decode
 
-from xnode.core.crypto import PUBLIC_KEY_LENGTH, SignatureError, SigningKey, jwt_digest
+from xnode.core.crypto import (
+    PUBLIC_KEY_LENGTH,
+    SignatureError,
+    SigningKey,
+    address_of,
+    jwt_digest,
+)
 from xnode.core.crypto import recover_public_key as _recover
 from xnode.core.registry import Registry
 
@@ -80,9 +92,15 @@ class AuthError(Exception):
     """A token this node refuses; the message says why."""
 
 
-def issue_token(key: SigningKey, subject: int, audience: int, now: int) -> str:
+def read_only_subject(public_key: bytes) -> str:
+    """The subject of a read-only node's tokens: the 0x address of its key."""
+    return "0x" + address_of(public_key).hex()
+
+
+def issue_token(key: SigningKey, subject: int | None, audience: int, now: int) -> str:
+    """A node token; `subject` None: a read-only token (its subject is the key's address)."""
     claims = {
-        "sub": str(subject),
+        "sub": str(subject) if subject is not None else read_only_subject(key.public_key),
         "aud": [str(audience)],
         "iat": now,
         "exp": now + TOKEN_LIFETIME_S,
@@ -92,13 +110,20 @@ def issue_token(key: SigningKey, subject: int, audience: int, now: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class NodeIdentity:
-    """The verified sender of a token."""
+    """The verified sender of a token: a registered node, or (node_id None) a read-only node
+    known only by its key's address."""
 
-    node_id: int
+    node_id: int | None
     expires_at: int
+    address: bytes | None = None
+
+    @property
+    def read_only(self) -> bool:
+        return self.node_id is None
 
 
-def _subject(token: str) -> int:
+def _subject(token: str) -> int | bytes:
+    """A node id, or the 20-byte address a read-only token names."""
     try:
         header = jwt.get_unverified_header(token)
         claims = _JWT.decode(token, options={"verify_signature": False})
@@ -107,8 +132,16 @@ def _subject(token: str) -> int:
     if header.get("alg") != ALGORITHM:
         raise AuthError(f"token algorithm must be {ALGORITHM}, got {header.get('alg')!r}")
     sub = claims.get("sub")
+    if isinstance(sub, str) and sub.startswith("0x") and len(sub) == 42:
+        try:
+            return bytes.fromhex(sub[2:])
+        except ValueError:
+            pass
     if not isinstance(sub, str) or not sub.isdigit():
-        raise AuthError(f"token subject must be a node id (decimal string), got {sub!r}")
+        raise AuthError(
+            f"token subject must be a node id (decimal string) or, for a read-only node, "
+            f"a 0x address; got {sub!r}"
+        )
     return int(sub)
 
 
@@ -125,18 +158,47 @@ def _check_times(claims: dict[str, Any], now: int) -> int:
     return exp
 
 
-def verify_token(token: str, registry: Registry, self_id: int, now: int) -> NodeIdentity:
-    """The checks of XIP-49 3.2.5; raises AuthError naming the first that fails."""
+def _signer_key(token: str) -> bytes:
+    """The public key a token's signature recovers to (read-only tokens name no registry key)."""
+    signing_input, _, signature = token.rpartition(".")
+    try:
+        return _recover(base64url_decode(signature), jwt_digest(signing_input.encode()))
+    except (SignatureError, ValueError) as exc:
+        raise AuthError(f"token signature does not recover: {exc}") from None
+
+
+def _read_only_key(token: str, address: bytes) -> bytes:
+    key = _signer_key(token)
+    if address_of(key) != address:
+        raise AuthError(f"token signature does not recover to its subject 0x{address.hex()}")
+    return key
+
+
+def verify_token(
+    token: str, registry: Registry, self_id: int, now: int, read_only: bool = False
+) -> NodeIdentity:
+    """The checks of XIP-49 3.2.5; raises AuthError naming the first that fails.
+    `read_only`: tokens of read-only nodes (subject an address) are accepted too."""
     subject = _subject(token)
+    if isinstance(subject, bytes):
+        if not read_only:
+            raise AuthError("read-only node tokens are not accepted by this node")
+        claims = _claims(token, _read_only_key(token, subject), self_id, f"0x{subject.hex()}")
+        return NodeIdentity(None, _check_times(claims, now), subject)
     entry = registry.get(subject)
     if entry is None:
         raise AuthError(f"node {subject} is not registered")
     if not entry.enabled:
         raise AuthError(f"node {subject} is disabled in the registry")
+    claims = _claims(token, entry.public_key, self_id, f"node {subject}'s registry key")
+    return NodeIdentity(subject, _check_times(claims, now))
+
+
+def _claims(token: str, key: bytes, self_id: int, signer: str) -> dict[str, Any]:
     try:
-        claims = _JWT.decode(
+        return _JWT.decode(
             token,
-            key=entry.public_key,
+            key=key,
             algorithms=[ALGORITHM],
             audience=str(self_id),
             # Times are checked below against `now`, with the XIP's window.
@@ -149,12 +211,9 @@ def verify_token(token: str, registry: Registry, self_id: int, now: int) -> Node
     except jwt.InvalidAudienceError:
         raise AuthError(f"token audience is not this node ({self_id})") from None
     except jwt.InvalidSignatureError:
-        raise AuthError(
-            f"token signature does not recover to node {subject}'s registry key"
-        ) from None
+        raise AuthError(f"token signature does not recover to {signer}") from None
     except jwt.PyJWTError as exc:
         raise AuthError(f"token refused: {exc}") from None
-    return NodeIdentity(subject, _check_times(claims, now))
 
 
 def token_from_metadata(metadata: Iterable[tuple[str, str | bytes]]) -> str:
@@ -172,10 +231,11 @@ def token_from_metadata(metadata: Iterable[tuple[str, str | bytes]]) -> str:
 
 @dataclass
 class TokenProvider:
-    """One token per peer, reused until it is close to expiry."""
+    """One token per peer, reused until it is close to expiry; `node_id` None: a read-only
+    node's tokens."""
 
     key: SigningKey
-    node_id: int
+    node_id: int | None
     clock: Callable[[], float]
     _tokens: dict[int, tuple[str, int]] = field(default_factory=dict)
 

@@ -14,6 +14,7 @@ from web3.contract import Contract
 
 from xnode.chain import admin
 from xnode.chain.anvil import (
+    DEFAULT_CHAIN_ID,
     DEFAULT_DEV_PRIVATE_KEYS,
     AnvilProcess,
     find_anvil_binary,
@@ -37,16 +38,21 @@ class DevChain:
     anvil: AnvilProcess | None = None
 
     @classmethod
-    def start(cls, state: Path, port: int) -> DevChain:
-        """Starts anvil; --state loads the file at start and dumps to it on SIGINT/SIGTERM."""
+    def start(
+        cls, state: Path, port: int, name: str = "", chain_id: int = DEFAULT_CHAIN_ID
+    ) -> DevChain:
+        """Starts anvil; --state loads the file at start and dumps to it on SIGINT/SIGTERM.
+        `name` prefixes its files (a second chain: the registry's, apart from the app chain)."""
+        prefix = f"{name}-" if name else ""
         anvil = start_anvil(
             binary=find_anvil_binary(),
             port=port,
-            log_path=state / "anvil.log",
-            extra_args=("--state", str(state / "anvil-state.json")),
+            log_path=state / f"{prefix}anvil.log",
+            extra_args=("--state", str(state / f"{prefix}anvil-state.json")),
+            chain_id=chain_id,
         )
         try:
-            chain = cls.attach(anvil.url, state / "contracts.json", anvil.private_keys[0])
+            chain = cls.attach(anvil.url, state / f"{prefix}contracts.json", anvil.private_keys[0])
         except BaseException:
             anvil.stop()
             raise
@@ -92,9 +98,10 @@ class DevChain:
         nodes = self._registry().functions.allNodes().call()
         return {int(n[0]): NodeEntry(int(n[0]), bytes(n[1]), str(n[2]), bool(n[3])) for n in nodes}
 
-    def register(self, nodes: Sequence[PlannedNode], fund_wei: int) -> None:
+    def register(self, nodes: Sequence[PlannedNode], fund_wei: int | None) -> None:
         """Adds the nodes the registry lacks (ids are handed out in order: 100, 200, ...) and
-        tops up every node's signer account, which pays for its chain publishes."""
+        tops up every node's signer account, which pays for its chain publishes (`fund_wei`
+        None: the payloads go to another chain, see fund)."""
         known = self.registered()
         for node_id, public_key, http_address in nodes:
             if node_id in known and known[node_id].public_key != public_key:
@@ -105,15 +112,25 @@ class DevChain:
                 )
                 if got != node_id:
                     raise RuntimeError(f"the registry gave id {got}, expected {node_id}")
+        if fund_wei is not None:
+            self.fund(nodes, fund_wei)
+
+    def fund(self, nodes: Sequence[PlannedNode], fund_wei: int) -> None:
+        """Tops up every node's signer account on this chain."""
+        for _, public_key, _ in nodes:
             rpc_call(self.url, "anvil_setBalance", [admin.node_address(public_key), hex(fund_wei)])
 
-    def node_env(self) -> dict[str, str]:
-        """What makes a node use this chain, for its registry too."""
-        return {
+    def node_env(self, registry: DevChain | None = None) -> dict[str, str]:
+        """What makes a node use this chain, for its registry too (or `registry`'s chain)."""
+        env = {
             "XNODE_CHAIN_RPC_URL": self.url,
             "XNODE_CONTRACTS_FILE": str(self.contracts_file),
             "XNODE_REGISTRY_SOURCE": "chain",
         }
+        if registry is not None:
+            env["XNODE_REGISTRY_RPC_URL"] = registry.url
+            env["XNODE_REGISTRY_CONTRACTS_FILE"] = str(registry.contracts_file)
+        return env
 
     def describe(self) -> dict[str, object]:
         contracts = load_contracts_file(self.contracts_file)

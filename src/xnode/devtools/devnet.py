@@ -2,10 +2,13 @@
 
 A private Postgres cluster (one database per node), anvil with the contracts deployed and
 every node registered in the NodeRegistry, and N replicating nodes, each with its own key,
-ports and metrics. Prints a table of endpoints and writes them, with node ids, keys, DSNs and
-contract addresses, to `<dir>/devnet.json`. Ctrl-C stops everything and loses nothing: nodes
-drain, anvil dumps its state to `<dir>/anvil-state.json` (loaded next time) and Postgres
-shuts down cleanly, so the next run carries on where this one stopped.
+ports and metrics. `--read-only-nodes M` adds M read-only nodes (XIP-49 3.4: unregistered,
+they replicate and serve, and refuse publishes); `--two-chains` puts the NodeRegistry on a
+second anvil apart from the payload contracts' (the XIP's L1 and app chain).
+Prints a table of endpoints and writes them, with node ids, keys, DSNs and contract addresses,
+to `<dir>/devnet.json`. Ctrl-C stops everything and loses nothing: nodes drain, anvil dumps its
+state to `<dir>/anvil-state.json` (loaded next time) and Postgres shuts down cleanly, so the
+next run carries on where this one stopped.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -33,6 +37,9 @@ from xnode.devtools.devgateway import GATEWAY_HTTP_PORT, GATEWAY_PORT, spawn_gat
 from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_cluster
 from xnode.tls import ClientTls, open_blocking_channel, target_of
 
+if TYPE_CHECKING:
+    from xnode.devtools.devchain import DevChain
+
 # Piped output (no terminal) is not cut to 80 columns: the table holds long DSNs.
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
@@ -40,6 +47,7 @@ ANVIL_PORT = 8545  # what `xnode chain ...` talks to by default
 METRICS_PORT = 9464
 HTTP_PORT = 5150  # gRPC-web and JSON of node 100; 5151 for node 200, ...
 FUND_WEI = 10**21  # 1000 ETH per node signer: chain publishes (commits, identity updates)
+REGISTRY_CHAIN_ID = 31338  # --two-chains: the registry's anvil (the app chain is 31337)
 
 
 class DevnetError(RuntimeError):
@@ -57,6 +65,12 @@ class DevNode:
     key_file: str
     public_key: str
     private_key: str
+    read_only: bool = False  # not in the registry; node_id 0
+
+    @property
+    def name(self) -> str:
+        """node-100, ... or read-only-1, ...: its key, log and database are named after it."""
+        return Path(self.key_file).stem
 
 
 def _port_or_free(preferred: int) -> int:
@@ -133,6 +147,33 @@ def plan_nodes(
     return nodes
 
 
+def plan_read_only(state: Path, cluster: PgCluster, count: int) -> list[DevNode]:
+    """Read-only nodes: a key each (kept, so their tokens name the same address each run),
+    a database, and free ports; they are never registered."""
+    nodes = []
+    for i in range(1, count + 1):
+        key_file = state / f"read-only-{i}.key"
+        key = load_key(key_file)
+        database = f"xnode_read_only_{i}"
+        cluster.create_database(database)
+        address = f"127.0.0.1:{free_port()}"
+        nodes.append(
+            DevNode(
+                node_id=0,
+                address=address,
+                url=f"http://{address}",
+                metrics=f"127.0.0.1:{free_port()}",
+                http=f"127.0.0.1:{free_port()}",
+                dsn=cluster.dsn(database),
+                key_file=str(key_file),
+                public_key="0x" + key.public_key.hex(),
+                private_key="0x" + key.hex(),
+                read_only=True,
+            )
+        )
+    return nodes
+
+
 def write_registry_file(state: Path, nodes: list[DevNode]) -> Path:
     """The same registry as a static file, for `--registry file`."""
     registry = Registry(NodeEntry(n.node_id, bytes.fromhex(n.public_key[2:]), n.url) for n in nodes)
@@ -184,8 +225,9 @@ def _spawn(
         "XNODE_METRICS_ADDRESS": node.metrics,
         "XNODE_HTTP_LISTEN_ADDRESS": node.http,
         "XNODE_HTTP_CORS_ORIGINS": "*",  # a development network: any page may call it
+        **({"XNODE_READ_ONLY": "true"} if node.read_only else {}),
     }
-    log = (state / f"node-{node.node_id}.log").open("ab")
+    log = (state / f"{node.name}.log").open("ab")
     # Its own session: Ctrl-C reaches only the devnet, which stops nodes in order.
     return subprocess.Popen(
         [sys.executable, "-m", "xnode.cli", "run"],
@@ -213,6 +255,10 @@ def wait_serving(address: str, timeout_s: float = 60.0, tls: ClientTls | None = 
     return False
 
 
+def _tls_of(node: DevNode, client_tls: ClientTls | None) -> ClientTls | None:
+    return None if node.read_only else client_tls
+
+
 def _print_table(
     nodes: list[DevNode],
     cluster: PgCluster,
@@ -226,9 +272,11 @@ def _print_table(
     for column in ("node id", "gRPC", "gRPC-web and JSON", "metrics", "database"):
         table.add_column(column)
     for n in nodes:
-        metrics = f"{scheme}://{n.metrics}/metrics"
-        grpc_address = n.url if ca_file else n.address
-        table.add_row(str(n.node_id), grpc_address, f"{scheme}://{n.http}", metrics, n.dsn)
+        node_scheme = "http" if n.read_only else scheme  # read-only nodes serve plaintext
+        metrics = f"{node_scheme}://{n.metrics}/metrics"
+        grpc_address = n.url if ca_file and not n.read_only else n.address
+        name = n.name if n.read_only else str(n.node_id)
+        table.add_row(name, grpc_address, f"{node_scheme}://{n.http}", metrics, n.dsn)
     table.add_row(
         "gateway",
         f"https://{gateway[0]}" if ca_file else gateway[0],
@@ -268,15 +316,33 @@ def _describe(
             "postgres": cluster.dsn(),
             "chain": chain,
             "tls_ca_file": str(ca_file) if ca_file else None,
-            "nodes": [asdict(n) for n in nodes],
+            "nodes": [asdict(n) for n in nodes if not n.read_only],
+            "read_only_nodes": [asdict(n) | {"name": n.name} for n in nodes if n.read_only],
         },
         indent=2,
     )
 
 
+def _start_chains(state: Path, two_chains: bool) -> tuple[DevChain, DevChain | None]:
+    """The app chain (payload contracts) on ANVIL_PORT and, with two chains, the registry's
+    own anvil (chain id REGISTRY_CHAIN_ID); the caller stops them."""
+    from xnode.devtools.devchain import DevChain
+
+    app = DevChain.start(state, _port_or_free(ANVIL_PORT))
+    if not two_chains:
+        return app, None
+    try:
+        registry = DevChain.start(
+            state, _port_or_free(ANVIL_PORT + 1), "registry", REGISTRY_CHAIN_ID
+        )
+    except BaseException:
+        app.stop()
+        raise
+    return app, registry
+
+
 def run_devnet(args: argparse.Namespace) -> int:
     from xnode.chain.anvil import AnvilError  # web3 loads only for the devnet
-    from xnode.devtools.devchain import DevChain
 
     state = Path(args.dir).resolve()
     state.mkdir(parents=True, exist_ok=True)
@@ -290,6 +356,7 @@ def run_devnet(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, request_stop)
     processes: list[subprocess.Popen[bytes]] = []
     chain: DevChain | None = None
+    registry_chain: DevChain | None = None
     try:
         with console.status("starting Postgres"):
             cluster = start_cluster(state / "pg")
@@ -299,17 +366,20 @@ def run_devnet(args: argparse.Namespace) -> int:
     try:
         try:
             with console.status("starting anvil and the contracts"):
-                chain = DevChain.start(state, _port_or_free(ANVIL_PORT))
+                chain, registry_chain = _start_chains(state, args.two_chains)
+            registrar = registry_chain or chain
             nodes = plan_nodes(
-                state, cluster, args.nodes, args.base_port, chain.registered(), args.tls
+                state, cluster, args.nodes, args.base_port, registrar.registered(), args.tls
             )
         except (AnvilError, DevnetError) as exc:
             console.print(f"[red]xnode devnet: {exc}")
             return 1
         planned = [(n.node_id, bytes.fromhex(n.public_key[2:]), n.url) for n in nodes]
         with console.status("registering nodes"):
-            chain.register(planned, FUND_WEI)
-        registry_env = chain.node_env()
+            registrar.register(planned, None if registry_chain else FUND_WEI)
+            if registry_chain is not None:  # chain publishes are paid on the app chain
+                chain.fund(planned, FUND_WEI)
+        registry_env = chain.node_env(registry_chain)
         if args.registry == "file":
             registry_env |= {
                 "XNODE_REGISTRY_SOURCE": "file",
@@ -318,7 +388,13 @@ def run_devnet(args: argparse.Namespace) -> int:
         certs = tls_env(state, nodes) if args.tls else {}
         ca_file = state / "tls" / "ca.pem" if args.tls else None
         client_tls = ClientTls.from_files(ca_file) if ca_file else None
-        processes = [_spawn(n, registry_env, state, certs.get(n.node_id, {})) for n in nodes]
+        nodes += plan_read_only(state, cluster, args.read_only_nodes)
+        # Read-only nodes serve plaintext (no certificate of theirs) but check their peers'.
+        peer_ca = {"XNODE_TLS_PEER_CA_FILE": str(ca_file)} if ca_file else {}
+        processes = [
+            _spawn(n, registry_env, state, peer_ca if n.read_only else certs.get(n.node_id, {}))
+            for n in nodes
+        ]
         gateway = f"127.0.0.1:{_port_or_free(GATEWAY_PORT)}"
         gateway_registry_env = registry_env | (gateway_tls_env(state) if ca_file else {})
         scheme = "https" if ca_file else "http"
@@ -328,7 +404,9 @@ def run_devnet(args: argparse.Namespace) -> int:
             "XNODE_HTTP_LISTEN_ADDRESS": gateway_http,
             "XNODE_HTTP_CORS_ORIGINS": "*",
             # Browsers asking the HTTP port for nodes get the nodes' gRPC-web ports.
-            "XNODE_HTTP_NODE_URLS": ",".join(f"{n.node_id}={scheme}://{n.http}" for n in nodes),
+            "XNODE_HTTP_NODE_URLS": ",".join(
+                f"{n.node_id}={scheme}://{n.http}" for n in nodes if not n.read_only
+            ),
         }
         processes.append(
             spawn_gateway(state, gateway, gateway_key_file(state), gateway_registry_env | http_env)
@@ -336,7 +414,7 @@ def run_devnet(args: argparse.Namespace) -> int:
         with console.status(f"starting {len(nodes)} node(s) and the gateway"):
             for name, address, tls, proc in [
                 *(
-                    (f"node {n.node_id}", n.url, client_tls, p)
+                    (n.name, n.address if n.read_only else n.url, _tls_of(n, client_tls), p)
                     for n, p in zip(nodes, processes, strict=False)
                 ),
                 ("the gateway", f"{scheme}://{gateway}", client_tls, processes[-1]),
@@ -344,7 +422,10 @@ def run_devnet(args: argparse.Namespace) -> int:
                 if not wait_serving(address, tls=tls) or proc.poll() is not None:
                     console.print(f"[red]{name} did not start; see its log in {state}")
                     return 1
-        description = json.loads(_describe(nodes, cluster, chain.describe(), ca_file))
+        described_chain = chain.describe()
+        if registry_chain is not None:
+            described_chain["registry_chain"] = registry_chain.describe()
+        description = json.loads(_describe(nodes, cluster, described_chain, ca_file))
         description["gateway"] = {
             "address": gateway,
             "url": f"{scheme}://{gateway}",
@@ -363,4 +444,6 @@ def run_devnet(args: argparse.Namespace) -> int:
         _stop(processes)
         if chain is not None:
             chain.stop()
+        if registry_chain is not None:
+            registry_chain.stop()
         cluster.stop()

@@ -45,6 +45,12 @@ class GatewaySettings(BaseSettings):
     contracts_file: Path | None = Field(
         None, description="Chain id and contract addresses (`xnode chain deploy`)"
     )
+    registry_rpc_url: str | None = Field(
+        None, description="JSON-RPC URL of the registry's chain, if apart; unset: chain_rpc_url"
+    )
+    registry_contracts_file: Path | None = Field(
+        None, description="Contracts file of the registry's chain; unset: contracts_file"
+    )
     registry_source: Literal["auto", "chain", "file"] = Field(
         "auto", description="Node registry: chain, file (nodes_file) or auto (chain if set)"
     )
@@ -182,6 +188,8 @@ class GatewaySettings(BaseSettings):
             nodes_file=self.nodes_file,
             chain_rpc_url=self.chain_rpc_url,
             contracts_file=self.contracts_file,
+            registry_rpc_url=self.registry_rpc_url,
+            registry_contracts_file=self.registry_contracts_file,
             registry_source=self.registry_source,
             chain_poll_seconds=self.chain_poll_seconds,
             chain_rpc_timeout_seconds=self.chain_rpc_timeout_seconds,

@@ -202,7 +202,7 @@ def _keys_of(registry: Registry) -> dict[int, bytes]:
 class ReplicationWorker:
     def __init__(
         self,
-        node_id: int,
+        node_id: int | None,
         key: SigningKey,
         source: RegistrySource,
         store: ReplicaStore,
@@ -217,7 +217,8 @@ class ReplicationWorker:
         on_fork: OnFork | None = None,
     ) -> None:
         """`own_store`: this node's database health; when given, liveness reports are filed
-        only while it answers (replication.own_health)."""
+        only while it answers (replication.own_health). `node_id` None: a read-only node
+        (XIP-49 3.4), which follows every registered originator and sends read-only tokens."""
         self.node_id = node_id
         self.config = config
         self.reports: MisbehaviorRecorder = (
@@ -286,6 +287,8 @@ class ReplicationWorker:
     async def recover_own_log(self, local_top: int) -> OwnLogRecovery:
         """Before this node originates: stores what peers hold of its own log beyond
         `local_top` (see xnode.replication.recovery); call before start()."""
+        if self.node_id is None:
+            raise ValueError("a read-only node has no log of its own to recover")
         self._keys = _keys_of(self._registry)
         positions = await self._store.newest_per_originator()
         target = OriginatorLog(self.node_id, positions.get(self.node_id), self._ctx)

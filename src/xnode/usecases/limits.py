@@ -10,7 +10,9 @@
 - misbehavior reports: per reporter.
 
 A caller is its client IP, or its node id when it presented a valid node token: peers get
-limits `peer_multiplier` times higher, in buckets of their own."""
+limits `peer_multiplier` times higher, in buckets of their own. A read-only node's token
+(XIP-49 3.4: anyone can run one, so it proves a key, not a registered operator) gets
+`read_only_multiplier`, in buckets of its client IP apart from that IP's clients."""
 
 from __future__ import annotations
 
@@ -31,22 +33,27 @@ class Caller:
 
     ip: str
     node_id: int | None = None
+    read_only: bool = False  # a read-only node's token (node_id None)
 
     @property
     def subject(self) -> str:
-        return f"node:{self.node_id}" if self.node_id is not None else f"ip:{self.ip}"
+        if self.node_id is not None:
+            return f"node:{self.node_id}"
+        return f"read-only:{self.ip}" if self.read_only else f"ip:{self.ip}"
 
     @classmethod
-    def from_peer(cls, peer: str | None, node_id: int | None = None) -> Caller:
+    def from_peer(
+        cls, peer: str | None, node_id: int | None = None, read_only: bool = False
+    ) -> Caller:
         """`ipv4:1.2.3.4:5678`, `ipv6:[::1]:5678` or `unix:/path` -> the address alone."""
         if not peer:
-            return cls("unknown", node_id)
+            return cls("unknown", node_id, read_only)
         scheme, _, rest = peer.partition(":")
         if scheme == "ipv6" and rest.startswith("["):
-            return cls(rest[1 : rest.index("]")], node_id)
+            return cls(rest[1 : rest.index("]")], node_id, read_only)
         if scheme == "ipv4":
-            return cls(rest.rpartition(":")[0], node_id)
-        return cls(peer, node_id)
+            return cls(rest.rpartition(":")[0], node_id, read_only)
+        return cls(peer, node_id, read_only)
 
 
 ANONYMOUS = Caller("unknown")
@@ -64,6 +71,7 @@ class LimitPolicy:
     subscriptions_per_ip: int
     reports: Limit
     peer_multiplier: float = 10.0
+    read_only_multiplier: float = 1.0
     allowed_payers: frozenset[bytes] = field(default_factory=frozenset)
     denied_payers: frozenset[bytes] = field(default_factory=frozenset)
     enabled: bool = True
@@ -133,8 +141,14 @@ class ApiLimits:
         self._buckets = buckets
         self._slots: SubscriptionSlots = slots if slots is not None else LocalSlots()
 
+    def _multiplier(self, caller: Caller) -> float:
+        if caller.node_id is not None:
+            return self.policy.peer_multiplier
+        return self.policy.read_only_multiplier if caller.read_only else 1.0
+
     def _for(self, caller: Caller, limit: Limit) -> Limit:
-        return limit.scaled(self.policy.peer_multiplier) if caller.node_id is not None else limit
+        multiplier = self._multiplier(caller)
+        return limit.scaled(multiplier) if multiplier != 1.0 else limit
 
     async def _charge(self, charges: Sequence[Charge]) -> None:
         if not self.policy.enabled or not charges:
@@ -208,10 +222,9 @@ class ApiLimits:
         if not self.policy.enabled:
             yield
             return
-        key = f"subscriptions:{caller.ip if caller.node_id is None else caller.subject}"
-        allowed = self.policy.subscriptions_per_ip
-        if caller.node_id is not None:
-            allowed = int(allowed * self.policy.peer_multiplier)
+        plain = caller.node_id is None and not caller.read_only
+        key = f"subscriptions:{caller.ip if plain else caller.subject}"
+        allowed = int(self.policy.subscriptions_per_ip * self._multiplier(caller))
         if not await self._slots.hold(key, allowed):
             raise LimitExceeded(Kind.SUBSCRIPTIONS, caller.subject, 1.0)
         try:

@@ -47,13 +47,22 @@ async def _in_request(publish: Awaitable[list[bytes]], positions: list[int]) -> 
         raise exc.at(positions[exc.index]) from None
 
 
+READ_ONLY_DETAIL = (
+    "this is a read-only node (XIP-49 3.4): it replicates and serves queries and subscriptions "
+    "but originates nothing; publish to a registered node instead (the gateway's GetNodes or "
+    "the node registry lists them)"
+)
+
+
 class Publish:
+    """`originator` None: a read-only node, which refuses every publish with READ_ONLY."""
+
     def __init__(
         self,
         node_id: int,
         clock: NodeClock,
         store: EnvelopeReader,
-        originator: Originate,
+        originator: Originate | None,
         chain: ChainPublisher | None = None,
         admission: Admission | None = None,
         limits: ApiLimits | None = None,
@@ -81,6 +90,8 @@ class Publish:
         self, envelopes: Sequence[envelopes_pb2.PayerEnvelope], caller: Caller
     ) -> list[bytes]:
         started = time.perf_counter()
+        if self._originator is None:
+            raise Rejected(Reason.READ_ONLY, READ_ONLY_DETAIL)
         if not envelopes:
             raise Rejected(Reason.MALFORMED, "payer_envelopes is empty")
         if len(envelopes) > MAX_PUBLISH_ENVELOPES:
@@ -137,6 +148,7 @@ class Publish:
         return [next(chain_iter) if i in chain_set else next(local_iter) for i in range(len(valid))]
 
     async def _originate(self, valid: list[ValidPayerEnvelope]) -> list[bytes]:
+        assert self._originator is not None  # refused in _publish
         originated = await self._originator.publish(valid)
         ENVELOPES_STORED.labels(str(self.node_id)).inc(len(originated))
         return [e.raw for e in originated]

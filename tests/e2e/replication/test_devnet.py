@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -18,14 +19,29 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
+from web3 import Web3
 
 from tests.e2e.replication.conftest import eventually
+from tests.identity_signers import Inbox
+from tests.integration.chain.helpers import (
+    canonical_payloads,
+    client_bytes,
+    commit_envelope,
+    group_topic,
+    inbox_topic,
+    publish,
+    signed_update_envelope,
+)
 from xmtp.xmtpv4.payer_api import payer_api_pb2, payer_api_pb2_grpc
+from xnode.chain import abi
+from xnode.chain.contracts import NODE_REGISTRY, contract_at
+from xnode.chain.deployment import load_contracts_file
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.devtools.postgres import free_port
 
 GROUP = bytes([9]) * 16
+ALICES_INBOX = Inbox()
 
 
 def start_devnet(
@@ -117,5 +133,78 @@ async def test_devnet_replicates_and_ctrl_c_loses_nothing(state: Path) -> None:
         assert second["chain"]["node_registry"] == first["chain"]["node_registry"]
         assert [n["address"] for n in second["nodes"]] == [n["address"] for n in first["nodes"]]
         assert await count_on(second["nodes"][1]["address"]) == 2
+    finally:
+        assert interrupt(proc) == 0
+
+
+def _registered(url: str, contracts_file: str) -> list[int]:
+    """Node ids in the NodeRegistry that `contracts_file` names on the chain at `url`."""
+    contracts = load_contracts_file(Path(contracts_file))
+    registry = contract_at(Web3(Web3.HTTPProvider(url)), NODE_REGISTRY, contracts.node_registry)
+    return sorted(int(n[0]) for n in registry.functions.allNodes().call())
+
+
+def _message_events(url: str, contracts_file: str) -> int:
+    contracts = load_contracts_file(Path(contracts_file))
+    return sum(
+        len(canonical_payloads(url, address, topic))
+        for address, topic in (
+            (contracts.group_messages, abi.MESSAGE_SENT),
+            (contracts.identity_updates, abi.IDENTITY_UPDATE_CREATED),
+        )
+    )
+
+
+async def _topics_on(address: str) -> list[bytes]:
+    async with NodeClient(address) as client:
+        found = await client.query(topics=[group_topic(GROUP), inbox_topic(ALICES_INBOX.key)])
+    return sorted(client_bytes(e) for e in found)
+
+
+async def test_a_read_only_node_converges_and_the_registry_lives_on_its_own_chain(
+    state: Path,
+) -> None:
+    """Issue 12, parts 4 and 5: `--read-only-nodes 1 --two-chains`."""
+    proc, described = start_devnet(state, free_port(), "--read-only-nodes", "1", "--two-chains")
+    try:
+        nodes = {n["node_id"]: n["address"] for n in described["nodes"]}
+        [reader] = [n["address"] for n in described["read_only_nodes"]]
+        app, registry = described["chain"], described["chain"]["registry_chain"]
+        assert (app["chain_id"], registry["chain_id"]) == (31337, 31338)
+        # Nodes registered on the registry chain only; the app chain's registry is unused.
+        assert _registered(registry["rpc_url"], registry["contracts_file"]) == [100, 200]
+        assert _registered(app["rpc_url"], app["contracts_file"]) == []
+
+        async with NodeClient(reader) as client:
+            live = client.subscribe(topics=[group_topic(GROUP)])
+            async with NodeClient(nodes[100]) as first, NodeClient(nodes[200]) as second:
+                await first.publish_group_messages(SigningKey.generate(), 100, GROUP, [b"a"])
+                await publish(first, 100, [commit_envelope(GROUP)])
+                await publish(second, 200, [signed_update_envelope(ALICES_INBOX.create())])
+            # The read-only node's subscription delivers what node 100 originated.
+            async with asyncio.timeout(60):
+                async for response in live:
+                    if response.envelopes:
+                        break
+            live.cancel()
+        # Commits and identity updates went to the app chain's payload contracts.
+        assert _message_events(app["rpc_url"], app["contracts_file"]) == 2
+        assert _message_events(registry["rpc_url"], registry["contracts_file"]) == 0
+
+        expected = await _topics_on(nodes[100])
+        assert len(expected) == 3
+
+        async def converged() -> bool:
+            return all([await _topics_on(a) == expected for a in (nodes[200], reader)])
+
+        await eventually(converged)
+
+        async with NodeClient(reader) as client:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await client.publish_group_messages(SigningKey.generate(), 0, GROUP, [b"x"])
+        assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert "read-only node" in (refused.value.details() or "")
+        log = (state / "read-only-1.log").read_text()
+        assert "misbehavior_reported" not in log  # it files no reports of its own
     finally:
         assert interrupt(proc) == 0

@@ -29,7 +29,9 @@ from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.api.errors import STATUS_OF
 from xnode.client.node import group_message_envelope
 from xnode.core import mls, wire
+from xnode.core.associations import AssociationError, apply_update, wallet_checks
 from xnode.core.chain_payloads import ChainEvent, MalformedPayload, client_envelope_of
+from xnode.core.checkpoints import CheckpointError, sign_checkpoint, verify_checkpoint
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import (
     build_payer_envelope,
@@ -128,12 +130,35 @@ def _chain_event(data: bytes) -> None:
 
 
 def _identity_update(data: bytes) -> None:
-    association_changes(_decode(association_pb2.IdentityUpdate, data))
+    update = _decode(association_pb2.IdentityUpdate, data)
+    association_changes(update)
+    # XIP-46: the update applied to a fresh inbox, every signature checked (issue 12 part 2).
+    with contextlib.suppress(AssociationError):
+        apply_update(None, update, {check: True for check in wallet_checks(update)})
+    # ...and as the payload of a client envelope on its inbox's topic (the publish path).
+    try:
+        inbox = bytes.fromhex(update.inbox_id)
+    except ValueError:
+        inbox = INBOX
+    client = envelopes_pb2.ClientEnvelope(
+        aad=envelopes_pb2.AuthenticatedData(target_topic=b"\x02" + inbox),
+        identity_update=update,
+    )
+    _client_envelope(client.SerializeToString())
 
 
 def _stream_frame(data: bytes) -> None:
     with contextlib.suppress(wire.FrameError):
         wire.originator_envelopes(data)
+    with contextlib.suppress(wire.FrameError):
+        wire.length_delimited(data, 1)
+    with contextlib.suppress(wire.FrameError):
+        list(wire.fields(data))
+
+
+def _checkpoint(data: bytes) -> None:
+    with contextlib.suppress(CheckpointError):
+        verify_checkpoint(data, KEY.public_key)
 
 
 def _topic(data: bytes) -> None:
@@ -152,8 +177,9 @@ def _misbehavior_report(data: bytes) -> None:
 
 
 def _node_token(data: bytes) -> None:
-    with contextlib.suppress(AuthError):
-        verify_token(data.decode("latin-1"), REGISTRY, NODE_ID, 1_800_000_000)
+    for read_only in (False, True):  # read-only nodes' tokens name an address (XIP 3.4)
+        with contextlib.suppress(AuthError):
+            verify_token(data.decode("latin-1"), REGISTRY, NODE_ID, 1_800_000_000, read_only)
 
 
 def _prune_plan(data: bytes) -> None:
@@ -184,6 +210,13 @@ def _valid_plan() -> bytes:
     return json.dumps(document).encode()
 
 
+def _identity_updates() -> tuple[bytes, ...]:
+    """The official client's identity updates (ECDSA wallet and installation signatures)."""
+    captured = (*official("identity_update"), *official("identity_lifecycle"))
+    clients = [envelopes_pb2.ClientEnvelope.FromString(c) for c in captured]
+    return tuple(c.identity_update.SerializeToString() for c in clients)
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -202,7 +235,9 @@ def targets() -> list[Target]:
     frame = wire.field(1, wire.field(1, originator))
     cursor = envelopes_pb2.Cursor(node_id_to_sequence_id={100: 5}).SerializeToString()
     token = issue_token(KEY, NODE_ID, NODE_ID, 1_800_000_000).encode()
+    read_only_token = issue_token(PAYER, None, NODE_ID, 1_800_000_000).encode()
     client = envelopes_pb2.PayerEnvelope.FromString(_valid_payer()).unsigned_client_envelope
+    checkpoint = sign_checkpoint(KEY, NODE_ID, 7, b"\x07" * 32, 1_700_000_000_000_000_000, None)
     official_clients = tuple(
         seed
         for kind in ("group_message", "welcome_message", "upload_key_package", "identity_update")
@@ -226,7 +261,8 @@ def targets() -> list[Target]:
             "key package", _key_package, tuple(k.key_package_tls_serialized for k in key_packages)
         ),
         Target("chain event payload", _chain_event, (framed, client)),
-        Target("identity update", _identity_update, (b"",)),
+        Target("welcome message", _client_envelope, official("welcome_message")),
+        Target("identity update", _identity_update, _identity_updates()),
         Target("subscribe stream frame", _stream_frame, (frame,)),
         Target("topic", _topic, (b"\x00" + GROUP,)),
         Target(
@@ -235,8 +271,9 @@ def targets() -> list[Target]:
             (cursor,),
         ),
         Target("misbehavior report", _misbehavior_report, (b"",)),
-        Target("node token", _node_token, (token,)),
+        Target("node token", _node_token, (token, read_only_token)),
         Target("prune plan", _prune_plan, (_valid_plan(),)),
+        Target("log checkpoint", _checkpoint, (checkpoint.signed,)),
     ]
 
 

@@ -100,3 +100,11 @@ async def test_depends_on_ahead_of_the_store_is_refused_with_the_node_cursor() -
     assert refused.value.index == 1
     assert refused.value.cursor == Cursor.of({200: 3})
     assert store.clock_reads == 1 and originator.published == []
+
+
+async def test_a_read_only_node_refuses_every_publish_with_a_clear_reason() -> None:
+    publish = Publish(NODE, NodeClock(Cursor()), MemoryStore(), None)
+    with pytest.raises(Rejected) as refused:
+        await publish([payer_envelope(b"m0")])
+    assert refused.value.reason is Reason.READ_ONLY
+    assert "read-only node" in str(refused.value) and "registered node" in str(refused.value)

@@ -1,0 +1,222 @@
+"""Payload checks (issue 12): publish throughput with the checks on vs off, in one run.
+
+    .venv/bin/python bench/bench_payloads.py [--seconds 8] [--rounds 3]
+
+The checks are `xnode.core.envelopes._check_payload`: MLS framing of group messages (group id
+= topic), welcome addressing, key package parse + lifetime + both Ed25519 signatures, identity
+update inbox. "Off" is a second `xnode run` process whose `_check_payload` is replaced, in that
+process only, by what the node checked before issue 12 (a payload of the topic's kind): a
+bench-only switch, no setting, nothing a production node can turn off.
+
+Two node processes (a database each, one Postgres cluster, fsync on) are measured alternately,
+`--rounds` times, so the shared machine's drift and neighbours hit both alike. Beside each
+throughput, the node process's CPU per envelope (from /proc): the node is CPU-bound, so the
+share of its CPU the checks take is the throughput they cost, and unlike env/s it is not
+moved by the neighbours. Each figure is printed beside the bound (checks cost at most 15% of
+publish throughput) and the load average.
+Workloads: group messages only (the bulk of traffic), and a mix of 80% group messages, 10%
+welcomes, 10% key package uploads (each checked with two Ed25519 signature verifications).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_node import NODE, PAYER, run_callers, start_node_process
+
+from tests.integration.export.helpers import client_envelope
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xnode.client.node import NodeClient
+from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import build_payer_envelope, validate_payer_envelope
+from xnode.core.topics import TopicKind
+from xnode.devtools.postgres import start_cluster
+
+BOUND = 0.15
+NO_LIMITS = {"XNODE_LIMITS_ENABLED": "false"}  # both nodes alike: the checks, not the limits
+
+# The "off" node: before xnode.cli runs, the payload checks are cut to the topic-kind match.
+OFF_NODE = """
+import sys
+import xnode.core.envelopes as envelopes
+from xnode.core.errors import Reason, Rejected
+from xnode.core.topics import KIND_OF_PAYLOAD
+
+def kind_only(client, topic, now_s):
+    payload = client.WhichOneof("payload")
+    if payload is None:
+        raise Rejected(Reason.MISSING_PAYLOAD, "client envelope has no payload")
+    if topic.kind is not KIND_OF_PAYLOAD[payload]:
+        raise Rejected(Reason.TOPIC_MISMATCH, "topic kind does not match the payload")
+    return payload, None
+
+envelopes._check_payload = kind_only
+from xnode.cli import main
+sys.exit(main(["run"]))
+"""
+
+
+def load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def client(kind: TopicKind, i: int) -> envelopes_pb2.ClientEnvelope:
+    identifier = (i % 50).to_bytes(2, "big") * 16
+    if kind is TopicKind.GROUP_MESSAGES:
+        identifier = identifier[:16]
+    return client_envelope(kind, identifier, os.urandom(160))
+
+
+def workload(mix: bool, n: int) -> list[envelopes_pb2.PayerEnvelope]:
+    """Group messages, or 80/10/10 group messages, welcomes, key packages."""
+    kinds = [TopicKind.GROUP_MESSAGES] * 8
+    if mix:
+        kinds += [TopicKind.WELCOME_MESSAGES, TopicKind.KEY_PACKAGES]
+    else:
+        kinds += [TopicKind.GROUP_MESSAGES] * 2
+    return [build_payer_envelope(client(kinds[i % 10], i), PAYER, NODE) for i in range(n)]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Measured:
+    rate: float  # envelopes/s
+    cpu_us: float  # node CPU per envelope: what the load average does not distort
+
+
+async def publish_rate(pid: int, address: str, envs: list[envelopes_pb2.PayerEnvelope],
+                       batch: int, callers: int, seconds: float) -> Measured:  # fmt: skip
+    batches = [envs[i : i + batch] for i in range(0, len(envs), batch)]
+    done = 0
+    async with NodeClient(address) as node:
+        i = 0
+
+        async def one() -> int:
+            nonlocal i, done
+            i += 1
+            chosen = batches[i % len(batches)]
+            await node.publish(chosen)
+            done += len(chosen)
+            return len(chosen)
+
+        cpu = cpu_seconds(pid)
+        rate = await run_callers(callers, seconds, one)
+        return Measured(rate, (cpu_seconds(pid) - cpu) / max(done, 1) * 1e6)
+
+
+def validation_cost(envs: list[envelopes_pb2.PayerEnvelope]) -> tuple[float, float]:
+    """Microseconds of one core to validate one envelope (the publish path's CPU part), checks
+    off and on: the best of 7 passes each, off and on interleaved so a neighbour's burst
+    hits both alike."""
+    passes = [(_validate_pass(envs, False), _validate_pass(envs, True)) for _ in range(7)]
+    return min(off for off, _ in passes), min(on for _, on in passes)
+
+
+def _validate_pass(envs: list[envelopes_pb2.PayerEnvelope], checks: bool) -> float:
+    import xnode.core.envelopes as envelopes
+
+    original = envelopes._check_payload
+    if not checks:
+        namespace: dict[str, object] = {}
+        exec(OFF_NODE.split("envelopes._check_payload")[0], namespace)  # defines kind_only
+        envelopes._check_payload = namespace["kind_only"]  # type: ignore[assignment]
+    try:
+        started = time.perf_counter()
+        for payer in envs:
+            validate_payer_envelope(payer, NODE)
+        return (time.perf_counter() - started) / len(envs) * 1e6
+    finally:
+        envelopes._check_payload = original
+
+
+SHAPES: list[tuple[str, bool, int, int]] = [
+    ("group messages, single envelopes, 64 callers", False, 1, 64),
+    ("group messages, batches of 100, 8 callers", False, 100, 8),
+    ("80/10/10 mix, single envelopes, 64 callers", True, 1, 64),
+    ("80/10/10 mix, batches of 100, 8 callers", True, 100, 8),
+]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    envs = {mix: workload(mix, 2000) for mix in (False, True)}
+    print(f"machine: {os.cpu_count()} cores, shared; load {load()} (1/5/15 min)")
+    print("| validate one envelope, one core (best of 7) | checks off | checks on | cost | load |")
+    print("|---|---|---|---|---|")
+    for mix, label in ((False, "group messages"), (True, "80/10/10 mix")):
+        off, on = validation_cost(envs[mix][:1000])
+        print(f"| {label} | {off:.1f} us | {on:.1f} us | {(on - off) / off:+.1%} | {load()} |")
+    work = Path(tempfile.mkdtemp(prefix="xnode-bench-payloads-"))
+    work.chmod(0o755)
+    cluster = start_cluster(work / "pg", fsync=True)
+    key = SigningKey.generate()
+    procs = {}
+    try:
+        for mode, command in (("off", [sys.executable, "-c", OFF_NODE]), ("on", None)):
+            procs[mode] = await asyncio.to_thread(
+                start_node_process, cluster, work, key, f"payloads_{mode}", NO_LIMITS, command
+            )
+        results: dict[tuple[str, str], list[Measured]] = {}
+        loads: list[str] = []
+        for _ in range(args.rounds):
+            for label, mix, batch, callers in SHAPES:
+                for mode, (proc, address) in procs.items():
+                    measured = await publish_rate(
+                        proc.pid, address, envs[mix], batch, callers, args.seconds
+                    )
+                    results.setdefault((mode, label), []).append(measured)
+            loads.append(load())
+    finally:
+        for proc, _ in procs.values():
+            proc.terminate()
+            proc.wait(30)
+        cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    report(results, args.rounds, loads)
+
+
+def report(results: dict[tuple[str, str], list[Measured]], rounds: int, loads: list[str]) -> None:
+    print(f"\npublish, means of {rounds} alternating rounds; load after each: {loads}")
+    print(
+        "| publish | env/s off | env/s on | throughput cost | node CPU/env off | on "
+        "| CPU cost | bound |\n|---|---|---|---|---|---|---|---|"
+    )
+    worst = 0.0
+    for label, *_ in SHAPES:
+        off, on = results[("off", label)], results[("on", label)]
+        rate_off, rate_on = mean(m.rate for m in off), mean(m.rate for m in on)
+        cpu_off, cpu_on = mean(m.cpu_us for m in off), mean(m.cpu_us for m in on)
+        cost = (rate_off - rate_on) / rate_off
+        # The node is CPU-bound: the share of its CPU the checks take is the throughput a
+        # node loses to them, measured without the neighbours' noise.
+        cpu_cost = (cpu_on - cpu_off) / cpu_on
+        worst = max(worst, cpu_cost)
+        print(
+            f"| {label} | {rate_off:,.0f} | {rate_on:,.0f} | {cost:+.1%} | {cpu_off:,.0f} us "
+            f"| {cpu_on:,.0f} us | {cpu_cost:+.1%} | <= {BOUND:.0%} |"
+        )
+    verdict = "met" if worst <= BOUND else "NOT met"
+    print(f"worst CPU cost {worst:+.1%}; bound {BOUND:.0%}: {verdict}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
