@@ -3,7 +3,10 @@ envelopes with their leaves kept, a fork) and names each fault of a tampered one
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -114,7 +117,22 @@ def test_a_tampered_export_is_caught_and_named(
     }, verdict.describe()
     assert {f.sequence_id for f in verdict.details if f.kind is FaultKind.GAP} == {25}
     out = tmp_path / "verdict.json"
-    assert audit.main(["--input", str(root), "--out", str(out), "--master", "local[1]"]) == 1
+    # The CLI in its own JVM, as an operator runs it (in this process, its spark.stop() would
+    # stop the session the other Spark tests share).
+    assert _cli("--input", str(root), "--out", str(out), "--master", "local[1]") == 1
     assert '"clean": false' in out.read_text()
     shutil.rmtree(root / "node-100" / "logs")
-    assert audit.main(["--input", str(root), "--master", "local[1]"]) == 2
+    assert _cli("--input", str(root), "--master", "local[1]") == 2
+
+
+def _cli(*args: str) -> int:
+    paths = [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.audit", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
+    return done.returncode
