@@ -71,9 +71,7 @@ def chain_originator(envelope: ValidPayerEnvelope) -> int:
 
 def needs_chain(envelope: ValidPayerEnvelope) -> bool:
     """Identity updates and MLS commits need the chain's total order (XIP-49 2.1)."""
-    if envelope.payload == "identity_update":
-        return True
-    return envelope.payload == "group_message" and envelope.is_commit
+    return envelope.needs_chain
 
 
 def chain_dependency(envelope: ValidPayerEnvelope) -> int:

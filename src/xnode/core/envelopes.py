@@ -69,6 +69,13 @@ class ValidPayerEnvelope:
     def is_commit(self) -> bool:
         return self.framing is not None and self.framing.is_commit
 
+    @property
+    def needs_chain(self) -> bool:
+        """Identity updates and MLS commits need the chain's total order (XIP-49 2.1)."""
+        if self.payload == "identity_update":
+            return True
+        return self.payload == "group_message" and self.is_commit
+
     def expiry(self, originator_ns: int) -> int:
         return expiry_unixtime(self.topic.kind, self.retention_days, originator_ns)
 

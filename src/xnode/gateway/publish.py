@@ -27,6 +27,7 @@ from xnode.core.errors import Rejected
 from xnode.core.originator_selection import available_nodes, failover_order
 from xnode.core.registry import NodeEntry, Registry
 from xnode.core.topics import Topic, TopicError
+from xnode.gateway.batching import Coalescer
 from xnode.gateway.channels import NodeChannels, UnusableUrl
 from xnode.gateway.errors import GatewayError, NodeUnavailable, invalid, node_error, stored_note
 from xnode.gateway.visibility import wait_visible
@@ -38,6 +39,13 @@ PUBLISH_METHOD = "/xmtp.xmtpv4.message_api.PublishApi/PublishPayerEnvelopes"
 MAX_ENVELOPES = 1000  # what one node takes in one request
 # Batches this large are signed and checked in a worker thread: secp256k1 releases the GIL.
 THREAD_PLANNING_MIN = 32
+# Calls outstanding to one node before further runs for it wait and are combined
+# (gateway/batching.py).
+FORWARDS_IN_FLIGHT = 2
+
+
+class AnswerMismatch(Exception):
+    """The node answered a different number of envelopes than it was sent."""
 
 
 @dataclass
@@ -46,7 +54,9 @@ class _Planned:
 
     index: int
     raw: bytes
-    candidates: list[int] = field(default_factory=list)
+    candidates: list[int]
+    # Commits and identity updates go on the chain path: never combined with other requests.
+    needs_chain: bool
     # Payer envelopes signed so far, by target: the signature covers the target.
     signed: dict[int, envelopes_pb2.PayerEnvelope] = field(default_factory=dict)
 
@@ -83,6 +93,7 @@ class Publisher:
         self._timeout_s = timeout_s
         self._retention_days = retention_days
         self._visibility_s = visibility_s
+        self._coalescer = Coalescer(self._call, MAX_ENVELOPES, FORWARDS_IN_FLIGHT)
 
     async def publish(self, raws: Sequence[bytes]) -> list[bytes]:
         """Serialized OriginatorEnvelopes, one per client envelope, in request order."""
@@ -123,10 +134,10 @@ class Publisher:
         # anything of the request is sent.
         signed = self._sign(raw, candidates[0])
         try:
-            validate_payer_envelope(signed, candidates[0])
+            valid = validate_payer_envelope(signed, candidates[0])
         except Rejected as exc:
             raise GatewayError(STATUS_OF[exc.reason], f"envelopes[{index}]: {exc.detail}") from None
-        return _Planned(index, raw, candidates, {candidates[0]: signed})
+        return _Planned(index, raw, candidates, valid.needs_chain, {candidates[0]: signed})
 
     def _candidates(
         self, index: int, pinned: int, topic: Topic, nodes: list[NodeEntry]
@@ -189,27 +200,39 @@ class Publisher:
         entry = registry.get(node_id)
         assert entry is not None, "candidates come from this registry"
         try:
-            channel = self._channels.channel(entry.http_address)
+            self._channels.channel(entry.http_address)
         except UnusableUrl as exc:
             raise NodeUnavailable(node_id, str(exc)) from None
-        call = channel.unary_unary(
+        envelopes = [self._signed_for(p, node_id) for p in run]
+        try:
+            if any(p.needs_chain for p in run):
+                return await self._call(node_id, envelopes)
+            return await self._coalescer.send(node_id, envelopes)
+        except grpc.aio.AioRpcError as exc:
+            raise node_error(node_id, exc, start, len(run)) from None
+        except AnswerMismatch as exc:
+            raise GatewayError(grpc.StatusCode.INTERNAL, f"{exc}" + stored_note(start)) from None
+
+    async def _call(
+        self, node_id: int, envelopes: list[envelopes_pb2.PayerEnvelope]
+    ) -> list[bytes]:
+        """One PublishPayerEnvelopes call to the node, which may carry several requests' runs."""
+        entry = self._registry.current().get(node_id)
+        if entry is None:  # dropped from the registry since the run was planned
+            raise NodeUnavailable(node_id, "no longer an enabled node of the registry")
+        call = self._channels.channel(entry.http_address).unary_unary(
             PUBLISH_METHOD,
             request_serializer=api.PublishPayerEnvelopesRequest.SerializeToString,
             response_deserializer=api.PublishPayerEnvelopesResponse.FromString,
         )
-        request = api.PublishPayerEnvelopesRequest(
-            payer_envelopes=[self._signed_for(p, node_id) for p in run]
-        )
-        try:
-            response = await call(request, timeout=self._timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            raise node_error(node_id, exc, start, len(run)) from None
+        request = api.PublishPayerEnvelopesRequest(payer_envelopes=envelopes)
+        response = await call(request, timeout=self._timeout_s)
         got = [e.SerializeToString() for e in response.originator_envelopes]
-        if len(got) != len(run):
-            log.error("gateway_node_answer_mismatch", node_id=node_id, sent=len(run), got=len(got))
-            raise GatewayError(
-                grpc.StatusCode.INTERNAL,
-                f"node {node_id} answered {len(got)} envelopes for {len(run)} sent"
-                + stored_note(start),
+        if len(got) != len(envelopes):
+            log.error(
+                "gateway_node_answer_mismatch", node_id=node_id, sent=len(envelopes), got=len(got)
+            )
+            raise AnswerMismatch(
+                f"node {node_id} answered {len(got)} envelopes for {len(envelopes)} sent"
             )
         return got

@@ -309,3 +309,36 @@ async def test_too_many_envelopes_is_invalid_argument(gateway_for: Any) -> None:
         await gateway.stub.PublishClientEnvelopes(request, timeout=10)
     assert err.value.code() is INVALID
     assert "1001 envelopes in one request, the limit is 1000" in (err.value.details() or "")
+
+
+async def test_concurrent_requests_for_one_node_each_get_their_own_answer(
+    start_node: Any, network: Network, gateway_for: Any
+) -> None:
+    """Requests that wait for a busy node are sent to it together (gateway/batching.py); a
+    refusal of one still reaches only its own client, and nothing is stored twice."""
+    nodes = await start_all(start_node, network)
+    gateway = await gateway_for()
+    topic = b"\x00" + group_id(7)
+    preferred = order_for(network, topic)[0]
+    bad_at = 13
+
+    def request(i: int) -> list[envelopes_pb2.ClientEnvelope]:
+        ahead = Cursor({preferred: 999}) if i == bad_at else None
+        return [group_message_envelope(group_id(7), f"m{i}-{j}".encode(), ahead) for j in (0, 1)]
+
+    results = await asyncio.gather(
+        *(gateway.publish(request(i)) for i in range(40)), return_exceptions=True
+    )
+    refused = results[bad_at]
+    assert isinstance(refused, grpc.aio.AioRpcError)
+    assert refused.code() is grpc.StatusCode.ABORTED
+    assert (refused.details() or "").startswith("envelopes[0]: depends_on is ahead"), refused
+    for i, answer in enumerate(results):
+        if i == bad_at:
+            continue
+        assert isinstance(answer, list), (i, answer)
+        got = [parse_originator_envelope(e.SerializeToString()).payer_envelope for e in answer]
+        assert [p.unsigned_client_envelope for p in got] == [
+            c.SerializeToString() for c in request(i)
+        ]
+    assert await stored_count(nodes[preferred].address, preferred) == 78
