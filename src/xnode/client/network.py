@@ -5,14 +5,20 @@ subscription going across nodes from its vector-clock cursor.
 
 A node that is unreachable, or that sends something that fails a check, is excluded: the
 next preferred node is tried, and excluded nodes come last until they answer again. Every
-refused envelope is kept in `refusals` (the node that sent it and the failed check), which is
-what a misbehavior report would carry."""
+refused envelope is kept in `refusals` (the node that sent it and the failed check), and
+what proves misbehavior is reported to other nodes (xnode.client.reports).
+
+Retrying a publish elsewhere after the answer failed a check is what 3.3.4 prescribes ("clients
+may publish a misbehavior report and retry against another originator"): the payload may then
+be originated twice, once by the node that answered wrongly. Readers see two envelopes with
+the same client bytes; MLS drops the second copy of a message it has already processed."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TypeVar
@@ -21,6 +27,7 @@ import grpc
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.client.node import NodeClient, envelopes_of, group_message_envelope
+from xnode.client.reports import Reporter
 from xnode.core.backoff import Backoff
 from xnode.core.causal_order import CausalOrder, causally_order
 from xnode.core.client_checks import (
@@ -77,10 +84,12 @@ class NetworkClient:
         clock_ns: Callable[[], int] = time.time_ns,
         check_signatures: bool = True,
         trusted_payers: Collection[bytes] | None = None,
+        report_misbehavior: bool = True,
     ) -> None:
         """`check_signatures` False is for a registry whose keys are not known (a tool pointed
         at one node by address): every other check still applies. `trusted_payers` (payer
-        addresses) authenticates the aad of what is read; None takes any payer's."""
+        addresses) authenticates the aad of what is read; None takes any payer's.
+        `report_misbehavior`: submit misbehavior reports to other nodes (xnode.client.reports)."""
         self.registry = registry
         self.payer = payer or SigningKey.generate()
         self.tls = tls
@@ -94,6 +103,9 @@ class NetworkClient:
         self.refusals: list[Refusal] = []
         self.seen: dict[bytes, Cursor] = {}  # topic -> what this client saw or published on it
         self._nodes: dict[int, NodeClient] = {}
+        self.reporter = (
+            Reporter(registry, self.node, self.keys, clock_ns) if report_misbehavior else None
+        )
 
     async def __aenter__(self) -> NetworkClient:
         return self
@@ -107,6 +119,8 @@ class NetworkClient:
         await self.close()
 
     async def close(self) -> None:
+        if self.reporter is not None:
+            await self.reporter.flush()
         for node in self._nodes.values():
             await node.close()
         self._nodes.clear()
@@ -137,6 +151,14 @@ class NetworkClient:
     def refuse(self, node_id: int, check: EnvelopeCheckFailed) -> None:
         self.refusals.append(Refusal(node_id, check))
         self.exclude(node_id)
+        if self.reporter is not None and check.envelope:
+            self.reporter.invalid_payload(node_id, check.envelope)
+
+    def failed(self, node_id: int, exc: grpc.aio.AioRpcError, waited_s: float) -> None:
+        """A call to `node_id` failed in a way another node may not (FAILOVER_CODES)."""
+        self.exclude(node_id)
+        if self.reporter is not None:
+            self.reporter.liveness(node_id, exc.code(), waited_s)
 
     async def with_failover(self, topic: bytes, attempt: Callable[[int], Awaitable[T]]) -> T:
         """`attempt(node_id)` on each node in failover order, round after round with
@@ -146,12 +168,13 @@ class NetworkClient:
         last: Exception | None = None
         while True:
             for node_id in self.failover_order(topic):
+                started = time.monotonic()
                 try:
                     result = await attempt(node_id)
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() not in FAILOVER_CODES:
                         raise
-                    self.exclude(node_id)
+                    self.failed(node_id, exc, time.monotonic() - started)
                     last = exc
                 except EnvelopeCheckFailed as exc:
                     self.refuse(node_id, exc)
@@ -165,8 +188,9 @@ class NetworkClient:
 
     def check(self, raw: bytes, topics: Sequence[bytes] = ()) -> CheckedEnvelope:
         """3.3.4's checks on a received envelope (raises an EnvelopeCheckFailed)."""
-        env = check_received(raw, self.keys, topics, self.trusted_payers)
-        check_timestamp(env, self.clock_ns(), published=False)
+        with _evidence(raw):
+            env = check_received(raw, self.keys, topics, self.trusted_payers)
+            check_timestamp(env, self.clock_ns(), published=False)
         return env
 
     def note_seen(self, env: CheckedEnvelope) -> None:
@@ -214,9 +238,11 @@ class NetworkClient:
         if len(answered) != len(sent):
             raise EnvelopeCheckFailed(f"node {node_id} answered {len(answered)} of {len(sent)}")
         checked = []
-        for payer, raw in zip(sent, answered, strict=True):
-            env = check_received(raw.SerializeToString(), self.keys)
-            check_published(payer, env, node_id, self.clock_ns())
+        for payer, answer in zip(sent, answered, strict=True):
+            raw = answer.SerializeToString()
+            with _evidence(raw):
+                env = check_received(raw, self.keys)
+                check_published(payer, env, node_id, self.clock_ns())
             checked.append(env)
         return checked
 
@@ -268,6 +294,16 @@ class NetworkClient:
         cursor: Cursor | None = None,
     ) -> Subscription:
         return Subscription(self, list(topics), list(originators), cursor or Cursor())
+
+
+@contextmanager
+def _evidence(raw: bytes) -> Iterator[None]:
+    """A failed check carries the envelope that failed it, for a misbehavior report."""
+    try:
+        yield
+    except EnvelopeCheckFailed as exc:
+        exc.envelope = raw
+        raise
 
 
 def _routing_key(topics: Sequence[bytes]) -> bytes:
@@ -345,7 +381,7 @@ class Subscription:
                 return
             if exc.code() not in FAILOVER_CODES:
                 raise
-            self.client.exclude(node_id)
+            self.client.failed(node_id, exc, 0.0)
         except EnvelopeCheckFailed as exc:
             self.client.refuse(node_id, exc)
         finally:

@@ -11,7 +11,8 @@ import grpc
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
-from xmtp.xmtpv4.message_api import message_api_pb2_grpc
+from xmtp.xmtpv4.message_api import message_api_pb2_grpc, misbehavior_api_pb2_grpc
+from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import build_payer_envelope, cursor_to_proto
@@ -54,6 +55,7 @@ class NodeClient:
         options = [*CHANNEL_OPTIONS, *([OWN_CONNECTION] if own_connection else [])]
         self.channel = open_channel(address, tls, options)
         self.replication = message_api_pb2_grpc.ReplicationApiStub(self.channel)  # type: ignore[no-untyped-call]
+        self.misbehavior = misbehavior_api_pb2_grpc.MisbehaviorApiStub(self.channel)  # type: ignore[no-untyped-call]
 
     async def __aenter__(self) -> NodeClient:
         return self
@@ -76,6 +78,13 @@ class NodeClient:
             api.PublishPayerEnvelopesRequest(payer_envelopes=payer_envelopes), timeout=deadline_s
         )
         return list(response.originator_envelopes)
+
+    async def submit_misbehavior_report(
+        self, report: mb.UnsignedMisbehaviorReport, deadline_s: float = 10.0
+    ) -> None:
+        await self.misbehavior.SubmitMisbehaviorReport(
+            mb.SubmitMisbehaviorReportRequest(report=report), timeout=deadline_s
+        )
 
     async def publish_group_messages(
         self,

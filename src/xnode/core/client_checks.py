@@ -35,6 +35,9 @@ class EnvelopeCheckFailed(Exception):
     """A node sent something that breaks a rule of XIP-49 3.3.4 or 3.3.5."""
 
     rule = "3.3.4"
+    # The serialized envelope that failed the check, when one did (the client sets it): what
+    # a misbehavior report carries.
+    envelope = b""
 
     def __init__(self, detail: str, originator: int = 0, sequence_id: int = 0) -> None:
         where = f"envelope {originator}:{sequence_id}: " if originator or sequence_id else ""

@@ -4,6 +4,8 @@ and fails over to the real node."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,8 +16,13 @@ from tests.conftest import Network
 from tests.fake_peer import serve_replication_methods
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.network import NetworkClient, NoNodeAvailable
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.client_checks import BadOriginatorSignature
+from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
+from xnode.core.misbehavior import FAILED_REQUEST, INVALID_PAYLOAD
 from xnode.core.originator_selection import available_nodes, failover_order
 from xnode.core.registry import NodeEntry, Registry
 from xnode.core.topics import Topic, TopicKind
@@ -107,3 +114,95 @@ async def test_a_tampered_envelope_is_refused_and_the_client_fails_over(
             assert "signed by" in str(failed.value.__cause__)
     finally:
         await fake.stop(None)
+
+
+def wrongly_targeted(spec: Any, group: bytes) -> bytes:
+    """An envelope node 200 really signed whose payer envelope names node 300 as its target:
+    it breaks the payer-envelope rule, provably (core.evidence)."""
+    client = group_message_envelope(group, b"misrouted")
+    payer = build_payer_envelope(client, SigningKey.generate(), 300)
+    valid = validate_payer_envelope(payer, 300)
+    return originate(valid, 200, 1, time.time_ns(), spec.keys[200]).raw
+
+
+async def reports_held_by(address: str) -> list[mb.UnsignedMisbehaviorReport]:
+    async with NodeClient(address) as node:
+        response = await node.misbehavior.QueryMisbehaviorReports(
+            mb.QueryMisbehaviorReportsRequest(after_ns=0), timeout=10
+        )
+    return [
+        mb.UnsignedMisbehaviorReport.FromString(r.unsigned_misbehavior_report)
+        for r in response.reports
+    ]
+
+
+async def test_a_provable_invalid_payload_is_reported_to_another_node(
+    start_node: Any, network: Network
+) -> None:
+    """The client reports what proves itself, to nodes other than the accused, and nothing
+    for an envelope whose signature is not the node's (it proves nothing against it)."""
+    await start_node(**network.settings(100))
+    full = Registry.from_json(network.spec.nodes_file.read_text())
+    registry = Registry([full.nodes[100], full.nodes[200]])
+    group = group_preferring(registry, 200)
+    topic = Topic(TopicKind.GROUP_MESSAGES, group).raw
+    async with NetworkClient(registry, deadline_s=10) as writer:
+        writer.exclude(200)
+        sent = await writer.publish_group_messages(group, [b"one"])
+    evidence = wrongly_targeted(network.spec, group)
+    fake = await fake_node(network.addresses[200], [evidence])
+    try:
+        async with NetworkClient(registry, deadline_s=10) as reader:
+            assert [e.raw for e in await reader.query([topic])] == [sent[0].raw]
+            assert reader.refusals and reader.refusals[0].node_id == 200
+        held = await until_reported(network.addresses[100], 200)
+        assert held.type == INVALID_PAYLOAD
+        assert held.safety.envelopes[0].SerializeToString() == evidence
+        assert reader.reporter is not None
+        assert [(s.misbehaving_node_id, s.to_node_id) for s in reader.reporter.sent] == [(200, 100)]
+    finally:
+        await fake.stop(None)
+
+    forged = await fake_node(network.addresses[200], [tampered(sent[0].raw)])
+    try:
+        async with NetworkClient(registry, deadline_s=10) as reader:
+            await reader.query([topic])
+            assert [r.node_id for r in reader.refusals] == [200]
+        assert reader.reporter is not None and reader.reporter.sent == []
+    finally:
+        await forged.stop(None)
+
+
+async def test_a_node_that_is_down_is_reported_once_as_failed_requests(
+    start_node: Any, network: Network
+) -> None:
+    await start_node(**network.settings(100))
+    full = Registry.from_json(network.spec.nodes_file.read_text())
+    registry = Registry([full.nodes[100], full.nodes[300]])  # 300 never runs here
+    group = group_preferring(registry, 300)
+    async with NetworkClient(registry, deadline_s=10) as client:
+        for i in range(3):
+            client.excluded.clear()  # each publish tries node 300 first
+            await client.publish_group_messages(group, [f"m{i}".encode()])
+    held = await until_reported(network.addresses[100], 300)
+    assert held.type == FAILED_REQUEST
+    assert held.HasField("liveness")
+    assert client.reporter is not None
+    assert [(s.misbehaving_node_id, s.type) for s in client.reporter.sent] == [
+        (300, FAILED_REQUEST)
+    ]
+
+
+async def until_reported(address: str, accused: int) -> mb.UnsignedMisbehaviorReport:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        against = [
+            r
+            for r in await reports_held_by(address)
+            if r.misbehaving_node_id == accused and not r.submitted_by_node  # a client's
+        ]
+        if against:
+            assert len(against) == 1, against
+            return against[0]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no report against node {accused} reached {address} in 10 s")
