@@ -39,7 +39,14 @@ def test_the_jobs_closure_is_what_the_import_contract_allows() -> None:
 def test_requirements_are_the_imported_distributions_without_spark_s_own() -> None:
     closure = p.follow_imports(p.job_modules())
     found = p.distributions(closure.third_party)
-    assert set(found) == {"coincurve", "cryptography", "protobuf", "pyarrow", "pycryptodome"}
+    assert set(found) == {
+        "coincurve",
+        "cryptography",
+        "protobuf",
+        "pyarrow",
+        "pycryptodome",
+        "safe-pysha3",
+    }
     assert p.pins(found)[0] == f"coincurve=={found['coincurve']}"
 
 

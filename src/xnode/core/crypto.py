@@ -6,7 +6,7 @@ import struct
 from dataclasses import dataclass, field
 
 from coincurve import PrivateKey, PublicKey
-from Crypto.Hash import keccak
+from sha3 import keccak_256  # safe-pysha3
 
 SIGNATURE_LENGTH = 65
 PUBLIC_KEY_LENGTH = 65
@@ -19,8 +19,10 @@ class SignatureError(ValueError):
 
 
 def keccak256(*parts: bytes) -> bytes:
-    # One call with joined bytes: each pycryptodome call costs about a microsecond.
-    return keccak.new(digest_bits=256, data=b"".join(parts)).digest()
+    # safe-pysha3's C Keccak: 3x faster per call than pycryptodome's (docs/benchmarks.md,
+    # "Keccak"); one call with joined bytes, as each call has a fixed cost.
+    digest: bytes = keccak_256(b"".join(parts)).digest()
+    return digest
 
 
 def payer_digest(target_originator: int, unsigned_client_envelope: bytes) -> bytes:
