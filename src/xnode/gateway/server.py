@@ -106,6 +106,10 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
         key = settings.payer_signing_key()
     except (OSError, ValueError) as exc:
         raise StartupError(f"payer key: {exc}") from exc
+    try:
+        tokens = settings.client_jwt_policy()
+    except ValueError as exc:
+        raise StartupError(str(exc)) from exc
     registry, chain = await _open_registry(settings)
     limit = settings.max_message_mib * 1024 * 1024
     try:
@@ -139,7 +143,7 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
         ]
     )
     clients = ClientPolicy(
-        ClientAuth(settings.client_api_keys()),
+        ClientAuth(settings.client_api_keys(), tokens),
         ClientLimits(settings.client_limit_policy(), LocalBuckets()),
         UsageLog(settings.usage_file),
     )

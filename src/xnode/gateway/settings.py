@@ -15,7 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from xnode.config import Settings, add_flags, cors_origins, from_args, key_from
 from xnode.core.crypto import SigningKey
 from xnode.core.limits import Limit
-from xnode.gateway.clients import parse_api_keys
+from xnode.gateway.clients import JwtPolicy, load_jwt_keys, parse_api_keys
 from xnode.gateway.limits import ClientLimitPolicy
 
 ENV_PREFIX = "XNODE_GATEWAY_"
@@ -94,6 +94,13 @@ class GatewaySettings(BaseSettings):
         description="Client API keys, name=key comma-separated (clients send authorization: "
         "Bearer KEY); unset: no authentication, clients told apart by IP",
     )
+    jwt_public_keys_file: str = Field(
+        "",
+        description="PEM file of the public keys (P-256, Ed25519 or RSA) that sign client JWTs "
+        "(authorization: Bearer JWT; exp and sub required, the client is jwt:SUB); empty: off",
+    )
+    jwt_audience: str = Field("", description="The aud client JWTs must name; empty: not checked")
+    jwt_issuer: str = Field("", description="The iss client JWTs must name; empty: not checked")
     client_limits_enabled: bool = Field(
         True, description="Per-client rate and byte limits on PublishClientEnvelopes"
     )
@@ -158,6 +165,15 @@ class GatewaySettings(BaseSettings):
             return None
         pairs = (item.split("=", 1) for item in self.http_node_urls.split(",") if item.strip())
         return {int(node_id): url.strip() for node_id, url in pairs}
+
+    def client_jwt_policy(self) -> JwtPolicy | None:
+        if not self.jwt_public_keys_file:
+            return None
+        try:
+            pem = Path(self.jwt_public_keys_file).read_bytes()
+        except OSError as exc:
+            raise ValueError(f"jwt_public_keys_file: {exc}") from None
+        return JwtPolicy(load_jwt_keys(pem), self.jwt_audience or None, self.jwt_issuer or None)
 
     def client_api_keys(self) -> dict[str, str]:
         """key -> client name."""

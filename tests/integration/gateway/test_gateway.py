@@ -8,7 +8,10 @@ import time
 from typing import Any
 
 import grpc
+import jwt
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.conftest import Network
@@ -342,3 +345,40 @@ async def test_concurrent_requests_for_one_node_each_get_their_own_answer(
             c.SerializeToString() for c in request(i)
         ]
     assert await stored_count(nodes[preferred].address, preferred) == 78
+
+
+async def test_clients_with_a_jwt_from_the_applications_backend_publish(
+    start_node: Any, network: Network, gateway_for: Any, tmp_path: Any
+) -> None:
+    """The gateway takes a JWT signed by a configured key as the client's identity; without
+    one, or with a token it cannot verify, nothing is published (UNAUTHENTICATED)."""
+    nodes = await start_all(start_node, network)
+    backend = ed25519.Ed25519PrivateKey.generate()
+    keys = tmp_path / "jwt-keys.pem"
+    keys.write_bytes(
+        backend.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    gateway = await gateway_for(jwt_public_keys_file=str(keys), jwt_audience="xmtp")
+    claims = {"sub": "alice", "aud": "xmtp", "exp": int(time.time()) + 60}
+    good = jwt.encode(claims, backend, algorithm="EdDSA")
+    forged = jwt.encode(claims, ed25519.Ed25519PrivateKey.generate(), algorithm="EdDSA")
+    topic = b"\x00" + group_id(9)
+    preferred = order_for(network, topic)[0]
+    request = payer_api.PublishClientEnvelopesRequest(
+        envelopes=[group_message_envelope(group_id(9), b"with a token")]
+    )
+    answer = await gateway.stub.PublishClientEnvelopes(
+        request, metadata=[("authorization", f"Bearer {good}")], timeout=30
+    )
+    assert len(answer.originator_envelopes) == 1
+    for metadata, why in (
+        ([], "a JWT is required"),
+        ([("authorization", f"Bearer {forged}")], "JWT refused"),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await gateway.stub.PublishClientEnvelopes(request, metadata=metadata, timeout=30)
+        assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        assert why in (refused.value.details() or ""), refused.value.details()
+    assert await stored_count(nodes[preferred].address, preferred) == 1
