@@ -7,8 +7,12 @@ time; resident memory and replication lag sampled every 10 s, plotted to docs/so
 The nodes are a devnet's (keys, databases and ports from xnode.devtools.devnet.plan_nodes, a
 static registry file; no chain, so anvil's CPU stays out of the figures) on one Postgres cluster
 with fsync on. The load, all from this process:
-- publish: `--rate` envelopes/s in total, spread evenly over the three nodes, one envelope per
-  request on a fixed schedule (whatever the answers do), over `--topics` group topics;
+- publish: `--rate` envelopes/s in total, spread evenly over the three nodes on a fixed
+  schedule (whatever the answers do), over `--topics` group topics, signed by `--payers`
+  payers in turn (500/s is many payers' traffic: one payer would sit at 83% of a node's
+  per-payer limit, and any burst would be refused); the envelopes that came due for a node
+  go out together every `--batch-ms` (20 ms: 3-4 per request at 500/s, what a payer service
+  forwarding many clients' messages sends; 0: one envelope per request);
 - query: one loop of requests for 100 of a random topic on a random node, `1/--queries` s
   apart (so somewhat fewer than `--queries`/s);
 - subscribe: one long-lived subscriber per node on a sample of the topics (every
@@ -96,7 +100,7 @@ class Soak:
     clients: dict[int, NodeClient]
     topics: int
     sample_every: int
-    payer: SigningKey = field(default_factory=SigningKey.generate)
+    payers: list[SigningKey] = field(default_factory=lambda: [SigningKey.generate()])
     published: int = 0
     queries: int = 0
     errors: int = 0
@@ -106,42 +110,58 @@ class Soak:
     sampled_sent: dict[int, set[int]] = field(default_factory=dict)  # topic -> payload indexes
     received: dict[int, set[tuple[int, int]]] = field(default_factory=dict)  # node -> seen
     stopping: bool = False
+    in_flight: int = 0  # envelopes sent and not yet answered
 
     def error(self, kind: str) -> None:
         self.errors += 1
         self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
 
-    async def publish_one(self, node: DevNode, index: int) -> None:
-        topic = index % self.topics
+    def envelope(self, node: DevNode, index: int) -> envelopes_pb2.PayerEnvelope:
         data = MARK + index.to_bytes(8, "big") + os.urandom(PAYLOAD_BYTES - 8 - len(MARK))
-        env = build_payer_envelope(
-            group_message_envelope(group_of(topic), data), self.payer, node.node_id
-        )
-        try:
-            await self.clients[node.node_id].publish([env], deadline_s=30)
-        except grpc.aio.AioRpcError as exc:
-            self.error(f"publish {exc.code().name}")
-            return
-        self.published += 1
-        if topic % self.sample_every == 0:
-            self.sampled_sent.setdefault(topic, set()).add(index)
+        payer = self.payers[index % len(self.payers)]
+        client = group_message_envelope(group_of(index % self.topics), data)
+        return build_payer_envelope(client, payer, node.node_id)
 
-    async def publishers(self, rate: float, until: float) -> None:
+    async def publish_some(self, node: DevNode, indexes: list[int]) -> None:
+        envelopes = [self.envelope(node, i) for i in indexes]
+        try:
+            await self.clients[node.node_id].publish(envelopes, deadline_s=30)
+        except grpc.aio.AioRpcError as exc:
+            for _ in indexes:
+                self.error(f"publish {exc.code().name}")
+            return
+        finally:
+            self.in_flight -= len(indexes)
+        self.published += len(indexes)
+        for index in indexes:
+            topic = index % self.topics
+            if topic % self.sample_every == 0:
+                self.sampled_sent.setdefault(topic, set()).add(index)
+
+    async def publishers(self, rate: float, until: float, batch_s: float) -> None:
+        """Envelope i comes due at i / rate s, for node i % 3; what came due for a node goes
+        out together, every `batch_s` (0: each alone, when it comes due)."""
         interval, started, index = 1.0 / rate, time.perf_counter(), 0
         pending: set[asyncio.Task[None]] = set()
         while time.perf_counter() < until:
-            target = started + index * interval
-            delay = target - time.perf_counter()
+            tick = max(batch_s, interval)
+            due_until = min(time.perf_counter() + tick, until) - started
+            due: dict[int, list[int]] = {}
+            while index * interval < due_until:
+                due.setdefault(index % len(self.nodes), []).append(index)
+                index += 1
+            for n, indexes in due.items():
+                if self.in_flight + len(indexes) > MAX_IN_FLIGHT:  # nodes fell behind: shed
+                    for _ in indexes:
+                        self.error("publish shed (too many in flight)")
+                    continue
+                self.in_flight += len(indexes)
+                task = asyncio.create_task(self.publish_some(self.nodes[n], indexes))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            delay = started + due_until - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            node = self.nodes[index % len(self.nodes)]
-            index += 1
-            if len(pending) >= MAX_IN_FLIGHT:  # the nodes fell behind: shed, do not queue
-                self.error("publish shed (too many in flight)")
-                continue
-            task = asyncio.create_task(self.publish_one(node, index - 1))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
         await asyncio.gather(*pending)
 
     async def queriers(self, rate: float, until: float) -> None:
@@ -386,7 +406,8 @@ async def soak_run(args: argparse.Namespace, work: Path, cluster: PgCluster) -> 
     nodes, processes = await asyncio.to_thread(start_nodes, work, cluster)
     pids = {n.node_id: p.pid for n, p in zip(nodes, processes, strict=True)}
     clients = {n.node_id: NodeClient(n.address) for n in nodes}
-    soak = Soak(nodes, clients, args.topics, args.sample)
+    payers = [SigningKey.generate() for _ in range(args.payers)]
+    soak = Soak(nodes, clients, args.topics, args.sample, payers)
     samples: list[Sample] = []
     try:
         duration = args.minutes * 60
@@ -400,7 +421,7 @@ async def soak_run(args: argparse.Namespace, work: Path, cluster: PgCluster) -> 
         await asyncio.gather(*(r.wait() for r in ready))
         print(f"3 nodes {pids}, work dir {work}, load {os.getloadavg()}", flush=True)
         await asyncio.gather(
-            soak.publishers(args.rate, until),
+            soak.publishers(args.rate, until, args.batch_ms / 1000),
             soak.queriers(args.queries, until),
             soak.churn(until),
             sampler(soak, pids, started, until, samples),
@@ -418,7 +439,8 @@ async def soak_run(args: argparse.Namespace, work: Path, cluster: PgCluster) -> 
             soak.error(f"node {node_id} exited")
         lines = summarize(soak, samples, args.warmup_minutes * 60)
         caption = (
-            f"bench/bench_soak.py --minutes {args.minutes:g} --rate {args.rate:g}: 3 nodes,"
+            f"bench/bench_soak.py --minutes {args.minutes:g} --rate {args.rate:g}"
+            f" --batch-ms {args.batch_ms:g} --payers {args.payers}: 3 nodes,"
             f" {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, 2 shared vCPUs"
         )
         write_svg(Path(args.svg), samples, duration, caption)
@@ -444,6 +466,10 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=500.0, help="envelopes/s, all nodes")
     parser.add_argument("--queries", type=float, default=20.0, help="queries/s, all nodes")
     parser.add_argument("--topics", type=int, default=100)
+    parser.add_argument("--payers", type=int, default=10, help="payer keys, used in turn")
+    parser.add_argument(
+        "--batch-ms", type=float, default=20.0, help="per node, send what came due this often"
+    )
     parser.add_argument("--sample", type=int, default=10, help="subscribe to every n-th topic")
     parser.add_argument("--svg", default="docs/soak.svg")
     parser.add_argument("--work", help="keep the nodes' state here (default: a temp dir)")
