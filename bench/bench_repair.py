@@ -43,7 +43,7 @@ from xnode.core.envelopes import validate_payer_envelope as valid_payer
 from xnode.core.reconciliation import Fingerprint, SequenceRange, fingerprint_part
 from xnode.devtools.postgres import start_cluster
 from xnode.replication.anti_entropy import Repair
-from xnode.replication.ingest import IngestContext, OriginatorLog
+from xnode.replication.ingest import IngestContext, OriginatorLog, bulk_verifiers, start_bulk
 from xnode.store.logs import STORED_MIN_LEVEL, LogStore
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.replication import ReplicationStore
@@ -199,12 +199,16 @@ async def main() -> None:
     parser.add_argument("--missing", type=int, default=10_000)
     parser.add_argument("--ranges", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--processes", type=int, default=2, help="bulk verifiers (0: threads)")
     args = parser.parse_args()
     n = args.envelopes
     work = Path(tempfile.mkdtemp(prefix="xnode-bench-repair-"))
     work.chmod(0o755)
     cluster = start_cluster(work / "pg", fsync=True)
     executor = ThreadPoolExecutor(args.threads)
+    bulk = bulk_verifiers(args.processes)
+    if bulk is not None:
+        start_bulk(bulk, args.processes)
     try:
         key = SigningKey.generate()
         ids = missing_ids(n, args.missing, args.ranges)
@@ -237,7 +241,7 @@ async def main() -> None:
             store = ReplicationStore(pool_b)
             ctx = IngestContext(
                 store, NoReports(), _nothing, "bench", lambda: {NODE: key.public_key},
-                executor, args.threads,
+                executor, args.threads, bulk=bulk, bulk_workers=args.processes,
             )  # fmt: skip
             target = OriginatorLog(NODE, None, ctx)
             repair = Repair(LogStore(pool_b), store, lambda _: target, _no_fork)
@@ -266,6 +270,8 @@ async def main() -> None:
             row("identical logs: bytes exchanged", f"{again.bytes_exchanged} B", "<= 65,536 B")
     finally:
         executor.shutdown()
+        if bulk is not None:
+            bulk.shutdown()
         cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
 

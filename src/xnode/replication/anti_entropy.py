@@ -42,6 +42,9 @@ log = structlog.get_logger(__name__)
 
 FETCH_CONCURRENCY = 8  # envelope fetches in flight per repair
 STORE_BATCH = 5000
+# From this many envelopes to fetch, a repair verifies them in the worker processes (when the
+# node has any): below it, starting them would cost more than the threads lose to the GIL.
+BULK_MIN = 1000
 
 # (originator, envelope stored here, the other one) of a fork found
 OnFork = Callable[[int, bytes, bytes], Awaitable[None]]
@@ -196,7 +199,8 @@ class Repair:
         async def one(run: SequenceRange) -> list[IndexedEnvelope]:
             async with limit:
                 raws = await peer.envelopes(originator, run)
-            valid = await self._verified(target, raws, run, leaves, outcome)
+            bulk = outcome.wanted >= BULK_MIN
+            valid = await self._verified(target, raws, run, leaves, outcome, bulk)
             return await self._proven(peer, originator, valid, checkpoint, outcome)
 
         kept = [e for part in await asyncio.gather(*(one(r) for r in wanted)) for e in part]
@@ -219,10 +223,11 @@ class Repair:
         run: SequenceRange,
         leaves: dict[int, bytes],
         outcome: Outcome,
+        bulk: bool,
     ) -> list[IndexedEnvelope]:
         """Envelopes of `run` signed by the originator whose leaf is the one the peer listed."""
         valid: list[IndexedEnvelope] = []
-        for part in target.start_verify(raws):
+        for part in target.start_verify(raws, bulk):
             for v in await part:
                 if not isinstance(v, IndexedEnvelope):
                     outcome.rejected += 1

@@ -30,7 +30,13 @@ from xnode.core.verification import verify_envelope
 from xnode.replication.anti_entropy import AntiEntropy, OnFork, Repair, RepairPeer
 from xnode.replication.checkpoints import CheckpointFollower, Watermarks
 from xnode.replication.fees import FeeSchedules
-from xnode.replication.ingest import IngestContext, OnStored, OriginatorLog
+from xnode.replication.ingest import (
+    IngestContext,
+    OnStored,
+    OriginatorLog,
+    bulk_verifiers,
+    start_bulk,
+)
 from xnode.replication.own_health import OwnHealthGate
 from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore, StoreHealth
 from xnode.replication.recovery import OwnLogFetch, OwnLogRecovery, recover_own_log
@@ -52,6 +58,7 @@ class ReplicationConfig:
     disabled_fallback_s: float
     verify_threads: int
     max_message_bytes: int
+    verify_processes: int = 0  # for bulk verification (repair); 0: threads only
     peer_tls: ClientTls | None = None  # https:// peers: their CA (None: system roots)
     repair_s: float = 0.0  # anti-entropy repair interval; 0: off
 
@@ -73,6 +80,7 @@ class ReplicationConfig:
             max_message_bytes=settings.max_message_mib * 1024 * 1024,
             peer_tls=peer_tls,
             repair_s=settings.replication_repair_seconds,
+            verify_processes=settings.replication_verify_processes,
         )
 
 
@@ -235,6 +243,8 @@ class ReplicationWorker:
         self._channels: dict[int, tuple[str, grpc.aio.Channel]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._executor = ThreadPoolExecutor(config.verify_threads, thread_name_prefix="verify")
+        # Only a node that repairs verifies in bulk: the others start no processes.
+        self._bulk = bulk_verifiers(config.verify_processes if config.repair_s > 0 else 0)
         self.fees = FeeSchedules(config.backoff_initial_s, config.backoff_max_s)
         self._fees_followed: set[int] = set()
         watermarks = (
@@ -244,7 +254,8 @@ class ReplicationWorker:
         )
         self._ctx = IngestContext(
             store, reports, on_stored, notice_token, self._current_keys, self._executor,
-            config.verify_threads, clock, self.fees.current, watermarks,
+            config.verify_threads, clock, self.fees.current, watermarks, self._bulk,
+            config.verify_processes,
         )  # fmt: skip
         self._stopped = False
         self._epoch_timer: asyncio.TimerHandle | None = None
@@ -281,6 +292,8 @@ class ReplicationWorker:
         self._apply(self._source.current())
         self._next_epoch()
         if self.anti_entropy is not None:
+            if self._bulk is not None:
+                await asyncio.to_thread(start_bulk, self._bulk, self.config.verify_processes)
             self.anti_entropy.start()
         log.info("replication_started", node_id=self.node_id, peers=sorted(self._links))
 
@@ -320,6 +333,8 @@ class ReplicationWorker:
         for _, channel in self._channels.values():
             await channel.close(None)
         self._executor.shutdown(wait=True)
+        if self._bulk is not None:
+            self._bulk.shutdown(wait=True)
 
     def _apply(self, registry: Registry) -> None:
         if self._stopped:
