@@ -13,9 +13,10 @@ over node A's `LogQueries` / `LogStore` and envelope rows. Bytes are the protobu
 the LogApi / QueryEnvelopes messages the gRPC peer would send and receive. Only the missing
 envelopes are real signed envelopes; the other leaves are synthetic (both sides hold them,
 reconciliation reads only leaves). Round trips: fingerprint and listing rounds, plus one
-for fetching the envelopes and one for the inclusion proofs of the runs (each a set of
-parallel requests). The verified rate is stored envelopes over the whole repair's wall time
-(reconcile, fetch, signature and run-inclusion checks, insert, tree growth)."""
+for fetching the envelopes (parallel requests) and one for the proofs of the runs (one
+GetRunProofs request, sent while the envelopes are fetched). The verified rate is stored
+envelopes over the whole repair's wall time (reconcile, fetch, signature and run-inclusion
+checks, insert, tree growth)."""
 
 from __future__ import annotations
 
@@ -89,10 +90,19 @@ class LocalPeer:
         self.bytes_exchanged += request.ByteSize() + response.ByteSize()
         return found
 
-    async def inclusion(self, originator: int, sequence_id: int, tree_size: int) -> list[bytes]:
-        found = await self._queries.inclusion(originator, sequence_id, tree_size)
-        self.bytes_exchanged += 12 + sum(len(p) + 2 for p in found.proof) + 40
-        return found.proof
+    async def run_proofs(
+        self, originator: int, runs: Sequence[SequenceRange], tree_size: int
+    ) -> list[tuple[list[bytes], list[bytes]]]:
+        size, found = await self._queries.run_proofs(originator, tree_size, runs)
+        request = pb.GetRunProofsRequest(
+            originator_node_id=originator, tree_size=tree_size, runs=_ranges(runs)
+        )
+        response = pb.GetRunProofsResponse(
+            tree_size=size,
+            proofs=[pb.RunProof(first_proof=p.first, last_proof=p.last) for p in found],
+        )
+        self.bytes_exchanged += request.ByteSize() + response.ByteSize()
+        return [(p.first, p.last) for p in found]
 
     async def envelopes(self, originator: int, run: SequenceRange) -> list[bytes]:
         rows = await self._pool.fetch(

@@ -65,14 +65,20 @@ class Side:
     async def latest_checkpoint(self, originator: int) -> Checkpoint | None:
         return self.checkpoint
 
-    async def inclusion(self, originator: int, sequence_id: int, tree_size: int) -> list[bytes]:
+    async def run_proofs(
+        self, originator: int, runs: Sequence[SequenceRange], tree_size: int
+    ) -> list[tuple[list[bytes], list[bytes]]]:
         leaves = [self.held_leaves[s] for s in range(1, tree_size + 1)]
         nodes: dict[tuple[int, int], bytes] = {}
         frontier = merkle.Frontier()
         for leaf in leaves:
             nodes.update(((lv, i), h) for lv, i, h in frontier.append(leaf))
         nodes.update(((0, i), h) for i, h in enumerate(leaves))
-        return merkle.inclusion_proof(sequence_id - 1, tree_size, lambda lv, i: nodes[(lv, i)])
+
+        def path(sequence_id: int) -> list[bytes]:
+            return merkle.inclusion_proof(sequence_id - 1, tree_size, lambda lv, i: nodes[(lv, i)])
+
+        return [(path(r.first), path(r.last)) for r in runs]
 
     async def envelopes(self, originator: int, run: SequenceRange) -> list[bytes]:
         return [raw for s, raw in sorted(self.held.items()) if run.first <= s <= run.last]
