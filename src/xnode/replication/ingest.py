@@ -12,6 +12,7 @@ import asyncio
 import multiprocessing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 import structlog
@@ -142,14 +143,24 @@ class OriginatorLog:
             done: asyncio.Future[list[Verdict]] = loop.create_future()
             done.set_result(verify_batch(raws, keys, self.originator, schedule))
             return [done]
-        executor, parts = self._ctx.executor, self._ctx.threads
         if bulk and self._ctx.bulk is not None:
-            executor, parts = self._ctx.bulk, self._ctx.bulk_workers
             # Only this originator's key crosses to the processes: the rest is never read.
-            keys = {self.originator: keys[self.originator]} if self.originator in keys else {}
+            mine = {self.originator: keys[self.originator]} if self.originator in keys else {}
+            try:
+                return [
+                    loop.run_in_executor(
+                        self._ctx.bulk, verify_batch, part, mine, self.originator, schedule
+                    )
+                    for part in _split(raws, self._ctx.bulk_workers)
+                ]
+            except BrokenProcessPool as exc:  # a worker died (killed, out of memory)
+                log.error("bulk_verifiers_broken", error=repr(exc), fallback="threads")
+                self._ctx.bulk = None
         return [
-            loop.run_in_executor(executor, verify_batch, part, keys, self.originator, schedule)
-            for part in _split(raws, parts)
+            loop.run_in_executor(
+                self._ctx.executor, verify_batch, part, keys, self.originator, schedule
+            )
+            for part in _split(raws, self._ctx.threads)
         ]
 
     def saw_head(self, sequence_id: int) -> None:

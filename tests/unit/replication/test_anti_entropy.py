@@ -1,11 +1,17 @@
 """Repair with fakes around the real checks: what is missing is fetched and stored; a run a
 peer serves that the stored checkpoint does not commit to is refused; expired envelopes
-are nothing to fetch and no fault; a fork goes to the hook with both envelopes."""
+are nothing to fetch and no fault; a fork goes to the hook with both envelopes. Bulk
+verification in worker processes, and its fallback to threads when they die."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+import pytest
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import group_message_envelope
@@ -15,9 +21,9 @@ from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, build_payer_envelope, originate
 from xnode.core.envelopes import validate_payer_envelope as valid_payer
 from xnode.core.reconciliation import Fingerprint, SequenceRange
-from xnode.core.verification import Position
+from xnode.core.verification import InvalidEnvelope, Position, Verdict
 from xnode.replication.anti_entropy import Repair
-from xnode.replication.ingest import IngestContext, OriginatorLog
+from xnode.replication.ingest import IngestContext, OriginatorLog, bulk_verifiers
 
 KEY = SigningKey.generate()
 PAYER = SigningKey.generate()
@@ -182,3 +188,40 @@ async def test_a_fork_goes_to_the_hook_with_both_envelopes() -> None:
     outcome = await repair.repair(Side(theirs), NODE)
     assert outcome.forks == [42]
     assert forks == [(LOG[42].raw, theirs[42].raw)]
+
+
+async def test_runs_broken_by_expired_envelopes_are_proven_as_the_runs_that_came() -> None:
+    here = {s: e for s, e in LOG.items() if not 100 <= s <= 180}
+    repair, side, store, reports, _ = repair_here(here)
+    side.checkpoint = checkpoint_of(LOG)
+    outcome = await repair.repair(Side(LOG, expired=range(120, 130)), NODE)
+    assert (outcome.stored, outcome.expired, outcome.rejected, outcome.unproven) == (71, 10, 0, 0)
+    assert sorted(store.rows) == [s for s in LOG if not 120 <= s <= 129]
+    assert not reports.filed
+
+
+async def test_bulk_verification_runs_in_processes_and_falls_back_to_threads() -> None:
+    pool = bulk_verifiers(1)
+    assert pool is not None
+    try:
+        ctx = IngestContext(
+            Store(Side({}), {}), Reports(), _nothing, "t", lambda: {NODE: KEY.public_key},
+            ThreadPoolExecutor(1), 1, bulk=pool, bulk_workers=1,
+        )  # fmt: skip
+        target = OriginatorLog(NODE, None, ctx)
+        raws = [LOG[s].raw for s in range(1, 101)] + [signed(101).raw[:-1]]
+
+        async def verdicts() -> list[Verdict]:
+            return [v for part in target.start_verify(raws, bulk=True) for v in await part]
+
+        first = await verdicts()
+        assert [v.leaf for v in first[:100] if isinstance(v, IndexedEnvelope)] == [
+            LOG[s].leaf for s in range(1, 101)
+        ]
+        assert isinstance(first[100], InvalidEnvelope)
+        with pytest.raises(BrokenProcessPool):  # its only worker dies
+            await asyncio.wrap_future(pool.submit(os._exit, 1))
+        assert await verdicts() == first  # in the threads
+        assert ctx.bulk is None
+    finally:
+        pool.shutdown()
