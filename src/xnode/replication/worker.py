@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -243,8 +244,7 @@ class ReplicationWorker:
         self._channels: dict[int, tuple[str, grpc.aio.Channel]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._executor = ThreadPoolExecutor(config.verify_threads, thread_name_prefix="verify")
-        # Only a node that repairs verifies in bulk: the others start no processes.
-        self._bulk = bulk_verifiers(config.verify_processes if config.repair_s > 0 else 0)
+        self._bulk: ProcessPoolExecutor | None = None  # started with the repair task
         self.fees = FeeSchedules(config.backoff_initial_s, config.backoff_max_s)
         self._fees_followed: set[int] = set()
         watermarks = (
@@ -254,7 +254,7 @@ class ReplicationWorker:
         )
         self._ctx = IngestContext(
             store, reports, on_stored, notice_token, self._current_keys, self._executor,
-            config.verify_threads, clock, self.fees.current, watermarks, self._bulk,
+            config.verify_threads, clock, self.fees.current, watermarks, None,
             config.verify_processes,
         )  # fmt: skip
         self._stopped = False
@@ -292,10 +292,23 @@ class ReplicationWorker:
         self._apply(self._source.current())
         self._next_epoch()
         if self.anti_entropy is not None:
-            if self._bulk is not None:
-                await asyncio.to_thread(start_bulk, self._bulk, self.config.verify_processes)
+            # Repairs verify in threads until the processes are up (about a second).
+            self.spawn_coroutine(self._start_bulk(), name="bulk-verifiers")
             self.anti_entropy.start()
         log.info("replication_started", node_id=self.node_id, peers=sorted(self._links))
+
+    async def _start_bulk(self) -> None:
+        """The processes that verify large repairs; threads do when they cannot start."""
+        try:
+            self._bulk = bulk_verifiers(self.config.verify_processes)
+            if self._bulk is not None:
+                await asyncio.to_thread(start_bulk, self._bulk, self.config.verify_processes)
+        except (OSError, BrokenProcessPool) as exc:  # no /dev/shm, no processes allowed
+            log.warning("bulk_verifiers_unavailable", error=repr(exc), fallback="threads")
+            if self._bulk is not None:
+                self._bulk.shutdown(wait=False)
+            self._bulk = None
+        self._ctx.bulk = self._bulk
 
     async def recover_own_log(self, local_top: int) -> OwnLogRecovery:
         """Before this node originates: stores what peers hold of its own log beyond
