@@ -199,6 +199,33 @@ def _covers_any(level: int, index: int, sorted_leaves: list[int]) -> bool:
     return at < len(sorted_leaves) and sorted_leaves[at] < first + (1 << level)
 
 
+def cpu_seconds(postmaster: int) -> float:
+    """CPU seconds (user + system) used so far by this process, its descendants (the
+    verifying processes) and the Postgres cluster (both nodes' databases); Linux /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        parents[int(entry.name)] = int(fields[1])
+        used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    roots = {os.getpid(), postmaster}
+
+    def ours(pid: int) -> bool:
+        while pid > 1:
+            if pid in roots:
+                return True
+            pid = parents.get(pid, 0)
+        return False
+
+    return sum(t for pid, t in used.items() if ours(pid))
+
+
 def row(what: str, result: str, bound: str) -> None:
     print(f"| {what} | {result} | {bound} | {os.getloadavg()[0]:.1f} |")
 
@@ -267,9 +294,12 @@ async def main() -> None:
             target = OriginatorLog(NODE, None, ctx)
             repair = Repair(LogStore(pool_b), store, lambda _: target, _no_fork)
             peer = LocalPeer(pool_a)
+            postmaster = int((work / "pg" / "postmaster.pid").read_text().split()[0])
+            cpu = cpu_seconds(postmaster)
             started = time.perf_counter()
             outcome = await repair.repair(peer, NODE)
             took = time.perf_counter() - started
+            cpu = cpu_seconds(postmaster) - cpu
             trips = outcome.round_trips + 2
             assert outcome.stored == len(ids), outcome
             print("| measure | result | bound | load (1 min) |\n|---|---|---|---|")
@@ -279,6 +309,12 @@ async def main() -> None:
             workers = f"{args.processes} processes" if bulk else f"{args.threads} threads"
             row(f"ceiling: verifying the same envelopes alone ({workers}), envelopes/s",
                 f"{alone:,.0f}", "")  # fmt: skip
+            per = cpu / outcome.stored
+            row("repair: CPU per envelope (this process, its workers, Postgres: both nodes)",
+                f"{per * 1e6:.0f} us ({cpu:.2f} s)", "")  # fmt: skip
+            cores = os.cpu_count() or 1
+            row(f"ceiling: the rate that CPU allows on {cores} idle cores, envelopes/s",
+                f"{cores / per:,.0f}", ">= 10,000")  # fmt: skip
             row("repair: inserting (overlapped with the checks), summed",
                 f"{outcome.store_s:.2f} s", "")  # fmt: skip
             row("repair: round trips", f"{trips} ({outcome.round_trips} reconcile + 2)",
