@@ -8,7 +8,8 @@
 
 Measured at the store + use case level between two databases on one Postgres cluster (fsync
 on), in one process, no gRPC: node B runs `replication.anti_entropy.Repair` (its LogStore,
-ReplicationStore and an OriginatorLog with the verifying threads) against a peer adapter
+ReplicationStore and an OriginatorLog with the verifying processes, `--processes 0`: the
+threads) against a peer adapter
 over node A's `LogQueries` / `LogStore` and envelope rows. Bytes are the protobuf sizes of
 the LogApi / QueryEnvelopes messages the gRPC peer would send and receive. Only the missing
 envelopes are real signed envelopes; the other leaves are synthetic (both sides hold them,
@@ -16,7 +17,9 @@ reconciliation reads only leaves). Round trips: fingerprint and listing rounds, 
 for fetching the envelopes (parallel requests) and one for the proofs of the runs (one
 GetRunProofs request, sent while the envelopes are fetched). The verified rate is stored
 envelopes over the whole repair's wall time (reconcile, fetch, signature and run-inclusion
-checks, insert, tree growth)."""
+checks, insert, tree growth). Beside it, two ceilings from the same run: the same envelopes
+verified alone by the same workers, and the rate the repair's CPU per envelope (this
+process, its children, the Postgres cluster; Linux /proc) allows on the idle cores."""
 
 from __future__ import annotations
 
