@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -49,6 +50,7 @@ FETCH_CONCURRENCY = 8  # envelope fetches in flight per repair
 # and stored as it comes.
 FETCH_SPAN = 1000
 STORE_BATCH = 1000  # stored while the groups after it are checked
+GROUPS_AHEAD = 8  # groups in flight (fetched, being verified) ahead of the one stored
 # From this many envelopes to fetch, a repair verifies them in the worker processes (when the
 # node has any): below it, starting them would cost more than the threads lose to the GIL.
 BULK_MIN = 1000
@@ -232,21 +234,30 @@ class Repair:
             valid = await self._verified(target, fetched, leaves, outcome, bulk)
             return await self._proven(peer, originator, valid, proofs, outcome)
 
-        # Every group is fetched, verified and proven concurrently; they are stored in order
-        # as they come, so inserting overlaps the checks of the groups after.
-        checked = [asyncio.ensure_future(one(g)) for g in groups]
+        # Groups are fetched, verified and proven concurrently, up to GROUPS_AHEAD of the one
+        # being stored (a large repair does not hold the whole gap in memory); they are
+        # stored in order as they come, so inserting overlaps the checks of the next ones.
+        upcoming = iter(groups)
+        checking: deque[asyncio.Future[list[IndexedEnvelope]]] = deque()
+
+        def refill() -> None:
+            while len(checking) < GROUPS_AHEAD and (group := next(upcoming, None)) is not None:
+                checking.append(asyncio.ensure_future(one(group)))
+
         try:
             kept: list[IndexedEnvelope] = []
-            for part in checked:
-                kept += await part
+            refill()
+            while checking:
+                kept += await checking.popleft()
+                refill()
                 if len(kept) >= STORE_BATCH:
                     await self._store(target, kept, peer, outcome)
                     kept = []
             await self._store(target, kept, peer, outcome)
         finally:
-            for part in checked:
+            for part in checking:
                 part.cancel()
-            await asyncio.gather(*checked, return_exceptions=True)
+            await asyncio.gather(*checking, return_exceptions=True)
             await proofs.close()
         outcome.expired = outcome.wanted - outcome.stored - outcome.rejected - outcome.unproven
         if forks:

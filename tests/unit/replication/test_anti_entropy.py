@@ -22,6 +22,7 @@ from xnode.core.envelopes import IndexedEnvelope, build_payer_envelope, originat
 from xnode.core.envelopes import validate_payer_envelope as valid_payer
 from xnode.core.reconciliation import Fingerprint, SequenceRange
 from xnode.core.verification import InvalidEnvelope, Position, Verdict
+from xnode.replication import anti_entropy
 from xnode.replication.anti_entropy import Repair
 from xnode.replication.ingest import IngestContext, OriginatorLog, bulk_verifiers
 
@@ -225,3 +226,42 @@ async def test_bulk_verification_runs_in_processes_and_falls_back_to_threads() -
         assert ctx.bulk is None
     finally:
         pool.shutdown()
+
+
+async def test_a_gap_in_many_groups_is_stored_in_order_a_window_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(anti_entropy, "FETCH_SPAN", 10)
+    monkeypatch.setattr(anti_entropy, "GROUPS_AHEAD", 2)
+    monkeypatch.setattr(anti_entropy, "STORE_BATCH", 10)
+    here = {s: e for s, e in LOG.items() if not 100 <= s <= 180}
+    repair, side, store, _, _ = repair_here(here)
+    side.checkpoint = checkpoint_of(LOG)
+    inserted: list[list[int]] = []
+    insert = store.insert_received
+
+    async def recording(
+        envelopes: Sequence[IndexedEnvelope], notice_token: str
+    ) -> list[tuple[int, int]]:
+        inserted.append([e.sequence_id for e in envelopes])
+        return await insert(envelopes, notice_token)
+
+    monkeypatch.setattr(store, "insert_received", recording)
+    peer = Side(LOG)
+    in_flight, most = 0, 0
+    fetch = peer.envelopes
+
+    async def counting(originator: int, run: SequenceRange) -> list[bytes]:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0)
+        in_flight -= 1
+        return await fetch(originator, run)
+
+    monkeypatch.setattr(peer, "envelopes", counting)
+    outcome = await repair.repair(peer, NODE)
+    assert outcome.stored == 81 and outcome.rejected == outcome.unproven == 0
+    assert [s for batch in inserted for s in batch] == list(range(100, 181))
+    # 9 groups of 9 (one run each), stored two at a time; 2 groups (2 fetches) in flight
+    assert [len(batch) for batch in inserted] == [18, 18, 18, 18, 9] and most == 2
