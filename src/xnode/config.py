@@ -178,6 +178,12 @@ class Settings(BaseSettings):
     replication_verify_threads: int = Field(
         2, description="Threads verifying signatures of envelopes received from peers", ge=1
     )
+    replication_verify_processes: int = Field(
+        2,
+        description="Processes verifying large repairs (threads contend for the GIL there);"
+        " 0: threads only",
+        ge=0,
+    )
     # A checkpoint costs ~1.5 ms of CPU (docs/benchmarks.md): every 1,000 envelopes that was
     # ~2% of a fast node's publish CPU; below ~2,000 env/s the 5 s timer comes first anyway.
     log_checkpoint_envelopes: int = Field(

@@ -100,6 +100,21 @@ class LogService:
             response.checkpoint.CopyFrom(pb.Checkpoint.FromString(found.checkpoint.signed))
         return response
 
+    async def GetRunProofs(
+        self, request: pb.GetRunProofsRequest, context: Context
+    ) -> pb.GetRunProofsResponse:
+        try:
+            _bounded(request.tree_size)
+            size, proofs = await self._queries.run_proofs(
+                request.originator_node_id, request.tree_size, _ranges(request.runs)
+            )
+        except (*_EXPECTED, merkle.ProofError) as exc:
+            await _abort(context, "GetRunProofs", exc)
+        return pb.GetRunProofsResponse(
+            tree_size=size,
+            proofs=[pb.RunProof(first_proof=p.first, last_proof=p.last) for p in proofs],
+        )
+
     async def GetConsistencyProof(
         self, request: pb.GetConsistencyProofRequest, context: Context
     ) -> pb.GetConsistencyProofResponse:

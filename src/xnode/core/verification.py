@@ -128,6 +128,11 @@ def verify_batch(
     return [verify_envelope(raw, keys, expected_originator, schedule) for raw in raws]
 
 
+def ready() -> bool:
+    """For a worker process to import this module before its first batch arrives."""
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class Position:
     """The newest envelope stored for one originator: what the next one must follow."""

@@ -4,19 +4,22 @@ envelopes missing here fetched from that peer, checked and stored through the or
 OriginatorLog like any replicated batch (idempotent; the tree grows when a gap fills).
 
 Every fetched envelope is checked: the originator's signature (core.verification, in the
-verifying threads), the leaf the peer listed for it, and, where a checkpoint of the
-originator stored here (verified on intake) covers it, the whole contiguous run it belongs
-to against that checkpoint's root with the inclusion proofs of the run's two ends
-(merkle.run_root). A run the peer cannot prove is left for another peer; one that proves
-false is refused. A leaf the peer holds whose envelope it no longer serves expired: nothing
-to fetch, no fault. The same sequence id with two leaves is a fork: both envelopes go to
-`on_fork` (logged as `fork_found`)."""
+verifying threads, or processes for large repairs), the leaf the peer listed for it, and,
+where a checkpoint of the originator stored here (verified on intake) covers it, the whole
+contiguous run it belongs to against that checkpoint's root with the inclusion proofs of
+the run's two ends (merkle.run_root; the proofs of every run in one GetRunProofs request,
+asked while the envelopes are fetched). Runs are stored in order as they are checked.
+A run the peer cannot prove is left for another peer; one that proves false is refused. A
+leaf the peer holds whose envelope it no longer serves expired: nothing to fetch, no fault.
+The same sequence id with two leaves is a fork: both envelopes go to `on_fork` (logged as
+`fork_found`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -32,6 +35,7 @@ from xnode.core.reconciliation import (
     Session,
     difference,
     runs,
+    runs_of,
 )
 from xnode.core.verification import Verdict
 from xnode.observability.metrics import REPAIR_ENVELOPES, REPAIR_ROUND_TRIPS
@@ -41,7 +45,15 @@ from xnode.usecases.logs import MAX_LEAVES, MAX_RANGES
 log = structlog.get_logger(__name__)
 
 FETCH_CONCURRENCY = 8  # envelope fetches in flight per repair
-STORE_BATCH = 5000
+# Runs are fetched in groups of about this many sequence ids, each group verified as one
+# batch (few large batches: every hop to a worker process waits for the GIL here), proven
+# and stored as it comes.
+FETCH_SPAN = 1000
+STORE_BATCH = 1000  # stored while the groups after it are checked
+GROUPS_AHEAD = 8  # groups in flight (fetched, being verified) ahead of the one stored
+# From this many envelopes to fetch, a repair verifies them in the worker processes (when the
+# node has any): below it, starting them would cost more than the threads lose to the GIL.
+BULK_MIN = 1000
 
 # (originator, envelope stored here, the other one) of a fork found
 OnFork = Callable[[int, bytes, bytes], Awaitable[None]]
@@ -59,7 +71,9 @@ class RepairPeer(Protocol):
         self, originator: int, ranges: Sequence[SequenceRange]
     ) -> list[tuple[int, bytes]]: ...
 
-    async def inclusion(self, originator: int, sequence_id: int, tree_size: int) -> list[bytes]: ...
+    async def run_proofs(
+        self, originator: int, runs: Sequence[SequenceRange], tree_size: int
+    ) -> list[tuple[list[bytes], list[bytes]]]: ...
 
     async def envelopes(self, originator: int, run: SequenceRange) -> list[bytes]: ...
 
@@ -112,6 +126,21 @@ def _chunks(ranges: Sequence[SequenceRange], span_limit: int | None) -> list[lis
         out[-1].append(r)
         span += r.span
     return [c for c in out if c]
+
+
+def _groups(wanted: Iterable[SequenceRange]) -> list[list[SequenceRange]]:
+    """The runs to fetch (adjacent ones joined, long ones cut) in groups of at most
+    FETCH_SPAN sequence ids."""
+    groups: list[list[SequenceRange]] = [[]]
+    span = 0
+    for r in runs_of(wanted):
+        for part in r.split(-(-r.span // FETCH_SPAN)):
+            if groups[-1] and span + part.span > FETCH_SPAN:
+                groups.append([])
+                span = 0
+            groups[-1].append(part)
+            span += part.span
+    return [g for g in groups if g]
 
 
 def _split_listed(ranges: Iterable[SequenceRange]) -> list[SequenceRange]:
@@ -191,47 +220,86 @@ class Repair:
         outcome = Outcome(round_trips=trips, wanted=sum(r.span for r in wanted))
         target = self._originator_log(originator)
         checkpoint = await self._logs.latest_checkpoint(originator)
+        bulk = outcome.wanted >= BULK_MIN
+        groups = _groups(wanted)
+        proofs = _Proofs(peer, originator, checkpoint, [r for g in groups for r in g])
         limit = asyncio.Semaphore(FETCH_CONCURRENCY)
 
-        async def one(run: SequenceRange) -> list[IndexedEnvelope]:
+        async def fetch(run: SequenceRange) -> tuple[SequenceRange, list[bytes]]:
             async with limit:
-                raws = await peer.envelopes(originator, run)
-            valid = await self._verified(target, raws, run, leaves, outcome)
-            return await self._proven(peer, originator, valid, checkpoint, outcome)
+                return run, await peer.envelopes(originator, run)
 
-        kept = [e for part in await asyncio.gather(*(one(r) for r in wanted)) for e in part]
-        outcome.expired = outcome.wanted - len(kept) - outcome.rejected - outcome.unproven
-        started = time.perf_counter()
-        for start in range(0, len(kept), STORE_BATCH):
-            batch: list[Verdict] = list(kept[start : start + STORE_BATCH])
-            await target.store(batch, peer.node_id, direct=False)
-        outcome.store_s = time.perf_counter() - started
-        outcome.stored = len(kept)
+        async def one(group: list[SequenceRange]) -> list[IndexedEnvelope]:
+            fetched = await asyncio.gather(*(fetch(r) for r in group))
+            valid = await self._verified(target, fetched, leaves, outcome, bulk)
+            return await self._proven(peer, originator, valid, proofs, outcome)
+
+        # Groups are fetched, verified and proven concurrently, up to GROUPS_AHEAD of the one
+        # being stored (a large repair does not hold the whole gap in memory); they are
+        # stored in order as they come, so inserting overlaps the checks of the next ones.
+        upcoming = iter(groups)
+        checking: deque[asyncio.Future[list[IndexedEnvelope]]] = deque()
+
+        def refill() -> None:
+            while len(checking) < GROUPS_AHEAD and (group := next(upcoming, None)) is not None:
+                checking.append(asyncio.ensure_future(one(group)))
+
+        try:
+            kept: list[IndexedEnvelope] = []
+            refill()
+            while checking:
+                kept += await checking.popleft()
+                refill()
+                if len(kept) >= STORE_BATCH:
+                    await self._store(target, kept, peer, outcome)
+                    kept = []
+            await self._store(target, kept, peer, outcome)
+        finally:
+            for part in checking:
+                part.cancel()
+            await asyncio.gather(*checking, return_exceptions=True)
+            await proofs.close()
+        outcome.expired = outcome.wanted - outcome.stored - outcome.rejected - outcome.unproven
         if forks:
             await self._forks(peer, originator, target, forks, outcome)
         self._count(originator, outcome)
         return outcome
 
+    @staticmethod
+    async def _store(
+        target: OriginatorLog, kept: list[IndexedEnvelope], peer: RepairPeer, outcome: Outcome
+    ) -> None:
+        if not kept:
+            return
+        started = time.perf_counter()
+        batch: list[Verdict] = list(kept)
+        await target.store(batch, peer.node_id, direct=False)
+        outcome.store_s += time.perf_counter() - started
+        outcome.stored += len(kept)
+
     async def _verified(
         self,
         target: OriginatorLog,
-        raws: list[bytes],
-        run: SequenceRange,
+        fetched: Sequence[tuple[SequenceRange, list[bytes]]],
         leaves: dict[int, bytes],
         outcome: Outcome,
+        bulk: bool,
     ) -> list[IndexedEnvelope]:
-        """Envelopes of `run` signed by the originator whose leaf is the one the peer listed."""
+        """Envelopes of the runs asked for, signed by the originator, whose leaf is the one
+        the peer listed: each run's fetched envelopes, verified as one batch."""
+        raws = [raw for _, found in fetched for raw in found]
+        asked = [run for run, found in fetched for _ in found]
+        verdicts = [v for part in target.start_verify(raws, bulk) for v in await part]
         valid: list[IndexedEnvelope] = []
-        for part in target.start_verify(raws):
-            for v in await part:
-                if not isinstance(v, IndexedEnvelope):
-                    outcome.rejected += 1
-                    log.warning("repair_rejected", originator=target.originator, reason=v.detail)
-                elif run.first <= v.sequence_id <= run.last:
-                    if leaves.get(v.sequence_id, v.leaf) != v.leaf:
-                        outcome.rejected += 1  # not what the peer fingerprinted
-                    else:
-                        valid.append(v)
+        for run, v in zip(asked, verdicts, strict=True):
+            if not isinstance(v, IndexedEnvelope):
+                outcome.rejected += 1
+                log.warning("repair_rejected", originator=target.originator, reason=v.detail)
+            elif run.first <= v.sequence_id <= run.last:
+                if leaves.get(v.sequence_id, v.leaf) != v.leaf:
+                    outcome.rejected += 1  # not what the peer fingerprinted
+                else:
+                    valid.append(v)
         return valid
 
     async def _proven(
@@ -239,29 +307,28 @@ class Repair:
         peer: RepairPeer,
         originator: int,
         valid: list[IndexedEnvelope],
-        checkpoint: Checkpoint | None,
+        proofs: _Proofs,
         outcome: Outcome,
     ) -> list[IndexedEnvelope]:
-        """Those of `valid` a stored checkpoint does not cover, and the covered runs that
+        """Those of `valid` the stored checkpoint does not cover, and the covered runs that
         prove against its root."""
+        checkpoint = proofs.checkpoint
         if checkpoint is None:
             return valid
         size = checkpoint.tree_size
         kept = [e for e in valid if e.sequence_id > size]
         covered = {e.sequence_id: e for e in valid if e.sequence_id <= size}
-        for run in runs(covered):
+        covered_runs = runs(covered)
+        if not covered_runs:
+            return kept
+        try:
+            paths = await proofs.of(covered_runs)
+        except Exception as exc:  # the peer's tree does not reach that far: another will
+            outcome.unproven += len(covered)
+            log.info("repair_unproven", originator=originator, peer=peer.node_id, error=repr(exc))
+            return kept
+        for run, (first, last) in zip(covered_runs, paths, strict=True):
             members = [covered[s] for s in range(run.first, run.last + 1)]
-            try:
-                first, last = await asyncio.gather(
-                    peer.inclusion(originator, run.first, size),
-                    peer.inclusion(originator, run.last, size),
-                )
-            except Exception as exc:  # the peer's tree does not reach that far: another will
-                outcome.unproven += len(members)
-                log.info(
-                    "repair_unproven", originator=originator, peer=peer.node_id, error=repr(exc)
-                )
-                continue
             leaves = [e.leaf or b"" for e in members]
             try:
                 root = merkle.run_root(run.first - 1, leaves, size, first, last)
@@ -313,6 +380,45 @@ class Repair:
                 REPAIR_ENVELOPES.labels(label, name).inc(value)
         if outcome.forks:
             REPAIR_ENVELOPES.labels(label, "fork").inc(len(outcome.forks))
+
+
+class _Proofs:
+    """The run proofs of one repair against the checkpoint stored here: those of the parts
+    as planned are asked for in one request at once, while their envelopes are fetched; a
+    part whose envelopes came back as other runs (some expired, some refused) asks for its
+    own."""
+
+    def __init__(
+        self,
+        peer: RepairPeer,
+        originator: int,
+        checkpoint: Checkpoint | None,
+        parts: Sequence[SequenceRange],
+    ) -> None:
+        self.checkpoint = checkpoint
+        self._peer = peer
+        self._originator = originator
+        self._size = size = checkpoint.tree_size if checkpoint is not None else 0
+        planned = [SequenceRange(p.first, min(p.last, size)) for p in parts if p.first <= size]
+        self._planned = {r: i for i, r in enumerate(planned)}
+        self._asked = asyncio.ensure_future(self._ask(planned)) if planned else None
+
+    async def _ask(self, runs: Sequence[SequenceRange]) -> list[tuple[list[bytes], list[bytes]]]:
+        found = await self._peer.run_proofs(self._originator, runs, self._size)
+        if len(found) != len(runs):
+            raise merkle.ProofError(f"{len(found)} run proofs for {len(runs)} runs")
+        return found
+
+    async def of(self, runs: Sequence[SequenceRange]) -> list[tuple[list[bytes], list[bytes]]]:
+        if self._asked is not None and all(r in self._planned for r in runs):
+            planned = await asyncio.shield(self._asked)
+            return [planned[self._planned[r]] for r in runs]
+        return await self._ask(runs)
+
+    async def close(self) -> None:
+        if self._asked is not None:
+            self._asked.cancel()
+            await asyncio.gather(self._asked, return_exceptions=True)
 
 
 # () -> the peers to repair from now

@@ -9,8 +9,10 @@ against each other and the order checks see one log."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 import structlog
@@ -26,6 +28,7 @@ from xnode.core.verification import (
     Position,
     Verdict,
     order_problem,
+    ready,
     verify_batch,
 )
 from xnode.observability.metrics import (
@@ -63,6 +66,11 @@ class IngestContext:
     # Published fee schedules per originator (replication.fees); none: fees are not checked
     schedules: Callable[[], Mapping[int, FeeSchedule]] = dict
     watermark: Watermark | None = None
+    # Processes for bulk verification (repair): threads verifying thousands of envelopes
+    # contend for the GIL (the Python around each recovery is ~40% of the work), processes
+    # use every core. None: bulk batches go to the threads too.
+    bulk: Executor | None = None
+    bulk_workers: int = 0
 
 
 def _split(raws: Sequence[bytes], parts: int) -> list[Sequence[bytes]]:
@@ -70,6 +78,25 @@ def _split(raws: Sequence[bytes], parts: int) -> list[Sequence[bytes]]:
         return [raws]
     size = -(-len(raws) // parts)
     return [raws[i : i + size] for i in range(0, len(raws), size)]
+
+
+def bulk_verifiers(processes: int) -> ProcessPoolExecutor | None:
+    """A pool of `processes` worker processes for bulk verification (None for 0); start
+    them with `start_bulk`. A fork server starts them (forking the daemon itself, with
+    gRPC's threads running, is unsafe), having imported only the verifier."""
+    if processes <= 0:
+        return None
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["xnode.core.verification"])
+    return ProcessPoolExecutor(processes, mp_context=context)
+
+
+def start_bulk(pool: ProcessPoolExecutor, processes: int) -> None:
+    """Starts the pool's processes now rather than on the first repair. Blocks while the
+    fork server starts: call it in a thread."""
+    started = [pool.submit(ready) for _ in range(processes)]  # each starts one: none idle
+    for future in started:
+        future.result()
 
 
 def _proof(raws: Sequence[bytes]) -> list[bytes]:
@@ -101,10 +128,13 @@ class OriginatorLog:
     def sequence_id(self) -> int:
         return self.position.sequence_id if self.position else 0
 
-    def start_verify(self, raws: Sequence[bytes]) -> list[asyncio.Future[list[Verdict]]]:
-        """Verification of `raws`, started now, in parts for the worker threads; the parts'
-        results, in order, are the verdicts. Callers keep several batches in flight so no
-        thread waits for another's part."""
+    def start_verify(
+        self, raws: Sequence[bytes], bulk: bool = False
+    ) -> list[asyncio.Future[list[Verdict]]]:
+        """Verification of `raws`, started now, in parts for the worker threads (`bulk`: the
+        worker processes, when there are any); the parts' results, in order, are the
+        verdicts. Callers keep several batches in flight so no worker waits for another's
+        part."""
         keys = self._ctx.keys()
         schedule = self._ctx.schedules().get(self.originator)
         loop = asyncio.get_running_loop()
@@ -113,6 +143,19 @@ class OriginatorLog:
             done: asyncio.Future[list[Verdict]] = loop.create_future()
             done.set_result(verify_batch(raws, keys, self.originator, schedule))
             return [done]
+        if bulk and self._ctx.bulk is not None:
+            # Only this originator's key crosses to the processes: the rest is never read.
+            mine = {self.originator: keys[self.originator]} if self.originator in keys else {}
+            try:
+                return [
+                    loop.run_in_executor(
+                        self._ctx.bulk, verify_batch, part, mine, self.originator, schedule
+                    )
+                    for part in _split(raws, self._ctx.bulk_workers)
+                ]
+            except BrokenProcessPool as exc:  # a worker died (killed, out of memory)
+                log.error("bulk_verifiers_broken", error=repr(exc), fallback="threads")
+                self._ctx.bulk = None
         return [
             loop.run_in_executor(
                 self._ctx.executor, verify_batch, part, keys, self.originator, schedule

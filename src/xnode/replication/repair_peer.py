@@ -1,9 +1,11 @@
 """A peer as anti-entropy repair sees it (replication.anti_entropy.RepairPeer), over gRPC:
-LogApi for fingerprints, leaves and inclusion proofs, QueryEnvelopes (by originator, from a
-cursor) for the envelopes themselves. Counts the bytes it exchanges."""
+LogApi for fingerprints, leaves and run proofs, QueryEnvelopes (by originator, from a
+cursor) for the envelopes themselves. Counts the bytes it exchanges. A peer from before
+GetRunProofs (UNIMPLEMENTED) is asked GetInclusionProof for both ends of each run."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +17,7 @@ from xnode.core.envelopes import cursor_to_proto, parse_originator_envelope
 from xnode.core.query import MAX_QUERY_LIMIT
 from xnode.core.reconciliation import Fingerprint, SequenceRange
 from xnode.core.wire import fields
+from xnode.usecases.logs import MAX_RANGES
 from xnode_api.logs.v1 import logs_pb2 as pb
 
 _LOGS = "/" + pb.DESCRIPTOR.services_by_name["LogApi"].full_name
@@ -31,6 +34,7 @@ class GrpcRepairPeer:
         self.node_id = node_id
         self.bytes_exchanged = 0
         self._channel = channel
+        self._run_proofs = True  # until the peer says it has no GetRunProofs
 
     async def _call(self, method: str, request: Any, response_type: Any) -> Any:
         call = self._channel.unary_unary(
@@ -64,6 +68,38 @@ class GrpcRepairPeer:
             _LOGS + "/GetInclusionProof", request, pb.GetInclusionProofResponse
         )
         return list(response.proof)
+
+    async def run_proofs(
+        self, originator: int, runs: Sequence[SequenceRange], tree_size: int
+    ) -> list[tuple[list[bytes], list[bytes]]]:
+        """The inclusion proofs of each run's first and last leaf in the tree of `tree_size`."""
+        if self._run_proofs:
+            try:
+                found: list[tuple[list[bytes], list[bytes]]] = []
+                for start in range(0, len(runs), MAX_RANGES):
+                    request = pb.GetRunProofsRequest(
+                        originator_node_id=originator,
+                        tree_size=tree_size,
+                        runs=_ranges(runs[start : start + MAX_RANGES]),
+                    )
+                    response = await self._call(
+                        _LOGS + "/GetRunProofs", request, pb.GetRunProofsResponse
+                    )
+                    found += [(list(p.first_proof), list(p.last_proof)) for p in response.proofs]
+                return found
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                self._run_proofs = False
+
+        async def ends(run: SequenceRange) -> tuple[list[bytes], list[bytes]]:
+            first, last = await asyncio.gather(
+                self.inclusion(originator, run.first, tree_size),
+                self.inclusion(originator, run.last, tree_size),
+            )
+            return first, last
+
+        return list(await asyncio.gather(*(ends(r) for r in runs)))
 
     async def envelopes(self, originator: int, run: SequenceRange) -> list[bytes]:
         """The envelopes the peer still holds in `run` (expired ones are gone), in pages."""

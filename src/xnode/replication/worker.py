@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,13 @@ from xnode.core.verification import verify_envelope
 from xnode.replication.anti_entropy import AntiEntropy, OnFork, Repair, RepairPeer
 from xnode.replication.checkpoints import CheckpointFollower, Watermarks
 from xnode.replication.fees import FeeSchedules
-from xnode.replication.ingest import IngestContext, OnStored, OriginatorLog
+from xnode.replication.ingest import (
+    IngestContext,
+    OnStored,
+    OriginatorLog,
+    bulk_verifiers,
+    start_bulk,
+)
 from xnode.replication.own_health import OwnHealthGate
 from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore, StoreHealth
 from xnode.replication.recovery import OwnLogFetch, OwnLogRecovery, recover_own_log
@@ -52,6 +59,7 @@ class ReplicationConfig:
     disabled_fallback_s: float
     verify_threads: int
     max_message_bytes: int
+    verify_processes: int = 0  # for bulk verification (repair); 0: threads only
     peer_tls: ClientTls | None = None  # https:// peers: their CA (None: system roots)
     repair_s: float = 0.0  # anti-entropy repair interval; 0: off
 
@@ -73,6 +81,7 @@ class ReplicationConfig:
             max_message_bytes=settings.max_message_mib * 1024 * 1024,
             peer_tls=peer_tls,
             repair_s=settings.replication_repair_seconds,
+            verify_processes=settings.replication_verify_processes,
         )
 
 
@@ -235,6 +244,7 @@ class ReplicationWorker:
         self._channels: dict[int, tuple[str, grpc.aio.Channel]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._executor = ThreadPoolExecutor(config.verify_threads, thread_name_prefix="verify")
+        self._bulk: ProcessPoolExecutor | None = None  # started with the repair task
         self.fees = FeeSchedules(config.backoff_initial_s, config.backoff_max_s)
         self._fees_followed: set[int] = set()
         watermarks = (
@@ -244,7 +254,8 @@ class ReplicationWorker:
         )
         self._ctx = IngestContext(
             store, reports, on_stored, notice_token, self._current_keys, self._executor,
-            config.verify_threads, clock, self.fees.current, watermarks,
+            config.verify_threads, clock, self.fees.current, watermarks, None,
+            config.verify_processes,
         )  # fmt: skip
         self._stopped = False
         self._epoch_timer: asyncio.TimerHandle | None = None
@@ -281,8 +292,23 @@ class ReplicationWorker:
         self._apply(self._source.current())
         self._next_epoch()
         if self.anti_entropy is not None:
+            # Repairs verify in threads until the processes are up (about a second).
+            self.spawn_coroutine(self._start_bulk(), name="bulk-verifiers")
             self.anti_entropy.start()
         log.info("replication_started", node_id=self.node_id, peers=sorted(self._links))
+
+    async def _start_bulk(self) -> None:
+        """The processes that verify large repairs; threads do when they cannot start."""
+        try:
+            self._bulk = bulk_verifiers(self.config.verify_processes)
+            if self._bulk is not None:
+                await asyncio.to_thread(start_bulk, self._bulk, self.config.verify_processes)
+        except (OSError, BrokenProcessPool) as exc:  # no /dev/shm, no processes allowed
+            log.warning("bulk_verifiers_unavailable", error=repr(exc), fallback="threads")
+            if self._bulk is not None:
+                self._bulk.shutdown(wait=False)
+            self._bulk = None
+        self._ctx.bulk = self._bulk
 
     async def recover_own_log(self, local_top: int) -> OwnLogRecovery:
         """Before this node originates: stores what peers hold of its own log beyond
@@ -320,6 +346,8 @@ class ReplicationWorker:
         for _, channel in self._channels.values():
             await channel.close(None)
         self._executor.shutdown(wait=True)
+        if self._bulk is not None:
+            self._bulk.shutdown(wait=True)
 
     def _apply(self, registry: Registry) -> None:
         if self._stopped:

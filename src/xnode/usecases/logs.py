@@ -30,7 +30,7 @@ from xnode.core.reconciliation import Fingerprint, SequenceRange
 log = structlog.get_logger(__name__)
 
 MAX_CHECKPOINTS = 1000  # per GetCheckpoints answer
-MAX_RANGES = 1024  # per GetFingerprints / GetLeaves request
+MAX_RANGES = 1024  # per GetFingerprints / GetLeaves / GetRunProofs request
 MAX_LEAVES = 10_000  # per GetLeaves answer
 
 # (tree size, root, previous checkpoint) -> the signed next checkpoint
@@ -75,6 +75,14 @@ class InclusionProof:
     tree_size: int
     proof: list[bytes]
     checkpoint: Checkpoint | None
+
+
+@dataclass(frozen=True)
+class RunProof:
+    """The inclusion proofs of a run's first and last leaf (merkle.run_root)."""
+
+    first: list[bytes]
+    last: list[bytes]
 
 
 def _lookup(hashes: dict[merkle.Node, bytes]) -> merkle.PerfectHashes:
@@ -140,6 +148,22 @@ class LogQueries:
         proof = merkle.inclusion_proof(index, size, _lookup(hashes))
         checkpoint = await self._port.checkpoint_at(originator, size)
         return InclusionProof(hashes[(0, index)], size, proof, checkpoint)
+
+    async def run_proofs(
+        self, originator: int, tree_size: int, runs: Sequence[SequenceRange]
+    ) -> tuple[int, list[RunProof]]:
+        """(tree size, the inclusion proofs of each run's first and last leaf): one read of
+        every tree node they need."""
+        _check_ranges(runs)
+        size = await self._size(originator, tree_size)
+        for r in runs:
+            if r.last > size:
+                raise ValueError(f"run {r.first}..{r.last} is not in a tree of {size} leaves")
+        ends = {i: None for r in runs for i in (r.first - 1, r.last - 1)}
+        nodes = {n: None for i in ends for n in merkle.perfect_nodes_for_inclusion(i, size)}
+        lookup = _lookup(await self._port.perfect(originator, list(nodes)))
+        paths = {i: merkle.inclusion_proof(i, size, lookup) for i in ends}
+        return size, [RunProof(paths[r.first - 1], paths[r.last - 1]) for r in runs]
 
     async def consistency(self, originator: int, first: int, second: int) -> list[bytes]:
         if not 0 < first <= second:

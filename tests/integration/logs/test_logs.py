@@ -27,9 +27,11 @@ from xnode.commands.prune import apply_plan
 from xnode.config import Settings
 from xnode.core import merkle
 from xnode.core.checkpoints import check_chain, check_consistent, check_inclusion
-from xnode.core.reconciliation import Fingerprint
+from xnode.core.reconciliation import Fingerprint, SequenceRange
 from xnode.core.topics import TopicKind
+from xnode.replication.repair_peer import GrpcRepairPeer
 from xnode_api.logs.v1 import logs_pb2 as pb
+from xnode_api.logs.v1 import logs_pb2_grpc
 
 GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
 FAST = {"log_checkpoint_envelopes": 10, "log_checkpoint_seconds": 0.2}
@@ -69,6 +71,68 @@ async def test_checkpoints_commit_the_published_log_and_proofs_verify(
             pb.GetConsistencyProofRequest(originator_node_id=100, first_size=37, second_size=63)
         )
         check_consistent(small, large, list(proof.proof))
+
+
+class OldLogApi(logs_pb2_grpc.LogApiServicer):
+    """A peer from before GetRunProofs (UNIMPLEMENTED): inclusion proofs from a real node."""
+
+    def __init__(self, node: logs_pb2_grpc.LogApiStub) -> None:
+        self.node = node
+        self.asked: list[int] = []
+
+    async def GetInclusionProof(
+        self, request: pb.GetInclusionProofRequest, context: Any
+    ) -> pb.GetInclusionProofResponse:
+        self.asked.append(request.sequence_id)
+        answer: pb.GetInclusionProofResponse = await self.node.GetInclusionProof(request)
+        return answer
+
+
+async def test_run_proofs_prove_whole_runs_and_old_peers_are_asked_per_end(
+    start_node: Any, database: str, node_spec: NodeSpec
+) -> None:
+    key = node_spec.keys[100].public_key
+    node = await start_node(**node_settings(database, node_spec, **FAST))
+    leaves = leaves_of(await publish(node.address, 100, [GROUP] * 50))
+    runs = [SequenceRange(1, 50), SequenceRange(5, 9), SequenceRange(20, 20), SequenceRange(33, 49)]
+    async with log_api(node.address) as api:
+        checkpoint = await checkpoint_at(api, 100, key, 50)
+        answer = await api.GetRunProofs(
+            pb.GetRunProofsRequest(
+                originator_node_id=100,
+                runs=[pb.SequenceRange(first=r.first, last=r.last) for r in runs],
+            )
+        )
+        assert answer.tree_size == 50  # 0 asked: the newest checkpoint's
+        proofs = [(list(p.first_proof), list(p.last_proof)) for p in answer.proofs]
+        for r, (first, last) in zip(runs, proofs, strict=True):
+            run = leaves[r.first - 1 : r.last]
+            assert merkle.run_root(r.first - 1, run, 50, first, last) == checkpoint.root
+        forged = [*leaves[32:40], bytes(32), *leaves[41:49]]
+        assert merkle.run_root(32, forged, 50, *proofs[3]) != checkpoint.root
+        with pytest.raises(grpc.aio.AioRpcError) as beyond:
+            await api.GetRunProofs(
+                pb.GetRunProofsRequest(
+                    originator_node_id=100, tree_size=50, runs=[pb.SequenceRange(first=45, last=51)]
+                )
+            )
+        assert beyond.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "45..51" in (beyond.value.details() or "")
+
+        old = OldLogApi(api)
+        server = grpc.aio.server()
+        logs_pb2_grpc.add_LogApiServicer_to_server(old, server)  # type: ignore[no-untyped-call]
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                peer = GrpcRepairPeer(300, channel)
+                assert await peer.run_proofs(100, runs, 50) == proofs
+                assert await peer.run_proofs(100, runs[1:2], 50) == proofs[1:2]
+        finally:
+            await server.stop(None)
+    # GetRunProofs once (UNIMPLEMENTED), then each run's two ends, never GetRunProofs again
+    assert sorted(old.asked) == sorted([s for r in runs + runs[1:2] for s in (r.first, r.last)])
 
 
 async def test_log_api_is_in_health_and_reflection(

@@ -1,11 +1,17 @@
 """Repair with fakes around the real checks: what is missing is fetched and stored; a run a
 peer serves that the stored checkpoint does not commit to is refused; expired envelopes
-are nothing to fetch and no fault; a fork goes to the hook with both envelopes."""
+are nothing to fetch and no fault; a fork goes to the hook with both envelopes. Bulk
+verification in worker processes, and its fallback to threads when they die."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+import pytest
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import group_message_envelope
@@ -15,9 +21,10 @@ from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, build_payer_envelope, originate
 from xnode.core.envelopes import validate_payer_envelope as valid_payer
 from xnode.core.reconciliation import Fingerprint, SequenceRange
-from xnode.core.verification import Position
+from xnode.core.verification import InvalidEnvelope, Position, Verdict
+from xnode.replication import anti_entropy
 from xnode.replication.anti_entropy import Repair
-from xnode.replication.ingest import IngestContext, OriginatorLog
+from xnode.replication.ingest import IngestContext, OriginatorLog, bulk_verifiers
 
 KEY = SigningKey.generate()
 PAYER = SigningKey.generate()
@@ -65,14 +72,20 @@ class Side:
     async def latest_checkpoint(self, originator: int) -> Checkpoint | None:
         return self.checkpoint
 
-    async def inclusion(self, originator: int, sequence_id: int, tree_size: int) -> list[bytes]:
+    async def run_proofs(
+        self, originator: int, runs: Sequence[SequenceRange], tree_size: int
+    ) -> list[tuple[list[bytes], list[bytes]]]:
         leaves = [self.held_leaves[s] for s in range(1, tree_size + 1)]
         nodes: dict[tuple[int, int], bytes] = {}
         frontier = merkle.Frontier()
         for leaf in leaves:
             nodes.update(((lv, i), h) for lv, i, h in frontier.append(leaf))
         nodes.update(((0, i), h) for i, h in enumerate(leaves))
-        return merkle.inclusion_proof(sequence_id - 1, tree_size, lambda lv, i: nodes[(lv, i)])
+
+        def path(sequence_id: int) -> list[bytes]:
+            return merkle.inclusion_proof(sequence_id - 1, tree_size, lambda lv, i: nodes[(lv, i)])
+
+        return [(path(r.first), path(r.last)) for r in runs]
 
     async def envelopes(self, originator: int, run: SequenceRange) -> list[bytes]:
         return [raw for s, raw in sorted(self.held.items()) if run.first <= s <= run.last]
@@ -176,3 +189,79 @@ async def test_a_fork_goes_to_the_hook_with_both_envelopes() -> None:
     outcome = await repair.repair(Side(theirs), NODE)
     assert outcome.forks == [42]
     assert forks == [(LOG[42].raw, theirs[42].raw)]
+
+
+async def test_runs_broken_by_expired_envelopes_are_proven_as_the_runs_that_came() -> None:
+    here = {s: e for s, e in LOG.items() if not 100 <= s <= 180}
+    repair, side, store, reports, _ = repair_here(here)
+    side.checkpoint = checkpoint_of(LOG)
+    outcome = await repair.repair(Side(LOG, expired=range(120, 130)), NODE)
+    assert (outcome.stored, outcome.expired, outcome.rejected, outcome.unproven) == (71, 10, 0, 0)
+    assert sorted(store.rows) == [s for s in LOG if not 120 <= s <= 129]
+    assert not reports.filed
+
+
+async def test_bulk_verification_runs_in_processes_and_falls_back_to_threads() -> None:
+    pool = bulk_verifiers(1)
+    assert pool is not None
+    try:
+        ctx = IngestContext(
+            Store(Side({}), {}), Reports(), _nothing, "t", lambda: {NODE: KEY.public_key},
+            ThreadPoolExecutor(1), 1, bulk=pool, bulk_workers=1,
+        )  # fmt: skip
+        target = OriginatorLog(NODE, None, ctx)
+        raws = [LOG[s].raw for s in range(1, 101)] + [signed(101).raw[:-1]]
+
+        async def verdicts() -> list[Verdict]:
+            return [v for part in target.start_verify(raws, bulk=True) for v in await part]
+
+        first = await verdicts()
+        assert [v.leaf for v in first[:100] if isinstance(v, IndexedEnvelope)] == [
+            LOG[s].leaf for s in range(1, 101)
+        ]
+        assert isinstance(first[100], InvalidEnvelope)
+        with pytest.raises(BrokenProcessPool):  # its only worker dies
+            await asyncio.wrap_future(pool.submit(os._exit, 1))
+        assert await verdicts() == first  # in the threads
+        assert ctx.bulk is None
+    finally:
+        pool.shutdown()
+
+
+async def test_a_gap_in_many_groups_is_stored_in_order_a_window_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(anti_entropy, "FETCH_SPAN", 10)
+    monkeypatch.setattr(anti_entropy, "GROUPS_AHEAD", 2)
+    monkeypatch.setattr(anti_entropy, "STORE_BATCH", 10)
+    here = {s: e for s, e in LOG.items() if not 100 <= s <= 180}
+    repair, side, store, _, _ = repair_here(here)
+    side.checkpoint = checkpoint_of(LOG)
+    inserted: list[list[int]] = []
+    insert = store.insert_received
+
+    async def recording(
+        envelopes: Sequence[IndexedEnvelope], notice_token: str
+    ) -> list[tuple[int, int]]:
+        inserted.append([e.sequence_id for e in envelopes])
+        return await insert(envelopes, notice_token)
+
+    monkeypatch.setattr(store, "insert_received", recording)
+    peer = Side(LOG)
+    in_flight, most = 0, 0
+    fetch = peer.envelopes
+
+    async def counting(originator: int, run: SequenceRange) -> list[bytes]:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0)
+        in_flight -= 1
+        return await fetch(originator, run)
+
+    monkeypatch.setattr(peer, "envelopes", counting)
+    outcome = await repair.repair(peer, NODE)
+    assert outcome.stored == 81 and outcome.rejected == outcome.unproven == 0
+    assert [s for batch in inserted for s in batch] == list(range(100, 181))
+    # 9 groups of 9 (one run each), stored two at a time; 2 groups (2 fetches) in flight
+    assert [len(batch) for batch in inserted] == [18, 18, 18, 18, 9] and most == 2

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cxnode_api/logs/v1/logs.proto\x12\rxnode.logs.v1\"\x7f\n\x12UnsignedCheckpoint\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\x11\n\ttree_size\x18\x02 \x01(\x04\x12\x0c\n\x04root\x18\x03 \x01(\x0c\x12\x15\n\roriginator_ns\x18\x04 \x01(\x04\x12\x15\n\rprevious_hash\x18\x05 \x01(\x0c\"<\n\nCheckpoint\x12\x1b\n\x13unsigned_checkpoint\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\",\n\rSequenceRange\x12\r\n\x05\x66irst\x18\x01 \x01(\x04\x12\x0c\n\x04last\x18\x02 \x01(\x04\"m\n\x15GetCheckpointsRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\x19\n\x11\x61\x66ter_sequence_id\x18\x02 \x01(\x04\x12\x0e\n\x06latest\x18\x03 \x01(\x08\x12\r\n\x05limit\x18\x04 \x01(\r\"H\n\x16GetCheckpointsResponse\x12.\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32\x19.xnode.logs.v1.Checkpoint\"T\n\x1bSubscribeCheckpointsRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\x19\n\x11\x61\x66ter_sequence_id\x18\x02 \x01(\x04\"N\n\x1cSubscribeCheckpointsResponse\x12.\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32\x19.xnode.logs.v1.Checkpoint\"^\n\x18GetInclusionProofRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\x13\n\x0bsequence_id\x18\x02 \x01(\x04\x12\x11\n\ttree_size\x18\x03 \x01(\x04\"\x7f\n\x19GetInclusionProofResponse\x12\x11\n\tleaf_hash\x18\x01 \x01(\x0c\x12\x11\n\ttree_size\x18\x02 \x01(\x04\x12\r\n\x05proof\x18\x03 \x03(\x0c\x12-\n\ncheckpoint\x18\x04 \x01(\x0b\x32\x19.xnode.logs.v1.Checkpoint\"a\n\x1aGetConsistencyProofRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\x12\n\nfirst_size\x18\x02 \x01(\x04\x12\x13\n\x0bsecond_size\x18\x03 \x01(\x04\",\n\x1bGetConsistencyProofResponse\x12\r\n\x05proof\x18\x01 \x03(\x0c\"b\n\x16GetFingerprintsRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12,\n\x06ranges\x18\x02 \x03(\x0b\x32\x1c.xnode.logs.v1.SequenceRange\")\n\x0b\x46ingerprint\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\x12\x0b\n\x03xor\x18\x02 \x01(\x10\"K\n\x17GetFingerprintsResponse\x12\x30\n\x0c\x66ingerprints\x18\x01 \x03(\x0b\x32\x1a.xnode.logs.v1.Fingerprint\"\\\n\x10GetLeavesRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12,\n\x06ranges\x18\x02 \x03(\x0b\x32\x1c.xnode.logs.v1.SequenceRange\".\n\x04Leaf\x12\x13\n\x0bsequence_id\x18\x01 \x01(\x04\x12\x11\n\tleaf_hash\x18\x02 \x01(\x0c\"8\n\x11GetLeavesResponse\x12#\n\x06leaves\x18\x01 \x03(\x0b\x32\x13.xnode.logs.v1.Leaf2\xe2\x04\n\x06LogApi\x12]\n\x0eGetCheckpoints\x12$.xnode.logs.v1.GetCheckpointsRequest\x1a%.xnode.logs.v1.GetCheckpointsResponse\x12q\n\x14SubscribeCheckpoints\x12*.xnode.logs.v1.SubscribeCheckpointsRequest\x1a+.xnode.logs.v1.SubscribeCheckpointsResponse0\x01\x12\x66\n\x11GetInclusionProof\x12\'.xnode.logs.v1.GetInclusionProofRequest\x1a(.xnode.logs.v1.GetInclusionProofResponse\x12l\n\x13GetConsistencyProof\x12).xnode.logs.v1.GetConsistencyProofRequest\x1a*.xnode.logs.v1.GetConsistencyProofResponse\x12`\n\x0fGetFingerprints\x12%.xnode.logs.v1.GetFingerprintsRequest\x1a&.xnode.logs.v1.GetFingerprintsResponse\x12N\n\tGetLeaves\x12\x1f.xnode.logs.v1.GetLeavesRequest\x1a .xnode.logs.v1.GetLeavesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cxnode_api/logs/v1/logs.proto\x12\rxnode.logs.v1\"\x7f\n\x12UnsignedCheckpoint\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\x11\n\ttree_size\x18\x02 \x01(\x04\x12\x0c\n\x04root\x18\x03 \x01(\x0c\x12\x15\n\roriginator_ns\x18\x04 \x01(\x04\x12\x15\n\rprevious_hash\x18\x05 \x01(\x0c\"<\n\nCheckpoint\x12\x1b\n\x13unsigned_checkpoint\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\",\n\rSequenceRange\x12\r\n\x05\x66irst\x18\x01 \x01(\x04\x12\x0c\n\x04last\x18\x02 \x01(\x04\"m\n\x15GetCheckpointsRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\x19\n\x11\x61\x66ter_sequence_id\x18\x02 \x01(\x04\x12\x0e\n\x06latest\x18\x03 \x01(\x08\x12\r\n\x05limit\x18\x04 \x01(\r\"H\n\x16GetCheckpointsResponse\x12.\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32\x19.xnode.logs.v1.Checkpoint\"T\n\x1bSubscribeCheckpointsRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\x19\n\x11\x61\x66ter_sequence_id\x18\x02 \x01(\x04\"N\n\x1cSubscribeCheckpointsResponse\x12.\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32\x19.xnode.logs.v1.Checkpoint\"^\n\x18GetInclusionProofRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\x13\n\x0bsequence_id\x18\x02 \x01(\x04\x12\x11\n\ttree_size\x18\x03 \x01(\x04\"\x7f\n\x19GetInclusionProofResponse\x12\x11\n\tleaf_hash\x18\x01 \x01(\x0c\x12\x11\n\ttree_size\x18\x02 \x01(\x04\x12\r\n\x05proof\x18\x03 \x03(\x0c\x12-\n\ncheckpoint\x18\x04 \x01(\x0b\x32\x19.xnode.logs.v1.Checkpoint\"p\n\x13GetRunProofsRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\x11\n\ttree_size\x18\x02 \x01(\x04\x12*\n\x04runs\x18\x03 \x03(\x0b\x32\x1c.xnode.logs.v1.SequenceRange\"3\n\x08RunProof\x12\x13\n\x0b\x66irst_proof\x18\x01 \x03(\x0c\x12\x12\n\nlast_proof\x18\x02 \x03(\x0c\"R\n\x14GetRunProofsResponse\x12\x11\n\ttree_size\x18\x01 \x01(\x04\x12\'\n\x06proofs\x18\x02 \x03(\x0b\x32\x17.xnode.logs.v1.RunProof\"a\n\x1aGetConsistencyProofRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\x12\n\nfirst_size\x18\x02 \x01(\x04\x12\x13\n\x0bsecond_size\x18\x03 \x01(\x04\",\n\x1bGetConsistencyProofResponse\x12\r\n\x05proof\x18\x01 \x03(\x0c\"b\n\x16GetFingerprintsRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12,\n\x06ranges\x18\x02 \x03(\x0b\x32\x1c.xnode.logs.v1.SequenceRange\")\n\x0b\x46ingerprint\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\x12\x0b\n\x03xor\x18\x02 \x01(\x10\"K\n\x17GetFingerprintsResponse\x12\x30\n\x0c\x66ingerprints\x18\x01 \x03(\x0b\x32\x1a.xnode.logs.v1.Fingerprint\"\\\n\x10GetLeavesRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12,\n\x06ranges\x18\x02 \x03(\x0b\x32\x1c.xnode.logs.v1.SequenceRange\".\n\x04Leaf\x12\x13\n\x0bsequence_id\x18\x01 \x01(\x04\x12\x11\n\tleaf_hash\x18\x02 \x01(\x0c\"8\n\x11GetLeavesResponse\x12#\n\x06leaves\x18\x01 \x03(\x0b\x32\x13.xnode.logs.v1.Leaf2\xbb\x05\n\x06LogApi\x12]\n\x0eGetCheckpoints\x12$.xnode.logs.v1.GetCheckpointsRequest\x1a%.xnode.logs.v1.GetCheckpointsResponse\x12q\n\x14SubscribeCheckpoints\x12*.xnode.logs.v1.SubscribeCheckpointsRequest\x1a+.xnode.logs.v1.SubscribeCheckpointsResponse0\x01\x12\x66\n\x11GetInclusionProof\x12\'.xnode.logs.v1.GetInclusionProofRequest\x1a(.xnode.logs.v1.GetInclusionProofResponse\x12l\n\x13GetConsistencyProof\x12).xnode.logs.v1.GetConsistencyProofRequest\x1a*.xnode.logs.v1.GetConsistencyProofResponse\x12W\n\x0cGetRunProofs\x12\".xnode.logs.v1.GetRunProofsRequest\x1a#.xnode.logs.v1.GetRunProofsResponse\x12`\n\x0fGetFingerprints\x12%.xnode.logs.v1.GetFingerprintsRequest\x1a&.xnode.logs.v1.GetFingerprintsResponse\x12N\n\tGetLeaves\x12\x1f.xnode.logs.v1.GetLeavesRequest\x1a .xnode.logs.v1.GetLeavesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -49,22 +49,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETINCLUSIONPROOFREQUEST']._serialized_end=729
   _globals['_GETINCLUSIONPROOFRESPONSE']._serialized_start=731
   _globals['_GETINCLUSIONPROOFRESPONSE']._serialized_end=858
-  _globals['_GETCONSISTENCYPROOFREQUEST']._serialized_start=860
-  _globals['_GETCONSISTENCYPROOFREQUEST']._serialized_end=957
-  _globals['_GETCONSISTENCYPROOFRESPONSE']._serialized_start=959
-  _globals['_GETCONSISTENCYPROOFRESPONSE']._serialized_end=1003
-  _globals['_GETFINGERPRINTSREQUEST']._serialized_start=1005
-  _globals['_GETFINGERPRINTSREQUEST']._serialized_end=1103
-  _globals['_FINGERPRINT']._serialized_start=1105
-  _globals['_FINGERPRINT']._serialized_end=1146
-  _globals['_GETFINGERPRINTSRESPONSE']._serialized_start=1148
-  _globals['_GETFINGERPRINTSRESPONSE']._serialized_end=1223
-  _globals['_GETLEAVESREQUEST']._serialized_start=1225
-  _globals['_GETLEAVESREQUEST']._serialized_end=1317
-  _globals['_LEAF']._serialized_start=1319
-  _globals['_LEAF']._serialized_end=1365
-  _globals['_GETLEAVESRESPONSE']._serialized_start=1367
-  _globals['_GETLEAVESRESPONSE']._serialized_end=1423
-  _globals['_LOGAPI']._serialized_start=1426
-  _globals['_LOGAPI']._serialized_end=2036
+  _globals['_GETRUNPROOFSREQUEST']._serialized_start=860
+  _globals['_GETRUNPROOFSREQUEST']._serialized_end=972
+  _globals['_RUNPROOF']._serialized_start=974
+  _globals['_RUNPROOF']._serialized_end=1025
+  _globals['_GETRUNPROOFSRESPONSE']._serialized_start=1027
+  _globals['_GETRUNPROOFSRESPONSE']._serialized_end=1109
+  _globals['_GETCONSISTENCYPROOFREQUEST']._serialized_start=1111
+  _globals['_GETCONSISTENCYPROOFREQUEST']._serialized_end=1208
+  _globals['_GETCONSISTENCYPROOFRESPONSE']._serialized_start=1210
+  _globals['_GETCONSISTENCYPROOFRESPONSE']._serialized_end=1254
+  _globals['_GETFINGERPRINTSREQUEST']._serialized_start=1256
+  _globals['_GETFINGERPRINTSREQUEST']._serialized_end=1354
+  _globals['_FINGERPRINT']._serialized_start=1356
+  _globals['_FINGERPRINT']._serialized_end=1397
+  _globals['_GETFINGERPRINTSRESPONSE']._serialized_start=1399
+  _globals['_GETFINGERPRINTSRESPONSE']._serialized_end=1474
+  _globals['_GETLEAVESREQUEST']._serialized_start=1476
+  _globals['_GETLEAVESREQUEST']._serialized_end=1568
+  _globals['_LEAF']._serialized_start=1570
+  _globals['_LEAF']._serialized_end=1616
+  _globals['_GETLEAVESRESPONSE']._serialized_start=1618
+  _globals['_GETLEAVESRESPONSE']._serialized_end=1674
+  _globals['_LOGAPI']._serialized_start=1677
+  _globals['_LOGAPI']._serialized_end=2376
 # @@protoc_insertion_point(module_scope)

@@ -90,6 +90,32 @@ class GetInclusionProofResponse(_message.Message):
     checkpoint: Checkpoint
     def __init__(self, leaf_hash: _Optional[bytes] = ..., tree_size: _Optional[int] = ..., proof: _Optional[_Iterable[bytes]] = ..., checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ...) -> None: ...
 
+class GetRunProofsRequest(_message.Message):
+    __slots__ = ("originator_node_id", "tree_size", "runs")
+    ORIGINATOR_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TREE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    originator_node_id: int
+    tree_size: int
+    runs: _containers.RepeatedCompositeFieldContainer[SequenceRange]
+    def __init__(self, originator_node_id: _Optional[int] = ..., tree_size: _Optional[int] = ..., runs: _Optional[_Iterable[_Union[SequenceRange, _Mapping]]] = ...) -> None: ...
+
+class RunProof(_message.Message):
+    __slots__ = ("first_proof", "last_proof")
+    FIRST_PROOF_FIELD_NUMBER: _ClassVar[int]
+    LAST_PROOF_FIELD_NUMBER: _ClassVar[int]
+    first_proof: _containers.RepeatedScalarFieldContainer[bytes]
+    last_proof: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, first_proof: _Optional[_Iterable[bytes]] = ..., last_proof: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class GetRunProofsResponse(_message.Message):
+    __slots__ = ("tree_size", "proofs")
+    TREE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PROOFS_FIELD_NUMBER: _ClassVar[int]
+    tree_size: int
+    proofs: _containers.RepeatedCompositeFieldContainer[RunProof]
+    def __init__(self, tree_size: _Optional[int] = ..., proofs: _Optional[_Iterable[_Union[RunProof, _Mapping]]] = ...) -> None: ...
+
 class GetConsistencyProofRequest(_message.Message):
     __slots__ = ("originator_node_id", "first_size", "second_size")
     ORIGINATOR_NODE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -54,6 +54,11 @@ class LogApiStub:
                 request_serializer=xnode__api_dot_logs_dot_v1_dot_logs__pb2.GetConsistencyProofRequest.SerializeToString,
                 response_deserializer=xnode__api_dot_logs_dot_v1_dot_logs__pb2.GetConsistencyProofResponse.FromString,
                 _registered_method=True)
+        self.GetRunProofs = channel.unary_unary(
+                '/xnode.logs.v1.LogApi/GetRunProofs',
+                request_serializer=xnode__api_dot_logs_dot_v1_dot_logs__pb2.GetRunProofsRequest.SerializeToString,
+                response_deserializer=xnode__api_dot_logs_dot_v1_dot_logs__pb2.GetRunProofsResponse.FromString,
+                _registered_method=True)
         self.GetFingerprints = channel.unary_unary(
                 '/xnode.logs.v1.LogApi/GetFingerprints',
                 request_serializer=xnode__api_dot_logs_dot_v1_dot_logs__pb2.GetFingerprintsRequest.SerializeToString,
@@ -93,6 +98,12 @@ class LogApiServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRunProofs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetFingerprints(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -127,6 +138,11 @@ def add_LogApiServicer_to_server(servicer, server):
                     servicer.GetConsistencyProof,
                     request_deserializer=xnode__api_dot_logs_dot_v1_dot_logs__pb2.GetConsistencyProofRequest.FromString,
                     response_serializer=xnode__api_dot_logs_dot_v1_dot_logs__pb2.GetConsistencyProofResponse.SerializeToString,
+            ),
+            'GetRunProofs': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRunProofs,
+                    request_deserializer=xnode__api_dot_logs_dot_v1_dot_logs__pb2.GetRunProofsRequest.FromString,
+                    response_serializer=xnode__api_dot_logs_dot_v1_dot_logs__pb2.GetRunProofsResponse.SerializeToString,
             ),
             'GetFingerprints': grpc.unary_unary_rpc_method_handler(
                     servicer.GetFingerprints,
@@ -247,6 +263,33 @@ class LogApi:
             '/xnode.logs.v1.LogApi/GetConsistencyProof',
             xnode__api_dot_logs_dot_v1_dot_logs__pb2.GetConsistencyProofRequest.SerializeToString,
             xnode__api_dot_logs_dot_v1_dot_logs__pb2.GetConsistencyProofResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRunProofs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xnode.logs.v1.LogApi/GetRunProofs',
+            xnode__api_dot_logs_dot_v1_dot_logs__pb2.GetRunProofsRequest.SerializeToString,
+            xnode__api_dot_logs_dot_v1_dot_logs__pb2.GetRunProofsResponse.FromString,
             options,
             channel_credentials,
             insecure,
