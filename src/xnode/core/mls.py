@@ -146,7 +146,20 @@ def parse_framing(data: bytes) -> FramingHeader:
 
 def parse_group_message(data: bytes) -> FramingHeader:
     """A group message as a node must see it: a PublicMessage's framing header, or a whole
-    PrivateMessage (its header, then three vectors and nothing after them)."""
+    PrivateMessage (its header, then three vectors and nothing after them).
+
+    Every group message published goes through here, so well-formed ones are read in one
+    pass (`_fast_group_message`); anything else is read again by the field-by-field parser,
+    whose refusal names the field (docs/benchmarks.md, payload checks)."""
+    header = _fast_group_message(data)
+    if header is None:
+        header = read_group_message(data)  # raises MlsError: the fast path missed nothing
+    return header
+
+
+def read_group_message(data: bytes) -> FramingHeader:
+    """`parse_group_message` field by field with `Reader`: the reference the fast path is
+    tested against (tests/unit/core/test_mls_fast_path.py), and what names a bad field."""
     header = parse_framing(data)
     if header.wire_format is WireFormat.PRIVATE_MESSAGE:
         reader = Reader(data)
@@ -160,6 +173,74 @@ def parse_group_message(data: bytes) -> FramingHeader:
                 raise MlsError(f"PrivateMessage {what}: {exc}") from None
         reader.done("PrivateMessage")
     return header
+
+
+_FRAMED = {1: WireFormat.PUBLIC_MESSAGE, 2: WireFormat.PRIVATE_MESSAGE}
+_CONTENT_TYPES = {int(c): c for c in ContentType}
+# Bytes after the sender type: a u32 index for members and external senders, else none.
+_SENDER_INDEX_BYTES = {int(s): 4 if s in _INDEXED_SENDERS else 0 for s in SenderType}
+
+
+def _vector_end(data: bytes, pos: int, size: int) -> int:
+    """The end of the vector at `pos` (after its minimal varint length), or -1 when it is
+    not one that ends within `size` bytes."""
+    if pos >= size:
+        return -1
+    first = data[pos]
+    prefix = first >> 6
+    if prefix == 0:
+        end = pos + 1 + first
+    elif prefix == 1:
+        if pos + 2 > size:
+            return -1
+        length = ((first & 0x3F) << 8) | data[pos + 1]
+        if length < 1 << 6:
+            return -1
+        end = pos + 2 + length
+    elif prefix == 2:
+        if pos + 4 > size:
+            return -1
+        length = int.from_bytes(data[pos : pos + 4], "big") & 0x3FFF_FFFF
+        if length < 1 << 14:
+            return -1
+        end = pos + 4 + length
+    else:
+        return -1
+    return end if end <= size else -1
+
+
+def _fast_group_message(data: bytes) -> FramingHeader | None:
+    """`read_group_message`'s answer for a well-formed group message, read in one pass with
+    indexes and slices (~3 us instead of ~9); None for anything it does not recognise
+    exactly, which the caller then reads field by field."""
+    size = len(data)
+    if size < 5 or data[0] != 0 or data[1] != MLS10 or data[2] != 0 or data[3] not in _FRAMED:
+        return None
+    wire_format = _FRAMED[data[3]]
+    group_end = _vector_end(data, 4, size)
+    if group_end < 0 or group_end + 8 > size:
+        return None
+    group_id = data[4 + (1 << (data[4] >> 6)) : group_end]  # after its 1, 2 or 4-byte length
+    epoch = int.from_bytes(data[group_end : group_end + 8], "big")
+    pos = group_end + 8
+    if wire_format is WireFormat.PUBLIC_MESSAGE:
+        if pos >= size or data[pos] not in _SENDER_INDEX_BYTES:
+            return None
+        pos = _vector_end(data, pos + 1 + _SENDER_INDEX_BYTES[data[pos]], size)  # aad
+        if pos < 0:
+            return None
+    if pos >= size or data[pos] not in _CONTENT_TYPES:
+        return None
+    content_type = _CONTENT_TYPES[data[pos]]
+    if wire_format is WireFormat.PRIVATE_MESSAGE:
+        pos += 1
+        for _ in range(3):  # authenticated_data, encrypted_sender_data, ciphertext
+            pos = _vector_end(data, pos, size)
+            if pos < 0:
+                return None
+        if pos != size:
+            return None
+    return FramingHeader(wire_format, group_id, epoch, content_type)
 
 
 def is_commit(data: bytes) -> bool:
