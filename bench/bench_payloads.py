@@ -9,11 +9,13 @@ process only, by what the node checked before issue 12 (a payload of the topic's
 bench-only switch, no setting, nothing a production node can turn off.
 
 Two node processes (a database each, one Postgres cluster, fsync on) are measured alternately,
-`--rounds` times, so the shared machine's drift and neighbours hit both alike. Beside each
-throughput, the node process's CPU per envelope (from /proc): the node is CPU-bound, so the
-share of its CPU the checks take is the throughput they cost, and unlike env/s it is not
-moved by the neighbours. Each figure is printed beside the bound (checks cost at most 15% of
-publish throughput) and the load average.
+`--rounds` times (off first in odd rounds, on first in even ones), so the shared machine's
+drift and neighbours hit both alike. The verdict is on publish throughput (env/s), what the
+issue bounds: checks cost at most 15% of it. Beside it, the node process's CPU per envelope
+(from /proc), which says where a throughput difference comes from and is less moved by
+neighbours, but is not the bound: the node's throughput also depends on Postgres and on how
+its threads overlap, which CPU per envelope does not see. The load average is printed
+after each round and beside each one-core figure; read env/s from runs at a low load.
 Workloads: group messages only (the bulk of traffic), and a mix of 80% group messages, 10%
 welcomes, 10% key package uploads (each checked with two Ed25519 signature verifications).
 """
@@ -177,9 +179,10 @@ async def main() -> None:
             )
         results: dict[tuple[str, str], list[Measured]] = {}
         loads: list[str] = []
-        for _ in range(args.rounds):
+        for round_ in range(args.rounds):
+            order = list(procs.items()) if round_ % 2 == 0 else list(procs.items())[::-1]
             for label, mix, batch, callers in SHAPES:
-                for mode, (proc, address) in procs.items():
+                for mode, (proc, address) in order:
                     measured = await publish_rate(
                         proc.pid, address, envs[mix], batch, callers, args.seconds
                     )
@@ -197,25 +200,24 @@ async def main() -> None:
 def report(results: dict[tuple[str, str], list[Measured]], rounds: int, loads: list[str]) -> None:
     print(f"\npublish, means of {rounds} alternating rounds; load after each: {loads}")
     print(
-        "| publish | env/s off | env/s on | throughput cost | node CPU/env off | on "
-        "| CPU cost | bound |\n|---|---|---|---|---|---|---|---|"
+        "| publish | env/s off | env/s on | throughput cost (verdict) | bound "
+        "| node CPU/env off | on | CPU cost |\n|---|---|---|---|---|---|---|---|"
     )
     worst = 0.0
     for label, *_ in SHAPES:
         off, on = results[("off", label)], results[("on", label)]
         rate_off, rate_on = mean(m.rate for m in off), mean(m.rate for m in on)
         cpu_off, cpu_on = mean(m.cpu_us for m in off), mean(m.cpu_us for m in on)
+        # The bound is on throughput: the verdict. CPU per envelope is printed to explain it.
         cost = (rate_off - rate_on) / rate_off
-        # The node is CPU-bound: the share of its CPU the checks take is the throughput a
-        # node loses to them, measured without the neighbours' noise.
         cpu_cost = (cpu_on - cpu_off) / cpu_on
-        worst = max(worst, cpu_cost)
+        worst = max(worst, cost)
         print(
-            f"| {label} | {rate_off:,.0f} | {rate_on:,.0f} | {cost:+.1%} | {cpu_off:,.0f} us "
-            f"| {cpu_on:,.0f} us | {cpu_cost:+.1%} | <= {BOUND:.0%} |"
+            f"| {label} | {rate_off:,.0f} | {rate_on:,.0f} | {cost:+.1%} | <= {BOUND:.0%} "
+            f"| {cpu_off:,.0f} us | {cpu_on:,.0f} us | {cpu_cost:+.1%} |"
         )
     verdict = "met" if worst <= BOUND else "NOT met"
-    print(f"worst CPU cost {worst:+.1%}; bound {BOUND:.0%}: {verdict}")
+    print(f"worst throughput cost {worst:+.1%}; bound {BOUND:.0%}: {verdict}; load {load()}")
 
 
 if __name__ == "__main__":
