@@ -41,10 +41,10 @@ def test_requirements_are_the_imported_distributions_without_spark_s_own() -> No
     found = p.distributions(closure.third_party)
     assert set(found) == {
         "coincurve",
-        "cryptography",
         "protobuf",
         "pyarrow",
         "pycryptodome",
+        "pynacl",
         "safe-pysha3",
     }
     assert p.pins(found)[0] == f"coincurve=={found['coincurve']}"

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from Crypto.Signature import eddsa
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from nacl.exceptions import CryptoError
+from nacl.signing import VerifyKey
 
 from xnode.core.mls import MLS10, MlsError, Reader, vector_bytes
 
@@ -47,17 +47,18 @@ class KeyPackage:
 
 
 def _verify(key: bytes, label: bytes, content: bytes, signature: bytes, what: str) -> None:
-    # OpenSSL's Ed25519 (cryptography): ~0.1 ms a verification, where pycryptodome's took
-    # ~5 ms and made a key package upload cost as much as 100 group messages
-    # (docs/benchmarks.md, payload checks).
+    # libsodium's Ed25519 (PyNaCl): ~50 us a verification, half of OpenSSL's through
+    # `cryptography` and a hundredth of pycryptodome's; the two a key package needs were most
+    # of its check (docs/benchmarks.md, payload checks). libsodium also refuses small-order
+    # keys and non-canonical encodings, which no honest client makes.
     sign_content = vector_bytes(b"MLS 1.0 " + label) + vector_bytes(content)
+    if len(key) != 32:
+        raise MlsError("leaf_node.signature_key: not an Ed25519 public key (32 bytes)")
+    if len(signature) != 64:
+        raise MlsError(f"{what}: an Ed25519 signature is 64 bytes, not {len(signature)}")
     try:
-        public = Ed25519PublicKey.from_public_bytes(key)
-    except ValueError:
-        raise MlsError("leaf_node.signature_key: not an Ed25519 public key") from None
-    try:
-        public.verify(signature, sign_content)
-    except InvalidSignature:
+        VerifyKey(key).verify(sign_content, signature)
+    except (CryptoError, ValueError, TypeError):
         raise MlsError(f"{what}: the signature does not verify") from None
 
 
