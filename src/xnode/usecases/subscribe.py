@@ -17,7 +17,6 @@ from xnode.usecases.limits import ANONYMOUS, ApiLimits, Caller
 from xnode.usecases.ports import EnvelopeReader
 from xnode.usecases.subscription import Delivery, Subscription
 
-
 DRAINING = "node is shutting down; resubscribe from your cursor"
 
 
