@@ -732,8 +732,10 @@ async def create_pool(settings: Settings) -> asyncpg.Pool:
 @dataclass
 class GrpcServing:
     """The gRPC server's start and its drain: new publishes are refused with UNAVAILABLE and
-    live subscriptions end with UNAVAILABLE at once; publishes already accepted finish with
-    their answers within the grace; then the server stops."""
+    live subscriptions end (new ones are refused) with UNAVAILABLE at once; publishes already
+    accepted finish with their answers within the grace; then, once callers have gone quiet
+    (xnode.usecases.admission: gRPC's stop cancels requests no handler has taken yet), the
+    server stops."""
 
     server: grpc.aio.Server
     subscribe: Subscribe

@@ -6,10 +6,10 @@ nothing of its request was stored; every publish that entered before runs to its
 
 The server stops only once requests have gone quiet: gRPC's shutdown cancels every request
 that reached the server but no handler yet, and the client sees CANCELLED, which it cannot
-tell from a publish lost half way. Quiet is counted from the gate's last event (the close, an
-answer, a refusal), not only from the last refusal: a caller answered just before the close
-sends its next publish a moment later, and a drain that found nothing in flight and stopped
-at once cancelled it (issue 13)."""
+tell from a publish lost half way. Quiet is counted from the last answer as well as from the
+last refusal: a caller answered just before the close sends its next publish a moment later,
+and a drain that found nothing in flight and nothing refused yet stopped at once and
+cancelled it (issue 13). A node that answered nothing for that long stops at once."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class Admission:
         self._closed = False
         self._idle = asyncio.Event()
         self._idle.set()
-        self._last_event = -math.inf  # loop time of the last close, answer or refusal
+        self._last_event = -math.inf  # loop time of the last answer or refusal
 
     @property
     def in_flight(self) -> int:
@@ -48,27 +48,25 @@ class Admission:
             self._in_flight -= 1
             if not self._in_flight:
                 self._idle.set()
-            if self._closed:
-                self._touch()
+            self._touch()
 
     def close(self) -> None:
         """Refuses every request from now on."""
         self._closed = True
-        self._touch()
 
     def _touch(self) -> None:
         self._last_event = asyncio.get_running_loop().time()
 
     async def drained(self, timeout_s: float, quiet_s: float = 0.5) -> bool:
-        """Waits until every accepted request has answered and, for `quiet_s` since the
-        close, the last answer and the last refusal, nothing came (callers have gone
-        elsewhere); False if `timeout_s` passed first (requests still running, or callers
-        still knocking)."""
+        """Waits until every accepted request has answered and nothing was answered or
+        refused for `quiet_s` (callers have gone elsewhere); False if `timeout_s` passed
+        first (requests still running, or callers still knocking)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
             try:
-                await asyncio.wait_for(self._idle.wait(), deadline - loop.time())
+                if not self._idle.is_set():
+                    await asyncio.wait_for(self._idle.wait(), deadline - loop.time())
             except TimeoutError:
                 return False
             quiet_at = self._last_event + quiet_s
