@@ -568,11 +568,13 @@ async def _serve(
         read_only_peers=settings.accept_read_only_peers,
     )
     logs = None
+    end_streams = [subscribe.close_all]
     if parts.logs is not None:
         queries = LogQueries(
             parts.logs, min(1.0, settings.log_checkpoint_seconds), settings.keepalive_seconds
         )
         logs = LogService(queries)
+        end_streams.append(queries.close_all)
     query = Query(store, chain.store if chain else None, limits, parts.identity)
     service = EnvelopeService(publish, query, subscribe, auth.caller)
     misbehavior = MisbehaviorService(
@@ -589,7 +591,7 @@ async def _serve(
         ForkService(ForkStore(parts.store.pool)),
         role.shares_ports,
     )
-    serving = GrpcServing(server, subscribe, admission, settings.shutdown_grace_seconds)
+    serving = GrpcServing(server, end_streams, admission, settings.shutdown_grace_seconds)
     stack.push_async_callback(serving.stop)
     handlers = [*envelope_handlers(service), misbehavior_handlers(misbehavior)]
     http_handlers = [*handlers, health_handler(health_servicer)]
@@ -738,7 +740,7 @@ class GrpcServing:
     server stops."""
 
     server: grpc.aio.Server
-    subscribe: Subscribe
+    end_streams: Sequence[Callable[[], None]]  # subscriptions and log follows
     admission: Admission
     grace_s: float
     started: bool = False
@@ -751,7 +753,8 @@ class GrpcServing:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.grace_s
         self.admission.close()
-        self.subscribe.close_all()
+        for end in self.end_streams:
+            end()
         if not self.started:
             # A grpc.aio server that bound its port but never started holds the port until
             # it has started and stopped.
