@@ -94,7 +94,7 @@ async def test_sigterm_under_load_answers_every_accepted_publish(
             subscription_status = await asyncio.wait_for(subscription, 30)
         output = node.output()
         assert code == 0, output[-3000:]
-        assert took < GRACE_S + 3, f"round {round_}: the drain took {took:.1f} s"
+        assert took < GRACE_S + 3, f"round {round_}: the drain took {took:.1f} s\n{output[-4000:]}"
         counts = Counter(outcomes.values())
         assert set(counts) <= {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}, (
             f"round {round_}: {counts}"
