@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import signal
 import socket
 import threading
@@ -33,7 +34,14 @@ from xnode.config import Settings
 from xnode.observability.logging import configure_logging
 from xnode.observability.metrics import MetricsServer
 from xnode.observability.worker_metrics import serve_worker_metrics
-from xnode.server import NodeTls, StartupError, WorkerRole, metrics_tls, start_node
+from xnode.server import (
+    NodeTls,
+    StartupError,
+    WorkerRole,
+    metrics_tls,
+    skip_final_collection,
+    start_node,
+)
 from xnode.store.identity import WrongNodeError
 
 log = structlog.get_logger(__name__)
@@ -55,6 +63,7 @@ def _worker_main(settings: Settings, role: WorkerRole, conn: Connection) -> None
     except (StartupError, WrongNodeError) as exc:
         log.error("worker_cannot_start", error=str(exc))
         raise SystemExit(2) from exc
+    skip_final_collection()
 
 
 async def _serve(settings: Settings, role: WorkerRole, conn: Connection) -> None:
@@ -104,6 +113,9 @@ class Supervisor:
         self._context = multiprocessing.get_context("spawn")  # no inherited loop or gRPC state
         self._workers: dict[int, _Worker] = {}
         self._stopping = threading.Event()
+        # SIGTERM does not cut short a wait() (it is retried, PEP 475): the handler writes
+        # here, and _watch waits on it too.
+        self._wake_read, self._wake_write = os.pipe()
         self._restarts: deque[float] = deque()
 
     def run(self) -> int:
@@ -131,6 +143,7 @@ class Supervisor:
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._stopping.set()
+        os.write(self._wake_write, b"\0")
 
     def _start_all(self) -> bool:
         """The first worker alone (it migrates and recovers the node's own log), then the
@@ -193,7 +206,7 @@ class Supervisor:
     def _watch(self) -> int:
         """Until SIGTERM: restarts a worker that exits; 1 when they keep exiting."""
         while not self._stopping.is_set():
-            wait([w.process.sentinel for w in self._workers.values()], timeout=0.5)
+            wait([self._wake_read, *(w.process.sentinel for w in self._workers.values())], 0.5)
             for index, worker in sorted(self._workers.items()):
                 if worker.process.is_alive() or self._stopping.is_set():
                     continue
@@ -254,4 +267,6 @@ class Supervisor:
 def run_workers(settings: Settings) -> int:
     """The node as `settings.worker_count()` worker processes; the exit code."""
     configure_logging(settings.log_level, settings.log_format)
-    return Supervisor(settings, settings.worker_count()).run()
+    code = Supervisor(settings, settings.worker_count()).run()
+    skip_final_collection()
+    return code

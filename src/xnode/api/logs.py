@@ -9,9 +9,10 @@ from typing import Any, NoReturn
 
 import grpc
 
-from xnode.api.errors import StoreErrors, abort_store
+from xnode.api.errors import StoreErrors, abort_rejected, abort_store
 from xnode.core import merkle
 from xnode.core.checkpoints import Checkpoint
+from xnode.core.errors import Rejected
 from xnode.core.reconciliation import SequenceRange
 from xnode.usecases.logs import LogQueries, NotHeld
 from xnode_api.logs.v1 import logs_pb2 as pb
@@ -80,6 +81,8 @@ class LogService:
                 request.originator_node_id, request.after_sequence_id
             ):
                 yield pb.SubscribeCheckpointsResponse(checkpoints=_proto(found))
+        except Rejected as exc:  # the node drains
+            await abort_rejected(context, exc, "logs", "SubscribeCheckpoints")
         except _EXPECTED as exc:
             await _abort(context, "SubscribeCheckpoints", exc)
 

@@ -25,6 +25,7 @@ from xnode.core.checkpoints import (
     verify_checkpoint,
 )
 from xnode.core.crypto import SigningKey
+from xnode.core.errors import Reason, Rejected
 from xnode.core.reconciliation import Fingerprint, SequenceRange
 
 log = structlog.get_logger(__name__)
@@ -101,6 +102,13 @@ class LogQueries:
         self._port = port
         self._poll_s = poll_s
         self._keepalive_s = keepalive_s
+        self._draining = asyncio.Event()
+
+    def close_all(self) -> None:
+        """Ends every follow at once and refuses new ones with UNAVAILABLE (the node is
+        draining: an open follow would hold the server's stop for the whole grace, then end
+        CANCELLED)."""
+        self._draining.set()
 
     async def checkpoints(
         self, originator: int, after: int, latest: bool, limit: int
@@ -113,9 +121,13 @@ class LogQueries:
 
     async def follow(self, originator: int, after: int) -> AsyncIterator[list[Checkpoint]]:
         """New checkpoints as they are stored (polled); an empty list when idle for the
-        keepalive interval."""
+        keepalive interval; Rejected(UNAVAILABLE) once the node drains."""
         idle_since = time.monotonic()
         while True:
+            if self._draining.is_set():
+                raise Rejected(
+                    Reason.UNAVAILABLE, "node is shutting down; follow from your last checkpoint"
+                )
             found = await self._port.checkpoints(originator, after, MAX_CHECKPOINTS)
             if found:
                 after = found[-1].tree_size
@@ -125,7 +137,8 @@ class LogQueries:
             if time.monotonic() - idle_since >= self._keepalive_s:
                 idle_since = time.monotonic()
                 yield []
-            await asyncio.sleep(self._poll_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._draining.wait(), self._poll_s)
 
     async def _size(self, originator: int, tree_size: int) -> int:
         if tree_size == 0:

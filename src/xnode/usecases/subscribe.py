@@ -17,6 +17,8 @@ from xnode.usecases.limits import ANONYMOUS, ApiLimits, Caller
 from xnode.usecases.ports import EnvelopeReader
 from xnode.usecases.subscription import Delivery, Subscription
 
+DRAINING = "node is shutting down; resubscribe from your cursor"
+
 
 def topic_groups(filters: Sequence[tuple[bytes, Cursor]]) -> list[EnvelopeQuery]:
     """SubscribeTopics' (topic, cursor) filters; topics that share a cursor are caught up by
@@ -47,9 +49,13 @@ class Subscribe:
         self._fanout = fanout
         self._keepalive_s = keepalive_s
         self._open: set[Subscription] = set()
+        self._closed = False
 
     def close_all(self) -> None:
-        """Ends every open subscription at its next step (the node is draining)."""
+        """Ends every open subscription at its next step and refuses new ones (the node is
+        draining: a subscription opened now would hold the server's stop for the whole grace,
+        then end CANCELLED)."""
+        self._closed = True
         for subscription in list(self._open):
             subscription.close()
 
@@ -59,6 +65,8 @@ class Subscribe:
         """Deliveries until the node drains, then Rejected(UNAVAILABLE). `method` names the
         RPC for the open-subscriptions gauge. Raises LimitExceeded before the first delivery
         when the caller is over its limits."""
+        if self._closed:
+            raise Rejected(Reason.UNAVAILABLE, DRAINING)
         if self._limits is None:
             async for delivery in self._deliver(groups, method):
                 yield delivery
@@ -81,4 +89,4 @@ class Subscribe:
         finally:
             gauge.dec()
             self._open.discard(subscription)
-        raise Rejected(Reason.UNAVAILABLE, "node is shutting down; resubscribe from your cursor")
+        raise Rejected(Reason.UNAVAILABLE, DRAINING)

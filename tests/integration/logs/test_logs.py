@@ -4,6 +4,7 @@ that outlive pruning."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from pathlib import Path
 from typing import Any
@@ -233,3 +234,24 @@ async def test_prune_leaves_the_leaves_and_old_roots_stay_checkable(
                 )
             )
             check_inclusion(checkpoint, sequence_id, answer.leaf_hash, list(answer.proof))
+
+
+async def test_a_checkpoint_follow_ends_with_unavailable_when_the_node_drains(
+    start_node: Any, database: str, node_spec: NodeSpec
+) -> None:
+    """At once, not held open until the grace runs out (which would hold the drain as long):
+    the follower resumes elsewhere from its last checkpoint."""
+    key = node_spec.keys[100].public_key
+    grace = {"shutdown_grace_seconds": 120}
+    node = await start_node(**node_settings(database, node_spec, **FAST, **grace))
+    await publish(node.address, 100, [GROUP] * 10)
+    async with log_api(node.address) as api:
+        await checkpoint_at(api, 100, key, 10)
+        follow = api.SubscribeCheckpoints(pb.SubscribeCheckpointsRequest(originator_node_id=100))
+        first = await follow.read()
+        assert [c.SerializeToString() for c in first.checkpoints]  # the follow is open
+        stopping = asyncio.create_task(node.stop())
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await asyncio.wait_for(follow.read(), 30)  # well within the grace
+        assert ended.value.code() is grpc.StatusCode.UNAVAILABLE
+        await stopping

@@ -58,3 +58,39 @@ async def test_a_draining_publish_does_no_work() -> None:
         await publish([payer_envelope(b"late")])
     assert refused.value.reason is Reason.UNAVAILABLE
     assert not originator.published
+
+
+async def test_drained_waits_quiet_after_an_answer_just_before_the_close() -> None:
+    """A caller answered just before the close sends its next publish a moment later: the
+    server must not stop before that publish has been refused."""
+    admission = Admission()
+    with admission.admit():
+        pass
+    admission.close()
+    assert admission.in_flight == 0
+    assert not await admission.drained(0.05, quiet_s=0.5)
+    assert await admission.drained(1.0, quiet_s=0.1)
+
+
+async def test_a_node_that_answered_nothing_drains_at_once() -> None:
+    admission = Admission()
+    admission.close()
+    assert await admission.drained(0.0, quiet_s=0.5)
+
+
+async def test_an_answer_after_the_close_restarts_the_quiet() -> None:
+    admission = Admission()
+    release = asyncio.Event()
+
+    async def accepted() -> None:
+        with admission.admit():
+            await release.wait()
+
+    task = asyncio.create_task(accepted())
+    await asyncio.sleep(0)
+    admission.close()
+    await asyncio.sleep(0.3)
+    release.set()
+    await task
+    assert not await admission.drained(0.1, quiet_s=0.25)
+    assert await admission.drained(1.0, quiet_s=0.25)

@@ -82,3 +82,13 @@ async def test_subscribe_catches_up_goes_live_and_ends_when_the_node_drains() ->
     with pytest.raises(Rejected) as ended:
         await asyncio.wait_for(anext(deliveries), 5)
     assert ended.value.reason is Reason.UNAVAILABLE
+
+
+async def test_a_draining_node_refuses_new_subscriptions_before_any_read() -> None:
+    store = MemoryStore()
+    subscribe = Subscribe(store, Fanout(store.originator_range, Cursor()), keepalive_s=30)
+    subscribe.close_all()
+    with pytest.raises(Rejected) as refused:
+        await anext(subscribe([EnvelopeQuery(topics=(TOPIC,))], "SubscribeTopics"))
+    assert refused.value.reason is Reason.UNAVAILABLE
+    assert not store.queries
