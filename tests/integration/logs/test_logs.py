@@ -19,6 +19,7 @@ from tests.conftest import Network, NodeSpec, node_settings
 from tests.integration.export.helpers import Item, group, publish, write_plan
 from tests.integration.logs.helpers import (
     checkpoint_at,
+    eventually,
     checkpoints,
     leaves_of,
     log_api,
@@ -195,10 +196,21 @@ async def test_the_peer_holds_the_originators_checkpoints_and_leaves(
     async with log_api(b.address) as on_b:
         held = await checkpoint_at(on_b, 100, key, 25)
         assert held.signed == issued.signed
-        answer = await on_b.GetLeaves(
-            pb.GetLeavesRequest(originator_node_id=100, ranges=[pb.SequenceRange(first=1, last=25)])
-        )
-        assert [leaf.leaf_hash for leaf in answer.leaves] == leaves_of(sent)
+        leaves: list[bytes] = []
+
+        async def all_leaves() -> bool:
+            # Checkpoints and envelopes travel on streams of their own: the checkpoint may
+            # arrive before the envelopes it covers.
+            answer = await on_b.GetLeaves(
+                pb.GetLeavesRequest(
+                    originator_node_id=100, ranges=[pb.SequenceRange(first=1, last=25)]
+                )
+            )
+            leaves[:] = [leaf.leaf_hash for leaf in answer.leaves]
+            return len(leaves) == 25
+
+        await eventually(all_leaves)
+        assert leaves == leaves_of(sent)
         proof = await on_b.GetInclusionProof(
             pb.GetInclusionProofRequest(originator_node_id=100, sequence_id=7, tree_size=25)
         )
