@@ -19,8 +19,8 @@ from tests.conftest import Network, NodeSpec, node_settings
 from tests.integration.export.helpers import Item, group, publish, write_plan
 from tests.integration.logs.helpers import (
     checkpoint_at,
-    eventually,
     checkpoints,
+    eventually,
     leaves_of,
     log_api,
 )
