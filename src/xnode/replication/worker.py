@@ -259,6 +259,7 @@ class ReplicationWorker:
             store, reports, on_stored, notice_token, self._current_keys, self._executor,
             config.verify_threads, clock, self.fees.current, watermarks, None,
             config.verify_processes,
+            checkpoints.settle if checkpoints is not None else None,
         )  # fmt: skip
         self._stopped = False
         self._epoch_timer: asyncio.TimerHandle | None = None
