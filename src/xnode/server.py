@@ -358,6 +358,7 @@ async def _start(
             checkpoints=CheckpointIntake(logs),
             own_store=own_store,
             logs=logs,
+            forks=ForkStore(pool),
         )
         stack.push_async_callback(replication.stop)
     originator = None

@@ -1,5 +1,6 @@
 """ForkApi (xnode.forks.v1, issue 9): every signed version of each forked (originator,
-sequence id) this node keeps, the log's version first. Translates protobuf and statuses only."""
+sequence id) this node keeps, the log's version first, and their digest (anti-entropy compares
+it before paging). Translates protobuf and statuses only."""
 
 from __future__ import annotations
 
@@ -43,6 +44,16 @@ class ForkService:
                 for f in found
             ]
         )
+
+    async def GetForkDigest(
+        self, request: pb.GetForkDigestRequest, context: Context
+    ) -> pb.GetForkDigestResponse:
+        try:
+            found = await self._forks.digest(request.originator_node_id)
+        except StoreErrors as exc:
+            await abort_store(context, "GetForkDigest", exc)
+            raise
+        return pb.GetForkDigestResponse(versions=found.versions, digest=found.digest)
 
 
 def add_fork_service(service: ForkService, server: grpc.aio.Server) -> None:

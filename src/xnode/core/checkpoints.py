@@ -172,3 +172,23 @@ def check_inclusion(
 ) -> None:
     """The leaf of `sequence_id` is in the checkpoint's log (raises merkle.ProofError)."""
     merkle.verify_inclusion(leaf, sequence_id - 1, checkpoint.tree_size, proof, checkpoint.root)
+
+
+def forked_version_covered(
+    checkpoint: Checkpoint,
+    sequence_id: int,
+    proof: Sequence[bytes],
+    other_leaves: Sequence[bytes],
+) -> bytes | None:
+    """Which of `other_leaves` (the versions of a forked `sequence_id` the log does not
+    keep) the checkpoint's root covers, given the log's inclusion proof of that sequence id
+    in a tree of the checkpoint's size (the siblings do not depend on the leaf itself): such
+    a checkpoint commits to the other side of a fork, so it is evidence of the fork, not a
+    root of this log. None when it covers none of them."""
+    for leaf in other_leaves:
+        try:
+            check_inclusion(checkpoint, sequence_id, leaf, proof)
+        except merkle.ProofError:
+            continue
+        return leaf
+    return None

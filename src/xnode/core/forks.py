@@ -8,6 +8,7 @@ rule: the signed OriginatorEnvelope bytes with the lower keccak256 stay in the l
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from xnode.core.crypto import keccak256
@@ -46,3 +47,22 @@ class Fork:
     originator_node_id: int
     sequence_id: int
     versions: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ForkDigest:
+    """A short summary of every version of an originator's forks a node keeps: two nodes
+    with equal digests keep the same versions (anti-entropy compares them before paging)."""
+
+    versions: int
+    digest: bytes  # empty when no version is kept
+
+
+def fork_digest(kept: Iterable[tuple[int, bytes]]) -> ForkDigest:
+    """The digest of kept versions given as (sequence id, `envelope_hash`) pairs, in any
+    order: keccak256 over the pairs sorted, each as 8 big-endian bytes and the hash."""
+    ordered = sorted(kept)
+    if not ordered:
+        return ForkDigest(0, b"")
+    joined = b"".join(seq.to_bytes(8, "big") + digest for seq, digest in ordered)
+    return ForkDigest(len(ordered), keccak256(joined))

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -39,6 +39,7 @@ from xnode.core.reconciliation import (
 )
 from xnode.core.verification import Verdict
 from xnode.observability.metrics import REPAIR_ENVELOPES, REPAIR_ROUND_TRIPS
+from xnode.replication.fork_sync import ForkPeer, ForkSync, OnFork, StoredBytes
 from xnode.replication.ingest import OriginatorLog
 from xnode.usecases.logs import MAX_LEAVES, MAX_RANGES
 
@@ -54,9 +55,6 @@ GROUPS_AHEAD = 8  # groups in flight (fetched, being verified) ahead of the one 
 # From this many envelopes to fetch, a repair verifies them in the worker processes (when the
 # node has any): below it, starting them would cost more than the threads lose to the GIL.
 BULK_MIN = 1000
-
-# (originator, envelope stored here, the other one) of a fork found
-OnFork = Callable[[int, bytes, bytes], Awaitable[None]]
 
 
 class RepairPeer(Protocol):
@@ -92,12 +90,6 @@ class HeldLog(Protocol):
     ) -> list[tuple[int, bytes]]: ...
 
     async def latest_checkpoint(self, originator: int) -> Checkpoint | None: ...
-
-
-class StoredBytes(Protocol):
-    async def stored_envelopes(
-        self, originator: int, sequence_ids: Sequence[int]
-    ) -> dict[int, bytes]: ...
 
 
 @dataclass
@@ -421,19 +413,30 @@ class _Proofs:
             await asyncio.gather(self._asked, return_exceptions=True)
 
 
+class Peer(RepairPeer, ForkPeer, Protocol):
+    """A peer to repair from, and to take forks from."""
+
+
 # () -> the peers to repair from now
-Peers = Callable[[], list[RepairPeer]]
+Peers = Callable[[], Sequence[Peer]]
 Originators = Callable[[], list[int]]
 
 
 class AntiEntropy:
     """Every `interval_s`, repairs each originator's log (ids >= 100, not this node's) from
-    each peer in turn; one at a time, so repair never crowds out live replication."""
+    each peer in turn, then takes the forks of it the peer keeps and this node does not
+    (replication.fork_sync); one at a time, so repair never crowds out live replication."""
 
     def __init__(
-        self, repair: Repair, originators: Originators, peers: Peers, interval_s: float
+        self,
+        repair: Repair,
+        originators: Originators,
+        peers: Peers,
+        interval_s: float,
+        forks: ForkSync | None = None,
     ) -> None:
         self._repair = repair
+        self._forks = forks
         self._originators = originators
         self._peers = peers
         self._interval_s = interval_s
@@ -448,7 +451,7 @@ class AntiEntropy:
         self.passes += 1
         return [o for o in outcomes if o is not None]
 
-    async def _one(self, peer: RepairPeer, originator: int) -> Outcome | None:
+    async def _one(self, peer: Peer, originator: int) -> Outcome | None:
         bound = log.bind(originator=originator, peer=peer.node_id)
         try:
             outcome = await self._repair.repair(peer, originator)
@@ -457,6 +460,8 @@ class AntiEntropy:
         except Exception as exc:  # a peer down or without LogApi: the next pass tries again
             bound.info("repair_failed", error=repr(exc)[:300])
             return None
+        if self._forks is not None:
+            await self._sync_forks(peer, originator)
         if outcome.wanted or outcome.forks:
             bound.info(
                 "repair_done",
@@ -469,6 +474,19 @@ class AntiEntropy:
                 forks=len(outcome.forks),
             )
         return outcome
+
+    async def _sync_forks(self, peer: Peer, originator: int) -> None:
+        assert self._forks is not None
+        bound = log.bind(originator=originator, peer=peer.node_id)
+        try:
+            synced = await self._forks.sync(peer, originator)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the next pass tries again
+            bound.info("fork_sync_failed", error=repr(exc)[:300])
+            return
+        if synced.sent or synced.waiting:
+            bound.info("fork_sync_done", sent=synced.sent, waiting=synced.waiting)
 
     async def _run(self) -> None:
         while True:

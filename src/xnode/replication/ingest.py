@@ -71,6 +71,9 @@ class IngestContext:
     # use every core. None: bulk batches go to the threads too.
     bulk: Executor | None = None
     bulk_workers: int = 0
+    # (originator, sequence id): a fork was settled there; the checkpoints stored from there
+    # are judged again (usecases.logs.CheckpointIntake.settle)
+    fork_settled: Callable[[int, int], Awaitable[None]] | None = None
 
 
 def _split(raws: Sequence[bytes], parts: int) -> list[Sequence[bytes]]:
@@ -303,3 +306,17 @@ class OriginatorLog:
             in_log[env.sequence_id] = env.raw if fork.replaced else fork.previous
             if fork.new_evidence:
                 await self._duplicate(fork.previous, env.raw)
+            if (fork.replaced or fork.new_evidence) and self._ctx.fork_settled is not None:
+                await self._settled(env.sequence_id)
+
+    async def _settled(self, sequence_id: int) -> None:
+        assert self._ctx.fork_settled is not None
+        try:
+            await self._ctx.fork_settled(self.originator, sequence_id)
+        except Exception as exc:  # the fork itself is stored; the next fork settles again
+            log.warning(
+                "checkpoints_unsettled",
+                originator=self.originator,
+                sequence_id=sequence_id,
+                error=repr(exc),
+            )

@@ -1,7 +1,8 @@
 """A peer as anti-entropy repair sees it (replication.anti_entropy.RepairPeer), over gRPC:
 LogApi for fingerprints, leaves and run proofs, QueryEnvelopes (by originator, from a
-cursor) for the envelopes themselves. Counts the bytes it exchanges. A peer from before
-GetRunProofs (UNIMPLEMENTED) is asked GetInclusionProof for both ends of each run."""
+cursor) for the envelopes themselves, ForkApi for the forks it keeps (replication.fork_sync).
+Counts the bytes it exchanges. A peer from before GetRunProofs (UNIMPLEMENTED) is asked
+GetInclusionProof for both ends of each run."""
 
 from __future__ import annotations
 
@@ -14,13 +15,16 @@ import grpc
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import cursor_to_proto, parse_originator_envelope
+from xnode.core.forks import Fork, ForkDigest
 from xnode.core.query import MAX_QUERY_LIMIT
 from xnode.core.reconciliation import Fingerprint, SequenceRange
 from xnode.core.wire import fields
 from xnode.usecases.logs import MAX_RANGES
+from xnode_api.forks.v1 import forks_pb2 as forks_pb
 from xnode_api.logs.v1 import logs_pb2 as pb
 
 _LOGS = "/" + pb.DESCRIPTOR.services_by_name["LogApi"].full_name
+_FORKS = "/" + forks_pb.DESCRIPTOR.services_by_name["ForkApi"].full_name
 QUERY_ENVELOPES = "/xmtp.xmtpv4.message_api.ReplicationApi/QueryEnvelopes"
 TIMEOUT_S = 30.0
 
@@ -100,6 +104,36 @@ class GrpcRepairPeer:
             return first, last
 
         return list(await asyncio.gather(*(ends(r) for r in runs)))
+
+    async def fork_digest(self, originator: int) -> ForkDigest | None:
+        """None: the peer has no GetForkDigest (or no ForkApi at all)."""
+        request = forks_pb.GetForkDigestRequest(originator_node_id=originator)
+        try:
+            got = await self._call(
+                _FORKS + "/GetForkDigest", request, forks_pb.GetForkDigestResponse
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            return None
+        return ForkDigest(got.versions, got.digest)
+
+    async def forks(self, originator: int, after_sequence_id: int, limit: int) -> list[Fork] | None:
+        """None: the peer has no ForkApi."""
+        request = forks_pb.QueryForksRequest(
+            originator_node_id=originator, after_sequence_id=after_sequence_id, limit=limit
+        )
+        try:
+            got = await self._call(_FORKS + "/QueryForks", request, forks_pb.QueryForksResponse)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            return None
+        return [
+            Fork(originator, f.originator_sequence_id, tuple(f.versions))
+            for f in got.forks
+            if f.originator_node_id == originator
+        ]
 
     async def envelopes(self, originator: int, run: SequenceRange) -> list[bytes]:
         """The envelopes the peer still holds in `run` (expired ones are gone), in pages."""

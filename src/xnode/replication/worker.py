@@ -28,9 +28,10 @@ from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.node_tokens import TokenProvider
 from xnode.core.registry import NodeEntry, Registry
 from xnode.core.verification import verify_envelope
-from xnode.replication.anti_entropy import AntiEntropy, OnFork, Repair, RepairPeer
+from xnode.replication.anti_entropy import AntiEntropy, Peer, Repair
 from xnode.replication.checkpoints import CheckpointFollower, Watermarks
 from xnode.replication.fees import FeeSchedules
+from xnode.replication.fork_sync import ForkSync, KeptForks, OnFork
 from xnode.replication.ingest import (
     IngestContext,
     OnStored,
@@ -224,10 +225,12 @@ class ReplicationWorker:
         own_store: StoreHealth | None = None,
         logs: LogPort | None = None,
         on_fork: OnFork | None = None,
+        forks: KeptForks | None = None,
     ) -> None:
         """`own_store`: this node's database health; when given, liveness reports are filed
         only while it answers (replication.own_health). `node_id` None: a read-only node
-        (XIP-49 3.4), which follows every registered originator and sends read-only tokens."""
+        (XIP-49 3.4), which follows every registered originator and sends read-only tokens.
+        `forks`: the forks kept here; when given, repair also takes the peers' forks."""
         self.node_id = node_id
         self.config = config
         self.reports: MisbehaviorRecorder = (
@@ -256,15 +259,18 @@ class ReplicationWorker:
             store, reports, on_stored, notice_token, self._current_keys, self._executor,
             config.verify_threads, clock, self.fees.current, watermarks, None,
             config.verify_processes,
+            checkpoints.settle if checkpoints is not None else None,
         )  # fmt: skip
         self._stopped = False
         self._epoch_timer: asyncio.TimerHandle | None = None
+        fork_intake = on_fork or self._fork_found
         self.anti_entropy = (
             AntiEntropy(
-                Repair(logs, store, self.originator_log, on_fork or self._fork_found),
+                Repair(logs, store, self.originator_log, fork_intake),
                 self._repair_originators,
                 self._repair_peers,
                 config.repair_s,
+                ForkSync(forks, store, fork_intake) if forks is not None else None,
             )
             if logs is not None and config.repair_s > 0
             else None
@@ -406,9 +412,9 @@ class ReplicationWorker:
     def _repair_originators(self) -> list[int]:
         return sorted(o for o in self._keys if has_log(o) and o != self.node_id)
 
-    def _repair_peers(self) -> list[RepairPeer]:
+    def _repair_peers(self) -> list[Peer]:
         """Every enabled peer with an address that answers (the originators included)."""
-        found: list[RepairPeer] = []
+        found: list[Peer] = []
         for entry in self._registry.nodes.values():
             link = self._links.get(entry.node_id)
             if entry.enabled and has_address(entry) and link is not None and not link.unreachable:

@@ -8,11 +8,20 @@ ends with the same leaves and roots whatever order it saw the versions in."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import asyncpg
 
 from xnode.core.checkpoints import envelope_leaf, has_log
 from xnode.core.envelopes import IndexedEnvelope
-from xnode.core.forks import Fork, ForkResolution, envelope_hash, newcomer_wins
+from xnode.core.forks import (
+    Fork,
+    ForkDigest,
+    ForkResolution,
+    envelope_hash,
+    fork_digest,
+    newcomer_wins,
+)
 from xnode.core.reconciliation import fingerprint_part
 from xnode.store.logs import extend_trees
 
@@ -113,3 +122,28 @@ class ForkStore:
             limit,
         )
         return [Fork(originator, r[0], tuple(bytes(v) for v in r[1])) for r in rows]
+
+    async def digest(self, originator: int) -> ForkDigest:
+        """The digest of every version of `originator`'s forks kept here (forks are rare:
+        the hashes are read whole)."""
+        rows = await self._pool.fetch(
+            "SELECT originator_sequence_id, envelope_hash FROM sequence_forks"
+            " WHERE originator_node_id = $1",
+            originator,
+        )
+        return fork_digest((r[0], bytes(r[1])) for r in rows)
+
+    async def kept_versions(
+        self, originator: int, sequence_ids: Sequence[int]
+    ) -> dict[int, set[bytes]]:
+        """The `envelope_hash` of each version kept as evidence, per sequence id asked."""
+        rows = await self._pool.fetch(
+            "SELECT originator_sequence_id, envelope_hash FROM sequence_forks"
+            " WHERE originator_node_id = $1 AND originator_sequence_id = any($2::bigint[])",
+            originator,
+            list(sequence_ids),
+        )
+        found: dict[int, set[bytes]] = {}
+        for r in rows:
+            found.setdefault(r[0], set()).add(bytes(r[1]))
+        return found

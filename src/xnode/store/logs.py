@@ -22,7 +22,7 @@ from xnode.core import merkle
 from xnode.core.checkpoints import Checkpoint, envelope_leaf, has_log, parse_checkpoint
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.reconciliation import Fingerprint, SequenceRange, fingerprint_part
-from xnode.usecases.logs import IssueSigner
+from xnode.usecases.logs import IssueSigner, StoredCheckpoint
 
 EXTEND_CHUNK = 10_000
 # Perfect subtrees below this level are not stored but hashed from their (at most 8) leaves
@@ -398,6 +398,55 @@ class LogStore:
         except asyncpg.UniqueViolationError:
             return False
         return True
+
+    async def checkpoints_between(
+        self, originator: int, first_size: int, last_size: int
+    ) -> list[StoredCheckpoint]:
+        """Every checkpoint stored of `originator` (accepted or kept aside) with a tree size
+        in [first_size, last_size], by tree size, then as stored."""
+        rows = await self.pool.fetch(
+            "SELECT id, signed, conflict FROM log_checkpoints WHERE originator_node_id = $1"
+            " AND tree_size BETWEEN $2 AND $3 ORDER BY tree_size, id",
+            originator,
+            first_size,
+            last_size,
+        )
+        return [StoredCheckpoint(r[0], parse_checkpoint(r[1])[0], r[2]) for r in rows]
+
+    async def accepted_below(self, originator: int, tree_size: int) -> Checkpoint | None:
+        row = await self.pool.fetchrow(
+            f"SELECT {_CHECKPOINT_COLUMNS} {_ACCEPTED} AND tree_size < $2"
+            " ORDER BY tree_size DESC LIMIT 1",
+            originator,
+            tree_size,
+        )
+        return _checkpoint(row)
+
+    async def set_conflicts(self, changes: Sequence[tuple[int, str | None]]) -> None:
+        """Sets each stored checkpoint's conflict (None: accepted) in one transaction, the
+        ones kept aside first (one accepted checkpoint per tree size)."""
+        ordered = sorted(changes, key=lambda c: c[1] is None)
+        async with self.pool.acquire() as conn, conn.transaction():
+            for checkpoint_id, conflict in ordered:
+                await conn.execute(
+                    "UPDATE log_checkpoints SET conflict = $2 WHERE id = $1",
+                    checkpoint_id,
+                    conflict,
+                )
+
+    async def fork_leaves(self, originator: int, last: int) -> dict[int, list[bytes]]:
+        """The leaf of every version kept as fork evidence, per sequence id up to `last`."""
+        rows = await self.pool.fetch(
+            "SELECT originator_sequence_id, envelope FROM sequence_forks"
+            " WHERE originator_node_id = $1 AND originator_sequence_id <= $2"
+            " ORDER BY 1, envelope_hash",
+            originator,
+            last,
+        )
+        found: dict[int, list[bytes]] = {}
+        for r in rows:
+            found.setdefault(r[0], []).append(envelope_leaf(bytes(r[1])))
+        return found
 
     async def conflicts(self, originator: int) -> list[tuple[Checkpoint, str]]:
         rows = await self.pool.fetch(

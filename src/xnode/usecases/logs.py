@@ -21,6 +21,7 @@ from xnode.core.checkpoints import (
     CheckpointError,
     check_consistent,
     check_follows,
+    forked_version_covered,
     sign_checkpoint,
     verify_checkpoint,
 )
@@ -64,6 +65,25 @@ class LogPort(Protocol):
     async def add_checkpoint(self, checkpoint: Checkpoint, conflict: str | None = None) -> bool: ...
 
     async def issue(self, originator: int, sign: IssueSigner) -> Checkpoint | None: ...
+
+    async def checkpoints_between(
+        self, originator: int, first_size: int, last_size: int
+    ) -> list[StoredCheckpoint]: ...
+
+    async def accepted_below(self, originator: int, tree_size: int) -> Checkpoint | None: ...
+
+    async def set_conflicts(self, changes: Sequence[tuple[int, str | None]]) -> None: ...
+
+    async def fork_leaves(self, originator: int, last: int) -> dict[int, list[bytes]]: ...
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """A checkpoint as stored: accepted (conflict None) or kept aside as evidence."""
+
+    id: int
+    checkpoint: Checkpoint
+    conflict: str | None
 
 
 class NotHeld(LookupError):
@@ -272,10 +292,26 @@ ConsistencyFetch = Callable[[int, int], Awaitable[list[bytes]]]
 class CheckpointIntake:
     """Takes in checkpoints of another originator (from a peer): verifies each against the
     registry key, the previous-hash chain, the last stored checkpoint (consistency) and the
-    leaves held here, then stores it; one that contradicts what is stored is kept aside."""
+    leaves held here, then stores it; one that contradicts what is stored is kept aside.
+
+    Forks (issue 9 part 4) make what the leaves say change: when the fork rule puts the
+    other version of a sequence id in the log, the tree from there is rebuilt. So which
+    checkpoints are accepted must not depend on whether a checkpoint came before or after
+    the fork: `settle` re-judges the stored checkpoints from a forked sequence id up against
+    the log as it is now (accepted: its root is the log's at its size and it chains to the
+    accepted one below; the rest kept aside). A checkpoint whose root covers a version the
+    rule dropped is kept aside as evidence of the fork, whichever order things came in.
+    Checkpoints accepted before their leaves were all here are judged the same way once the
+    leaves are (at the next checkpoint taken in)."""
 
     def __init__(self, port: LogPort) -> None:
         self._port = port
+        self._locks: dict[int, asyncio.Lock] = {}
+        # per originator, the smallest tree size accepted before its leaves were all here
+        self._unchecked: dict[int, int] = {}
+
+    def _lock(self, originator: int) -> asyncio.Lock:
+        return self._locks.setdefault(originator, asyncio.Lock())
 
     async def after(self, originator: int) -> int:
         """Where to resume following: the newest accepted checkpoint's tree size."""
@@ -291,19 +327,31 @@ class CheckpointIntake:
         except CheckpointError as exc:
             log.warning("checkpoint_rejected", peer=source, reason=str(exc))
             return None
-        previous = await self._port.latest_checkpoint(checkpoint.originator_node_id)
+        originator = checkpoint.originator_node_id
+        async with self._lock(originator):
+            taken = await self._receive(checkpoint, consistency, source)
+            unchecked = self._unchecked.get(originator)
+            if unchecked is not None and unchecked <= await self._port.tree_size(originator):
+                del self._unchecked[originator]
+                await self._settle(originator, unchecked)
+        return taken
+
+    async def _receive(
+        self, checkpoint: Checkpoint, consistency: ConsistencyFetch, source: int
+    ) -> Checkpoint | None:
+        originator = checkpoint.originator_node_id
+        previous = await self._port.latest_checkpoint(originator)
         if previous is not None and checkpoint.tree_size <= previous.tree_size:
-            same = await self._port.checkpoint_at(
-                checkpoint.originator_node_id, checkpoint.tree_size
-            )
+            same = await self._port.checkpoint_at(originator, checkpoint.tree_size)
             if same is not None and same.signed == checkpoint.signed:
                 return None  # already held
         problem = await self._contradiction(previous, checkpoint, consistency)
         if problem is not None:
+            problem = await self._fork_covered(checkpoint) or problem
             await self._port.add_checkpoint(checkpoint, problem)
             log.error(
                 "checkpoint_conflict",
-                originator=checkpoint.originator_node_id,
+                originator=originator,
                 peer=source,
                 reason=problem,
                 checkpoint="0x" + checkpoint.signed.hex(),
@@ -312,6 +360,9 @@ class CheckpointIntake:
             return None
         if not await self._port.add_checkpoint(checkpoint):
             return None
+        if checkpoint.tree_size > await self._port.tree_size(originator):
+            known = self._unchecked.get(originator, checkpoint.tree_size)
+            self._unchecked[originator] = min(known, checkpoint.tree_size)
         return checkpoint
 
     async def _contradiction(
@@ -326,11 +377,77 @@ class CheckpointIntake:
             return str(exc)
         return await self._against_leaves(checkpoint)
 
+    async def _root(self, originator: int, size: int) -> bytes:
+        hashes = await self._port.perfect(originator, merkle.perfect_nodes_for_root(size))
+        return merkle.range_hash(0, size, _lookup(hashes))
+
     async def _against_leaves(self, checkpoint: Checkpoint) -> str | None:
         originator, size = checkpoint.originator_node_id, checkpoint.tree_size
         if await self._port.tree_size(originator) < size:
             return None  # the leaves are not all here yet
-        hashes = await self._port.perfect(originator, merkle.perfect_nodes_for_root(size))
-        if merkle.range_hash(0, size, _lookup(hashes)) != checkpoint.root:
+        if await self._root(originator, size) != checkpoint.root:
             return f"the root at {size} differs from the leaves stored here"
+        return None
+
+    async def _fork_covered(self, checkpoint: Checkpoint) -> str | None:
+        """Why `checkpoint` is evidence of a known fork: its root covers a version of a
+        forked sequence id the log does not keep (checked when the leaves are all here)."""
+        originator, size = checkpoint.originator_node_id, checkpoint.tree_size
+        if await self._port.tree_size(originator) < size:
+            return None
+        for sequence_id, leaves in (await self._port.fork_leaves(originator, size)).items():
+            index = sequence_id - 1
+            nodes = [(0, index), *merkle.perfect_nodes_for_inclusion(index, size)]
+            hashes = await self._port.perfect(originator, nodes)
+            proof = merkle.inclusion_proof(index, size, _lookup(hashes))
+            others = [leaf for leaf in leaves if leaf != hashes[(0, index)]]
+            covered = forked_version_covered(checkpoint, sequence_id, proof, others)
+            if covered is not None:
+                return (
+                    f"fork evidence: the root at {size} covers version 0x{covered.hex()} of "
+                    f"sequence id {sequence_id}, not the one the fork rule keeps"
+                )
+        return None
+
+    async def settle(self, originator: int, sequence_id: int) -> None:
+        """The log changed at `sequence_id` (a fork): re-judges the checkpoints stored from
+        there up to the tree held, as if each had come now."""
+        async with self._lock(originator):
+            await self._settle(originator, sequence_id)
+
+    async def _settle(self, originator: int, first_size: int) -> None:
+        held = await self._port.tree_size(originator)
+        stored = await self._port.checkpoints_between(originator, first_size, held)
+        if not stored:
+            return
+        previous = await self._port.accepted_below(originator, first_size)
+        changes: list[tuple[int, str | None]] = []
+        for size in sorted({s.checkpoint.tree_size for s in stored}):
+            root = await self._root(originator, size)
+            accepted: Checkpoint | None = None
+            for s in (s for s in stored if s.checkpoint.tree_size == size):
+                problem = await self._judge(previous, s.checkpoint, root, accepted is not None)
+                if problem is None:
+                    accepted = s.checkpoint
+                if problem != s.conflict:
+                    changes.append((s.id, problem))
+            previous = accepted or previous
+        if changes:
+            await self._port.set_conflicts(changes)
+            log.warning("checkpoints_settled", originator=originator, changed=len(changes))
+
+    async def _judge(
+        self, previous: Checkpoint | None, checkpoint: Checkpoint, root: bytes, taken: bool
+    ) -> str | None:
+        """None: `checkpoint` is the log's at its size; else why it is kept aside."""
+        if root != checkpoint.root:
+            return await self._fork_covered(checkpoint) or (
+                f"the root at {checkpoint.tree_size} differs from the leaves stored here"
+            )
+        if taken:
+            return f"another checkpoint at {checkpoint.tree_size} is accepted"
+        try:
+            check_follows(previous, checkpoint)
+        except CheckpointError as exc:
+            return str(exc)
         return None

@@ -10,7 +10,7 @@ from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.associations import WalletCheck
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope, ValidPayerEnvelope
-from xnode.core.forks import Fork
+from xnode.core.forks import Fork, ForkDigest
 from xnode.core.limits import Charge, LimitExceeded
 from xnode.core.query import EnvelopeQuery
 
@@ -54,6 +54,10 @@ class ForkEvidence(Protocol):
 
     async def forks(self, originator: int, after_sequence_id: int, limit: int) -> list[Fork]:
         """Forks of `originator` above `after_sequence_id`, in order, at most `limit`."""
+        ...
+
+    async def digest(self, originator: int) -> ForkDigest:
+        """The digest of every version of `originator`'s forks kept (core.forks)."""
         ...
 
 

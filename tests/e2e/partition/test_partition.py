@@ -6,13 +6,13 @@ originator), identical conflicts, and every acknowledged envelope is present.
 
 A fork is injected by a test key: originator 600 is in every registry but never runs; the test
 holds its key. Its log (ten envelopes) is in every node's database before the split; during
-the split the test signs a second, different envelope for its sequence id 4 and hands it to
-node 300 alone (through the store's fork intake, as a stream would). The second version is
-chosen to win the fork rule (the lower hash), so the {300, 400, 500} side learns of the fork
-by repair during the split and the {100, 200} side after the heal; every node must end with
-both versions as evidence and the same one in the log. (A version that loses the rule
-changes no log, so no fingerprint differs and repair has nothing to find: such evidence stays
-with the node that saw it. That is a limit of repair by log fingerprints.)"""
+the split the test signs second, different envelopes for its sequence ids 4 and 7 and hands
+them to node 300 alone (through the store's fork intake, as a stream would). The version of 4
+is chosen to win the fork rule (the lower hash): it changes the log, so range reconciliation
+finds it. The version of 7 loses: it changes no log, and only the fork exchange of
+anti-entropy (replication.fork_sync) spreads it. The {300, 400, 500} side learns of both by
+repair during the split and the {100, 200} side after the heal; every node must end with
+every version as evidence and the same ones in the log."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ NODES = (100, 200, 300, 400, 500)
 SIDES = ({100, 200}, {300, 400, 500})
 FORKER = 600  # in the registry, never running: the test holds its key
 FORKED_ID = 4
+LOSING_ID = 7  # forked with a version the rule drops
 GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
 HEAL_BOUND_S = 120.0  # the machine is shared and loaded
 SETTINGS = {
@@ -124,24 +125,30 @@ async def _into_store(dsn: str, rows: list[IndexedEnvelope], fork: bool = False)
     try:
         store = ReplicationStore(pool)
         if fork:
-            assert all(r is not None and r.replaced for r in await store.resolve_forks(rows))
+            resolved = await store.resolve_forks(rows)
+            assert all(r is not None and r.new_evidence for r in resolved)
         else:
             await store.insert_received(rows, "partition-test")
     finally:
         await pool.close()
 
 
-def _forker_log(key: SigningKey) -> tuple[list[IndexedEnvelope], IndexedEnvelope]:
-    """Originator 600's ten envelopes, and a second version of its sequence id 4 that the
-    fork rule keeps."""
+def _forker_log(
+    key: SigningKey,
+) -> tuple[list[IndexedEnvelope], IndexedEnvelope, IndexedEnvelope]:
+    """Originator 600's ten envelopes, a second version of its sequence id 4 that the fork
+    rule keeps and one of its sequence id 7 that the rule drops."""
     ns = time.time_ns()
     log = [received_row(FORKER, key, s, ns + s, GROUP) for s in range(1, 11)]
-    honest = log[FORKED_ID - 1].raw
-    for n in range(2, 200):
-        other = received_row(FORKER, key, FORKED_ID, ns + FORKED_ID, Item(GROUP.kind, group(n)))
-        if log_keeps(honest, other.raw) == other.raw:
-            return log, other
-    raise AssertionError("no second version wins the fork rule")
+
+    def version(seq: int, wins: bool) -> IndexedEnvelope:
+        for n in range(2, 200):
+            other = received_row(FORKER, key, seq, ns + seq, Item(GROUP.kind, group(n)))
+            if (log_keeps(log[seq - 1].raw, other.raw) == other.raw) == wins:
+                return other
+        raise AssertionError("no second version found")
+
+    return log, version(FORKED_ID, True), version(LOSING_ID, False)
 
 
 async def _logs_converged(nodes: dict[int, NodeProcess], keys: dict[int, bytes]) -> bool:
@@ -205,7 +212,7 @@ async def test_a_split_network_heals_to_identical_logs(
         (tmp_path / f"nodes-{a}.json").write_text(Registry(entries).to_json())
     nodes: dict[int, NodeProcess] = {}
     dsns: dict[int, str] = {}
-    forker_log, forged = _forker_log(spec.keys[FORKER])
+    forker_log, forged, dropped = _forker_log(spec.keys[FORKER])
     try:
         for n in NODES:
             name = f"p_{uuid.uuid4().hex[:10]}"
@@ -235,13 +242,13 @@ async def test_a_split_network_heals_to_identical_logs(
                 acked[n] += await publish(nodes[n].address, n, [GROUP] * 7)
             await asyncio.sleep(0.5)
 
-        await _into_store(dsns[300], [forged], fork=True)  # the fork, on one side
+        await _into_store(dsns[300], [forged, dropped], fork=True)  # the forks, on one side
 
         async def same_side() -> bool:
             if set(await stored(nodes[500].address, 300)) != set(acked[300]):
                 return False
             forks = [await _forks(dsns[n]) for n in (300, 400, 500)]
-            return bool(forks[0]) and all(f == forks[0] for f in forks)
+            return len(forks[0]) == 4 and all(f == forks[0] for f in forks)
 
         await _wait(same_side, "the {300, 400, 500} side did not replicate (or settle the fork)")
         for n in (100, 200):  # the other side saw nothing of it
@@ -265,8 +272,9 @@ async def test_a_split_network_heals_to_identical_logs(
             for originator, sent in acked.items():
                 held = set(await stored(nodes[n].address, originator))
                 assert set(sent) <= held, f"node {n} lacks acknowledged envelopes of {originator}"
-            assert forged.raw in await stored(nodes[n].address, FORKER)  # the rule's pick
-            assert len(await _forks(dsns[n])) == 2  # both versions, as evidence
+            in_log = await stored(nodes[n].address, FORKER)
+            assert forged.raw in in_log and dropped.raw not in in_log  # the rule's picks
+            assert len(await _forks(dsns[n])) == 4  # every version, as evidence
     finally:
         for link in links.values():
             await link.stop()

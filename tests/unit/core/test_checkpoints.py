@@ -18,6 +18,7 @@ from xnode.core.checkpoints import (
     check_follows,
     check_inclusion,
     envelope_leaf,
+    forked_version_covered,
     parse_checkpoint,
     sign_checkpoint,
     verify_checkpoint,
@@ -132,3 +133,25 @@ def test_the_leaf_is_the_signed_content() -> None:
 
     raw = envelopes_pb2.OriginatorEnvelope(unsigned_originator_envelope=b"abc").SerializeToString()
     assert envelope_leaf(raw) == merkle.leaf_hash(b"abc")
+
+
+@given(st.integers(1, 40), st.data())
+def test_a_checkpoint_over_the_other_version_of_a_fork_is_recognised(
+    size: int, data: st.DataObject
+) -> None:
+    sequence_id = data.draw(st.integers(1, size))
+    leaves = [merkle.leaf_hash(b"%d" % i) for i in range(size)]
+    other = merkle.leaf_hash(b"other")
+    theirs = [*leaves]
+    theirs[sequence_id - 1] = other
+    over_other = sign_checkpoint(KEY, 100, size, merkle.root_of(theirs), 1, None)
+    over_log = sign_checkpoint(KEY, 100, size, merkle.root_of(leaves), 1, None)
+
+    def perfect(level: int, index: int) -> bytes:
+        return merkle.root_of(leaves[index << level : (index + 1) << level])
+
+    proof = merkle.inclusion_proof(sequence_id - 1, size, perfect)
+    decoy = merkle.leaf_hash(b"decoy")
+    assert forked_version_covered(over_other, sequence_id, proof, [decoy, other]) == other
+    assert forked_version_covered(over_other, sequence_id, proof, [decoy]) is None
+    assert forked_version_covered(over_log, sequence_id, proof, [other]) is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from xnode.core.crypto import keccak256
-from xnode.core.forks import envelope_hash, log_keeps, newcomer_wins
+from xnode.core.forks import ForkDigest, envelope_hash, fork_digest, log_keeps, newcomer_wins
 
 VERSIONS = [b"envelope a", b"envelope b", b"envelope c", b"envelope d"]
 
@@ -28,3 +28,14 @@ def test_any_arrival_order_converges_on_one_envelope() -> None:
             if newcomer_wins(kept, newcomer):
                 kept = newcomer
         assert kept == expected
+
+
+def test_the_fork_digest_depends_on_the_kept_versions_only() -> None:
+    kept = [(2, envelope_hash(VERSIONS[0])), (2, envelope_hash(VERSIONS[1])), (7, b"\x01" * 32)]
+    digest = fork_digest(kept)
+    assert digest.versions == 3 and len(digest.digest) == 32
+    for order in itertools.permutations(kept):
+        assert fork_digest(order) == digest
+    assert fork_digest(kept[:2]) != digest
+    assert fork_digest([(3, h) for _, h in kept]).digest != digest.digest  # ids count too
+    assert fork_digest([]) == ForkDigest(0, b"")

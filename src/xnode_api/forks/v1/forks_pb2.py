@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1exnode_api/forks/v1/forks.proto\x12\x0exnode.forks.v1\"T\n\x04\x46ork\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\x1e\n\x16originator_sequence_id\x18\x02 \x01(\x04\x12\x10\n\x08versions\x18\x03 \x03(\x0c\"Y\n\x11QueryForksRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\x19\n\x11\x61\x66ter_sequence_id\x18\x02 \x01(\x04\x12\r\n\x05limit\x18\x03 \x01(\r\"9\n\x12QueryForksResponse\x12#\n\x05\x66orks\x18\x01 \x03(\x0b\x32\x14.xnode.forks.v1.Fork2^\n\x07\x46orkApi\x12S\n\nQueryForks\x12!.xnode.forks.v1.QueryForksRequest\x1a\".xnode.forks.v1.QueryForksResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1exnode_api/forks/v1/forks.proto\x12\x0exnode.forks.v1\"T\n\x04\x46ork\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\x1e\n\x16originator_sequence_id\x18\x02 \x01(\x04\x12\x10\n\x08versions\x18\x03 \x03(\x0c\"Y\n\x11QueryForksRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\x19\n\x11\x61\x66ter_sequence_id\x18\x02 \x01(\x04\x12\r\n\x05limit\x18\x03 \x01(\r\"9\n\x12QueryForksResponse\x12#\n\x05\x66orks\x18\x01 \x03(\x0b\x32\x14.xnode.forks.v1.Fork\"2\n\x14GetForkDigestRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\"9\n\x15GetForkDigestResponse\x12\x10\n\x08versions\x18\x01 \x01(\x04\x12\x0e\n\x06\x64igest\x18\x02 \x01(\x0c\x32\xbc\x01\n\x07\x46orkApi\x12S\n\nQueryForks\x12!.xnode.forks.v1.QueryForksRequest\x1a\".xnode.forks.v1.QueryForksResponse\x12\\\n\rGetForkDigest\x12$.xnode.forks.v1.GetForkDigestRequest\x1a%.xnode.forks.v1.GetForkDigestResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,6 +37,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_QUERYFORKSREQUEST']._serialized_end=225
   _globals['_QUERYFORKSRESPONSE']._serialized_start=227
   _globals['_QUERYFORKSRESPONSE']._serialized_end=284
-  _globals['_FORKAPI']._serialized_start=286
-  _globals['_FORKAPI']._serialized_end=380
+  _globals['_GETFORKDIGESTREQUEST']._serialized_start=286
+  _globals['_GETFORKDIGESTREQUEST']._serialized_end=336
+  _globals['_GETFORKDIGESTRESPONSE']._serialized_start=338
+  _globals['_GETFORKDIGESTRESPONSE']._serialized_end=395
+  _globals['_FORKAPI']._serialized_start=398
+  _globals['_FORKAPI']._serialized_end=586
 # @@protoc_insertion_point(module_scope)

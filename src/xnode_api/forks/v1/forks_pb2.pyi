@@ -31,3 +31,17 @@ class QueryForksResponse(_message.Message):
     FORKS_FIELD_NUMBER: _ClassVar[int]
     forks: _containers.RepeatedCompositeFieldContainer[Fork]
     def __init__(self, forks: _Optional[_Iterable[_Union[Fork, _Mapping]]] = ...) -> None: ...
+
+class GetForkDigestRequest(_message.Message):
+    __slots__ = ("originator_node_id",)
+    ORIGINATOR_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    originator_node_id: int
+    def __init__(self, originator_node_id: _Optional[int] = ...) -> None: ...
+
+class GetForkDigestResponse(_message.Message):
+    __slots__ = ("versions", "digest")
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    versions: int
+    digest: bytes
+    def __init__(self, versions: _Optional[int] = ..., digest: _Optional[bytes] = ...) -> None: ...

@@ -39,12 +39,23 @@ class ForkApiStub:
                 request_serializer=xnode__api_dot_forks_dot_v1_dot_forks__pb2.QueryForksRequest.SerializeToString,
                 response_deserializer=xnode__api_dot_forks_dot_v1_dot_forks__pb2.QueryForksResponse.FromString,
                 _registered_method=True)
+        self.GetForkDigest = channel.unary_unary(
+                '/xnode.forks.v1.ForkApi/GetForkDigest',
+                request_serializer=xnode__api_dot_forks_dot_v1_dot_forks__pb2.GetForkDigestRequest.SerializeToString,
+                response_deserializer=xnode__api_dot_forks_dot_v1_dot_forks__pb2.GetForkDigestResponse.FromString,
+                _registered_method=True)
 
 
 class ForkApiServicer:
     """Missing associated documentation comment in .proto file."""
 
     def QueryForks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetForkDigest(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -57,6 +68,11 @@ def add_ForkApiServicer_to_server(servicer, server):
                     servicer.QueryForks,
                     request_deserializer=xnode__api_dot_forks_dot_v1_dot_forks__pb2.QueryForksRequest.FromString,
                     response_serializer=xnode__api_dot_forks_dot_v1_dot_forks__pb2.QueryForksResponse.SerializeToString,
+            ),
+            'GetForkDigest': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetForkDigest,
+                    request_deserializer=xnode__api_dot_forks_dot_v1_dot_forks__pb2.GetForkDigestRequest.FromString,
+                    response_serializer=xnode__api_dot_forks_dot_v1_dot_forks__pb2.GetForkDigestResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +102,33 @@ class ForkApi:
             '/xnode.forks.v1.ForkApi/QueryForks',
             xnode__api_dot_forks_dot_v1_dot_forks__pb2.QueryForksRequest.SerializeToString,
             xnode__api_dot_forks_dot_v1_dot_forks__pb2.QueryForksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetForkDigest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xnode.forks.v1.ForkApi/GetForkDigest',
+            xnode__api_dot_forks_dot_v1_dot_forks__pb2.GetForkDigestRequest.SerializeToString,
+            xnode__api_dot_forks_dot_v1_dot_forks__pb2.GetForkDigestResponse.FromString,
             options,
             channel_credentials,
             insecure,
