@@ -40,19 +40,19 @@ class CheckpointFollower:
 
     async def alongside(
         self,
-        stream: Coroutine[Any, Any, None],
+        stream: Callable[[], Coroutine[Any, Any, None]],
         channel: grpc.aio.Channel,
         peer: int,
         originator: int,
     ) -> None:
-        """Runs `stream` (a peer stream) with the checkpoint follower of the same peer and
+        """Runs `stream()` (a peer stream) with the checkpoint follower of the same peer and
         originator; both end together."""
         if not has_log(originator):
-            await stream
+            await stream()
             return
         follower = asyncio.create_task(self.run(channel, peer, originator))
         try:
-            await stream
+            await stream()
         finally:
             follower.cancel()
             await asyncio.wait([follower])

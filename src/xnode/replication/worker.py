@@ -479,10 +479,12 @@ class ReplicationWorker:
         )
 
     def spawn(self, stream: PeerStream, name: str) -> asyncio.Task[None]:
-        run = stream.run()
-        if self._checkpoints is not None:  # the peer's checkpoints of the same originator
-            channel = self._channels[stream.peer][1]
-            run = self._checkpoints.alongside(run, channel, stream.peer, stream.originator)
+        if self._checkpoints is None:
+            return self.spawn_coroutine(stream.run(), name)
+        # The peer's checkpoints of the same originator alongside. The stream's coroutine is
+        # made inside the task: a task cancelled before it starts leaves none un-awaited.
+        channel = self._channels[stream.peer][1]
+        run = self._checkpoints.alongside(stream.run, channel, stream.peer, stream.originator)
         return self.spawn_coroutine(run, name)
 
     def spawn_coroutine(
