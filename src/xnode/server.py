@@ -730,7 +730,16 @@ async def create_pool(settings: Settings) -> asyncpg.Pool:
         # Our queries are short index scans; JIT compiling them costs ~10 ms each time the
         # planner's estimate crosses jit_above_cost.
         server_settings={"jit": "off"},
+        reset=_keep_session,
     )
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """What the pool does to a connection it takes back, after asyncpg's own rollback of an
+    open transaction. asyncpg's default also sends a reset query (advisory unlocks, CLOSE ALL,
+    UNLISTEN *, RESET ALL): one more round trip on the path of every query, for session
+    state this node never leaves on pooled connections (listeners and session locks have
+    connections of their own; settings are the connection's startup ones)."""
 
 
 @dataclass
