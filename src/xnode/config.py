@@ -178,8 +178,10 @@ class Settings(BaseSettings):
     replication_verify_threads: int = Field(
         2, description="Threads verifying signatures of envelopes received from peers", ge=1
     )
+    # Off by default: a node killed with SIGKILL leaves these processes (and their fork
+    # server) running, since pool workers do not notice their node's death (stop 18 note).
     replication_verify_processes: int = Field(
-        2,
+        0,
         description="Processes verifying large repairs (threads contend for the GIL there);"
         " 0: threads only",
         ge=0,
