@@ -25,7 +25,7 @@ from xnode.core.crypto import SigningKey, payer_digest
 from xnode.core.envelopes import validate_payer_envelope
 from xnode.core.errors import Rejected
 from xnode.core.originator_selection import available_nodes, failover_order
-from xnode.core.registry import NodeEntry, Registry
+from xnode.core.registry import NodeEntry
 from xnode.core.topics import Topic, TopicError
 from xnode.gateway.batching import Coalescer
 from xnode.gateway.channels import NodeChannels, UnusableUrl
@@ -110,7 +110,7 @@ class Publisher:
             planned = await asyncio.to_thread(self._plan_all, raws, nodes)
         else:
             planned = self._plan_all(raws, nodes)
-        answers = await self._send_runs(planned, registry)
+        answers = await self._send_runs(planned)
         await wait_visible(self._channels, nodes, answers, self._visibility_s)
         return answers
 
@@ -165,7 +165,7 @@ class Publisher:
             planned.signed[target] = self._sign(planned.raw, target)
         return planned.signed[target]
 
-    async def _send_runs(self, planned: list[_Planned], registry: Registry) -> list[bytes]:
+    async def _send_runs(self, planned: list[_Planned]) -> list[bytes]:
         answers: list[bytes] = []
         excluded: set[int] = set()
         unavailable: dict[int, str] = {}
@@ -183,7 +183,7 @@ class Publisher:
             while end < len(planned) and planned[end].target(excluded) == target:
                 end += 1
             try:
-                answers += await self._send(target, planned[start:end], registry, start)
+                answers += await self._send(target, planned[start:end], start)
             except NodeUnavailable as exc:
                 log.warning("gateway_node_unavailable", node_id=target, error=exc.detail)
                 self._channels.mark_down(target)
@@ -194,15 +194,7 @@ class Publisher:
             start = end
         return answers
 
-    async def _send(
-        self, node_id: int, run: list[_Planned], registry: Registry, start: int
-    ) -> list[bytes]:
-        entry = registry.get(node_id)
-        assert entry is not None, "candidates come from this registry"
-        try:
-            self._channels.channel(entry.http_address)
-        except UnusableUrl as exc:
-            raise NodeUnavailable(node_id, str(exc)) from None
+    async def _send(self, node_id: int, run: list[_Planned], start: int) -> list[bytes]:
         envelopes = [self._signed_for(p, node_id) for p in run]
         try:
             if any(p.needs_chain for p in run):
@@ -220,7 +212,11 @@ class Publisher:
         entry = self._registry.current().get(node_id)
         if entry is None:  # dropped from the registry since the run was planned
             raise NodeUnavailable(node_id, "no longer an enabled node of the registry")
-        call = self._channels.channel(entry.http_address).unary_unary(
+        try:
+            channel = self._channels.channel(entry.http_address)
+        except UnusableUrl as exc:
+            raise NodeUnavailable(node_id, str(exc)) from None
+        call = channel.unary_unary(
             PUBLISH_METHOD,
             request_serializer=api.PublishPayerEnvelopesRequest.SerializeToString,
             response_deserializer=api.PublishPayerEnvelopesResponse.FromString,

@@ -50,6 +50,15 @@ class GrpcRepairPeer:
         self.bytes_exchanged += request.ByteSize() + response.ByteSize()
         return response
 
+    async def _call_if_served(self, method: str, request: Any, response_type: Any) -> Any:
+        """`_call`, or None when the peer does not serve `method` (an older node)."""
+        try:
+            return await self._call(method, request, response_type)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            return None
+
     async def fingerprints(
         self, originator: int, ranges: Sequence[SequenceRange]
     ) -> list[Fingerprint]:
@@ -78,23 +87,10 @@ class GrpcRepairPeer:
     ) -> list[tuple[list[bytes], list[bytes]]]:
         """The inclusion proofs of each run's first and last leaf in the tree of `tree_size`."""
         if self._run_proofs:
-            try:
-                found: list[tuple[list[bytes], list[bytes]]] = []
-                for start in range(0, len(runs), MAX_RANGES):
-                    request = pb.GetRunProofsRequest(
-                        originator_node_id=originator,
-                        tree_size=tree_size,
-                        runs=_ranges(runs[start : start + MAX_RANGES]),
-                    )
-                    response = await self._call(
-                        _LOGS + "/GetRunProofs", request, pb.GetRunProofsResponse
-                    )
-                    found += [(list(p.first_proof), list(p.last_proof)) for p in response.proofs]
+            found = await self._run_proofs_at_once(originator, runs, tree_size)
+            if found is not None:
                 return found
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
-                    raise
-                self._run_proofs = False
+            self._run_proofs = False
 
         async def ends(run: SequenceRange) -> tuple[list[bytes], list[bytes]]:
             first, last = await asyncio.gather(
@@ -105,29 +101,42 @@ class GrpcRepairPeer:
 
         return list(await asyncio.gather(*(ends(r) for r in runs)))
 
+    async def _run_proofs_at_once(
+        self, originator: int, runs: Sequence[SequenceRange], tree_size: int
+    ) -> list[tuple[list[bytes], list[bytes]]] | None:
+        """GetRunProofs for every run (MAX_RANGES per request); None: the peer has none."""
+        found: list[tuple[list[bytes], list[bytes]]] = []
+        for start in range(0, len(runs), MAX_RANGES):
+            request = pb.GetRunProofsRequest(
+                originator_node_id=originator,
+                tree_size=tree_size,
+                runs=_ranges(runs[start : start + MAX_RANGES]),
+            )
+            response = await self._call_if_served(
+                _LOGS + "/GetRunProofs", request, pb.GetRunProofsResponse
+            )
+            if response is None:
+                return None
+            found += [(list(p.first_proof), list(p.last_proof)) for p in response.proofs]
+        return found
+
     async def fork_digest(self, originator: int) -> ForkDigest | None:
         """None: the peer has no GetForkDigest (or no ForkApi at all)."""
         request = forks_pb.GetForkDigestRequest(originator_node_id=originator)
-        try:
-            got = await self._call(
-                _FORKS + "/GetForkDigest", request, forks_pb.GetForkDigestResponse
-            )
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
-                raise
-            return None
-        return ForkDigest(got.versions, got.digest)
+        got = await self._call_if_served(
+            _FORKS + "/GetForkDigest", request, forks_pb.GetForkDigestResponse
+        )
+        return None if got is None else ForkDigest(got.versions, got.digest)
 
     async def forks(self, originator: int, after_sequence_id: int, limit: int) -> list[Fork] | None:
         """None: the peer has no ForkApi."""
         request = forks_pb.QueryForksRequest(
             originator_node_id=originator, after_sequence_id=after_sequence_id, limit=limit
         )
-        try:
-            got = await self._call(_FORKS + "/QueryForks", request, forks_pb.QueryForksResponse)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
-                raise
+        got = await self._call_if_served(
+            _FORKS + "/QueryForks", request, forks_pb.QueryForksResponse
+        )
+        if got is None:
             return None
         return [
             Fork(originator, f.originator_sequence_id, tuple(f.versions))

@@ -427,12 +427,9 @@ class LogStore:
         ones kept aside first (one accepted checkpoint per tree size)."""
         ordered = sorted(changes, key=lambda c: c[1] is None)
         async with self.pool.acquire() as conn, conn.transaction():
-            for checkpoint_id, conflict in ordered:
-                await conn.execute(
-                    "UPDATE log_checkpoints SET conflict = $2 WHERE id = $1",
-                    checkpoint_id,
-                    conflict,
-                )
+            await conn.executemany(
+                "UPDATE log_checkpoints SET conflict = $2 WHERE id = $1", ordered
+            )
 
     async def fork_leaves(self, originator: int, last: int) -> dict[int, list[bytes]]:
         """The leaf of every version kept as fork evidence, per sequence id up to `last`."""

@@ -386,7 +386,7 @@ class CheckpointIntake:
         if await self._port.tree_size(originator) < size:
             return None  # the leaves are not all here yet
         if await self._root(originator, size) != checkpoint.root:
-            return f"the root at {size} differs from the leaves stored here"
+            return _root_differs(size)
         return None
 
     async def _fork_covered(self, checkpoint: Checkpoint) -> str | None:
@@ -441,9 +441,7 @@ class CheckpointIntake:
     ) -> str | None:
         """None: `checkpoint` is the log's at its size; else why it is kept aside."""
         if root != checkpoint.root:
-            return await self._fork_covered(checkpoint) or (
-                f"the root at {checkpoint.tree_size} differs from the leaves stored here"
-            )
+            return await self._fork_covered(checkpoint) or _root_differs(checkpoint.tree_size)
         if taken:
             return f"another checkpoint at {checkpoint.tree_size} is accepted"
         try:
@@ -451,3 +449,7 @@ class CheckpointIntake:
         except CheckpointError as exc:
             return str(exc)
         return None
+
+
+def _root_differs(size: int) -> str:
+    return f"the root at {size} differs from the leaves stored here"
