@@ -35,6 +35,8 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench_node import ENVELOPE_COLUMNS
+
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.client.node import NodeClient, envelopes_of, group_message_envelope
 from xnode.core.crypto import SigningKey, keccak256, recover_public_key
@@ -253,7 +255,9 @@ async def populate(dsn: str, key: SigningKey, total: int) -> None:
     jobs = [(key.hex(), s, min(chunk, total - s + 1), base_ns) for s in range(1, total + 1, chunk)]
     with multiprocessing.Pool(os.cpu_count()) as pool:
         for rows in pool.imap(_generate, jobs):
-            await conn.copy_records_to_table("originator_envelopes", records=rows)
+            await conn.copy_records_to_table(
+                "originator_envelopes", records=rows, columns=ENVELOPE_COLUMNS
+            )
     await conn.execute(
         "INSERT INTO vector_clock (originator_node_id, sequence_id, last_ns) VALUES ($1, $2, $3)",
         A,
