@@ -598,8 +598,8 @@ async def _serve(
     handlers = [*envelope_handlers(service), misbehavior_handlers(misbehavior)]
     http_handlers = [*handlers, health_handler(health_servicer)]
     http_address = await _serve_http(settings, http_handlers, stack, tls, role.shares_ports)
-    if http_address is not None:
-        stack.callback(subscribe.close_all)  # HTTP streams end before the HTTP port waits on them
+    # Before the HTTP port waits on its requests: streams end, publishes are refused.
+    stack.push_async_callback(serving.quiesce)
     probe = PostgresProbe(settings.database_dsn)
     stack.callback(probe.close)
     dependencies = health_dependencies(chain is not None)
@@ -755,26 +755,37 @@ class GrpcServing:
     admission: Admission
     grace_s: float
     started: bool = False
+    _deadline: float | None = None  # loop time the drain must end by, once it has begun
 
     async def start(self) -> None:
         await self.server.start()
         self.started = True
 
-    async def stop(self) -> None:
+    async def quiesce(self) -> float:
+        """The drain's first half, for both ports: refuse and end, then wait for callers to
+        go quiet. Runs before the HTTP port closes, so HTTP publishes are refused with an
+        answer too instead of meeting a closed connection. Returns the drain's deadline."""
+        if self._deadline is not None:
+            return self._deadline
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.grace_s
+        self._deadline = deadline = loop.time() + self.grace_s
         self.admission.close()
         for end in self.end_streams:
             end()
+        if self.started and not await self.admission.drained(self.grace_s):
+            log.warning(
+                "drain_grace_exceeded", in_flight=self.admission.in_flight, grace_s=self.grace_s
+            )
+        return deadline
+
+    async def stop(self) -> None:
+        deadline = await self.quiesce()
         if not self.started:
             # A grpc.aio server that bound its port but never started holds the port until
             # it has started and stopped.
             await self.server.start()
-        elif not await self.admission.drained(self.grace_s):
-            log.warning(
-                "drain_grace_exceeded", in_flight=self.admission.in_flight, grace_s=self.grace_s
-            )
-        await self.server.stop(max(deadline - loop.time(), 0.0))
+        remaining = deadline - asyncio.get_running_loop().time()
+        await self.server.stop(max(remaining, 0.0))
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,18 @@ import time
 from collections import Counter
 from typing import Any
 
+import aiohttp
 import grpc
 import pytest
+from google.protobuf import json_format
 
 from tests.e2e.ops.test_workers import all_workers_serving
-from xnode.client.node import NodeClient
+from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
-from xnode.core.envelopes import parse_originator_envelope
+from xnode.core.envelopes import build_payer_envelope, parse_originator_envelope
+from xnode.devtools.postgres import free_port
 
 GROUP = b"\x43" * 16
 TOPIC = b"\x00" + GROUP
@@ -104,3 +108,61 @@ async def test_sigterm_under_load_answers_every_accepted_publish(
         for payload, status in outcomes.items():
             is_stored = any(payload in raw for raw in stored)
             assert is_stored == (status == grpc.StatusCode.OK), (round_, payload, status)
+
+
+PUBLISH_JSON = "/mls/v2/publish-payer-envelopes"
+
+
+async def _http_caller(base: str, tag: str, outcomes: dict[bytes, str]) -> None:
+    """Publishes one envelope at a time over HTTP/JSON (one keep-alive connection) until
+    the node answers anything but 200; a dropped connection is an unanswered publish."""
+    async with aiohttp.ClientSession() as http:
+        for i in range(1_000_000):
+            payload = f"{tag}-{i:07d}.".encode()
+            envelope = build_payer_envelope(group_message_envelope(GROUP, payload), PAYER, 100)
+            body = json_format.MessageToJson(
+                api.PublishPayerEnvelopesRequest(payer_envelopes=[envelope])
+            )
+            try:
+                async with http.post(base + PUBLISH_JSON, data=body) as r:
+                    await r.read()
+                    outcomes[payload] = str(r.status)
+            except aiohttp.ClientError as exc:
+                outcomes[payload] = f"no answer: {exc!r}"
+                return
+            if r.status != 200:
+                return
+
+
+async def test_sigterm_answers_every_http_publish(
+    spawn_node: Any, database: str, node_spec: Any
+) -> None:
+    """The HTTP port (gRPC-web, JSON) drains like the gRPC port: publishes are refused with
+    UNAVAILABLE (503) while the port still answers, and it closes only once callers have gone
+    quiet, so no caller is left with a publish the node neither answered nor refused."""
+    for round_ in range(3):
+        http_address = f"127.0.0.1:{free_port()}"
+        node = spawn_node(
+            database,
+            node_spec,
+            shutdown_grace_seconds=str(GRACE_S),
+            http_listen_address=http_address,
+        )
+        outcomes: dict[bytes, str] = {}
+        base = f"http://{http_address}"
+        callers = [
+            asyncio.create_task(_http_caller(base, f"h{round_}-c{c:02d}", outcomes))
+            for c in range(CALLERS)
+        ]
+        deadline = time.monotonic() + 60
+        while len(outcomes) < 200:
+            assert time.monotonic() < deadline, f"round {round_}: {Counter(outcomes.values())}"
+            await asyncio.sleep(0.02)
+        code = await asyncio.to_thread(node.terminate, GRACE_S + 10)
+        await asyncio.wait_for(asyncio.gather(*callers), 30)
+        assert code == 0, node.output()[-3000:]
+        counts = Counter(outcomes.values())
+        assert set(counts) <= {"200", "503"}, f"round {round_}: {counts}"
+        stored = await _stored(spawn_node(database, node_spec).address)
+        for payload, status in outcomes.items():
+            assert any(payload in raw for raw in stored) == (status == "200"), (round_, payload)
