@@ -178,12 +178,11 @@ class Settings(BaseSettings):
     replication_verify_threads: int = Field(
         2, description="Threads verifying signatures of envelopes received from peers", ge=1
     )
-    # Off by default: a node killed with SIGKILL leaves these processes (and their fork
-    # server) running, since pool workers do not notice their node's death (stop 18 note).
+    # They die with the node however it dies, SIGKILL included (xnode.replication.lifeline).
     replication_verify_processes: int = Field(
-        0,
+        2,
         description="Processes verifying large repairs (threads contend for the GIL there);"
-        " 0: threads only",
+        " they exit with the node, even one killed with SIGKILL; 0: threads only",
         ge=0,
     )
     # A checkpoint costs ~1.5 ms of CPU (docs/benchmarks.md): every 1,000 envelopes that was

@@ -6,6 +6,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 
 import grpc
@@ -176,3 +177,64 @@ def test_database_of_another_node_refuses_to_start(
     done = run_refused(database, node_spec, node_spec.keys[200])
     assert done.returncode == 2
     assert "this database belongs to node 100" in done.stderr
+
+
+def _stat(pid: int) -> tuple[int, str, int] | None:
+    """(parent pid, state, start time) of `pid` from /proc; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def _descendants(root: int) -> dict[int, int]:
+    """`root`'s living children, grandchildren, ... (pid -> start time, so a pid reused
+    later is not taken for one of them)."""
+    stats = {int(p): _stat(int(p)) for p in os.listdir("/proc") if p.isdigit()}
+    found: dict[int, int] = {}
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, stat in stats.items():
+            if stat is not None and stat[0] == parent and stat[1] != "Z" and pid not in found:
+                found[pid] = stat[2]
+                frontier.append(pid)
+    return found
+
+
+def _alive(pid: int, started: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[2] == started and stat[1] != "Z"
+
+
+def test_kill_9_takes_the_bulk_verifiers_with_the_node(
+    spawn_node: Any, database: str, node_spec: Any
+) -> None:
+    node = spawn_node(
+        database, node_spec, replication_verify_processes="2", replication_repair_seconds="60"
+    )
+    # The pool starts with the repair task, just after the node serves: a fork server that
+    # forks 2 workers (all three run `forkserver import main`) and a resource tracker.
+    deadline = time.monotonic() + 60
+    family = _descendants(node.proc.pid)
+    while sum("forkserver import main" in _cmdline(p) for p in family) < 3:
+        assert time.monotonic() < deadline, f"no bulk verifiers: {family}\n{node.output()[-2000:]}"
+        time.sleep(0.05)
+        family = _descendants(node.proc.pid)
+    node.kill()
+    deadline = time.monotonic() + 30
+    left = {p: s for p, s in family.items() if _alive(p, s)}
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = {p: s for p, s in left.items() if _alive(p, s)}
+    assert not left, f"outlived their node: {[_cmdline(p) for p in left]}"

@@ -19,7 +19,7 @@ import structlog
 from google.protobuf.message import DecodeError
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode.core import forks, misbehavior
+from xnode.core import forks, misbehavior, verification
 from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope
 from xnode.core.fees import FeeSchedule
@@ -37,6 +37,7 @@ from xnode.observability.metrics import (
     REPLICATION_RECEIVED,
     REPLICATION_REJECTED,
 )
+from xnode.replication import lifeline
 from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore
 
 log = structlog.get_logger(__name__)
@@ -83,15 +84,28 @@ def _split(raws: Sequence[bytes], parts: int) -> list[Sequence[bytes]]:
     return [raws[i : i + size] for i in range(0, len(raws), size)]
 
 
-def bulk_verifiers(processes: int) -> ProcessPoolExecutor | None:
+class BulkVerifiers(ProcessPoolExecutor):
+    """Worker processes for bulk verification that die with this process, however it dies
+    (xnode.replication.lifeline): a node killed with SIGKILL leaves none behind. A fork
+    server starts them (forking the daemon itself, with gRPC's threads running, is unsafe),
+    having imported only the verifier and the lifeline."""
+
+    def __init__(self, processes: int) -> None:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([verification.__name__, lifeline.__name__])
+        self._lifeline = lifeline.Lifeline()  # held as long as the pool
+        super().__init__(
+            processes,
+            mp_context=context,
+            initializer=lifeline.watch,
+            initargs=(self._lifeline.reader,),
+        )
+
+
+def bulk_verifiers(processes: int) -> BulkVerifiers | None:
     """A pool of `processes` worker processes for bulk verification (None for 0); start
-    them with `start_bulk`. A fork server starts them (forking the daemon itself, with
-    gRPC's threads running, is unsafe), having imported only the verifier."""
-    if processes <= 0:
-        return None
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["xnode.core.verification"])
-    return ProcessPoolExecutor(processes, mp_context=context)
+    them with `start_bulk`."""
+    return BulkVerifiers(processes) if processes > 0 else None
 
 
 def start_bulk(pool: ProcessPoolExecutor, processes: int) -> None:
