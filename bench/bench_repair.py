@@ -202,9 +202,10 @@ def _covers_any(level: int, index: int, sorted_leaves: list[int]) -> bool:
     return at < len(sorted_leaves) and sorted_leaves[at] < first + (1 << level)
 
 
-def cpu_seconds(postmaster: int) -> float:
-    """CPU seconds (user + system) used so far by this process, its descendants (the
-    verifying processes) and the Postgres cluster (both nodes' databases); Linux /proc."""
+def cpu_seconds(postmaster: int) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this process ("node"), its descendants
+    ("workers": the verifying processes) and the Postgres cluster ("postgres": both nodes'
+    databases); Linux /proc."""
     tick = os.sysconf("SC_CLK_TCK")
     parents: dict[int, int] = {}
     used: dict[int, float] = {}
@@ -217,16 +218,24 @@ def cpu_seconds(postmaster: int) -> float:
             continue  # exited meanwhile
         parents[int(entry.name)] = int(fields[1])
         used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
-    roots = {os.getpid(), postmaster}
+    me = os.getpid()
 
-    def ours(pid: int) -> bool:
+    def part(pid: int) -> str | None:
+        if pid == me:
+            return "node"
         while pid > 1:
-            if pid in roots:
-                return True
+            if pid == postmaster:
+                return "postgres"
+            if pid == me:
+                return "workers"
             pid = parents.get(pid, 0)
-        return False
+        return None
 
-    return sum(t for pid, t in used.items() if ours(pid))
+    out = dict.fromkeys(("node", "workers", "postgres"), 0.0)
+    for pid, t in used.items():
+        if (name := part(pid)) is not None:
+            out[name] += t
+    return out
 
 
 def row(what: str, result: str, bound: str) -> None:
@@ -298,11 +307,12 @@ async def main() -> None:
             repair = Repair(LogStore(pool_b), store, lambda _: target, _no_fork)
             peer = LocalPeer(pool_a)
             postmaster = int((work / "pg" / "postmaster.pid").read_text().split()[0])
-            cpu = cpu_seconds(postmaster)
+            before = cpu_seconds(postmaster)
             started = time.perf_counter()
             outcome = await repair.repair(peer, NODE)
             took = time.perf_counter() - started
-            cpu = cpu_seconds(postmaster) - cpu
+            cpu_parts = {k: v - before[k] for k, v in cpu_seconds(postmaster).items()}
+            cpu = sum(cpu_parts.values())
             trips = outcome.round_trips + 2
             assert outcome.stored == len(ids), outcome
             print("| measure | result | bound | load (1 min) |\n|---|---|---|---|")
@@ -315,6 +325,8 @@ async def main() -> None:
             per = cpu / outcome.stored
             row("repair: CPU per envelope (this process, its workers, Postgres: both nodes)",
                 f"{per * 1e6:.0f} us ({cpu:.2f} s)", "")  # fmt: skip
+            parts = ", ".join(f"{k} {v / outcome.stored * 1e6:.0f}" for k, v in cpu_parts.items())
+            row("repair: of which (us per envelope)", parts, "")
             cores = os.cpu_count() or 1
             row(f"ceiling: the rate that CPU allows on {cores} idle cores, envelopes/s",
                 f"{cores / per:,.0f}", ">= 10,000")  # fmt: skip

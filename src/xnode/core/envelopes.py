@@ -285,6 +285,19 @@ class IndexedEnvelope:
             self.originator_node_id, self.sequence_id, self.topic, self.raw, self.expiry
         )
 
+    def __reduce__(self) -> tuple[type[IndexedEnvelope], tuple[int | bytes | None, ...]]:
+        # Verified envelopes come back from the verifying processes pickled: the constructor
+        # with the fields unpickles about 3x faster than a slots dataclass' generic state
+        # (which calls dataclasses.fields() per object).
+        return (
+            IndexedEnvelope,
+            (
+                self.originator_node_id, self.sequence_id, self.originator_ns, self.topic,
+                self.expiry, self.payer_address, self.raw, self.leaf, self.base_fee,
+                self.congestion_fee,
+            ),
+        )  # fmt: skip
+
 
 def originate(
     payer: ValidPayerEnvelope,

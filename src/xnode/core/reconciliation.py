@@ -15,6 +15,7 @@ evidence (xnode.core.forks decides which one stays in the log)."""
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -167,7 +168,7 @@ class Session:
         following: list[SequenceRange] = []
         for r, a, b in zip(self.asking, mine, theirs, strict=True):
             if r.last == MAX_SEQUENCE_ID and a != b:
-                following += _bound_tail(r, max(a.count, b.count))
+                following += _bound_tail(r, max(a.count, b.count), self.fanout, self.small)
             else:
                 bounded.append((r, a, b))
         fetch = Fetch()
@@ -178,8 +179,12 @@ class Session:
         counts = {r: a.count for r, a, _ in bounded}
         for r in step.listed:
             (fetch.whole if counts[r] == 0 else fetch.listed).append(r)
+        # The asked ranges are disjoint: a part's parent is the last one starting at or
+        # before it (a bisection: a scan per part was quadratic in wide rounds).
+        parents = sorted(ranges)
+        firsts = [p.first for p in parents]
         for r in step.split:  # nothing held here under the parent: fetch it all, no descent
-            parent = next(p for p in ranges if p.first <= r.first and r.last <= p.last)
+            parent = parents[bisect.bisect_right(firsts, r.first) - 1]
             if counts[parent] == 0:
                 fetch.whole.append(r)
             else:
@@ -200,9 +205,14 @@ def runs_of(ranges: Iterable[SequenceRange]) -> list[SequenceRange]:
     return out
 
 
-def _bound_tail(tail: SequenceRange, count: int) -> list[SequenceRange]:
+def _bound_tail(tail: SequenceRange, count: int, fanout: int, small: int) -> list[SequenceRange]:
+    """A differing open tail, bounded by the larger side's count, and the rest. A bounded
+    tail too large to list is asked for in parts at once: asked whole, it would only be
+    split next round (over a large log, asking it whole reads every tile of it again)."""
     end = min(tail.first + count - 1, MAX_SEQUENCE_ID - 1)
-    return [SequenceRange(tail.first, end), SequenceRange(end + 1, MAX_SEQUENCE_ID)]
+    bounded = SequenceRange(tail.first, end)
+    parts = bounded.split(fanout) if count > small else [bounded]
+    return [*parts, SequenceRange(end + 1, MAX_SEQUENCE_ID)]
 
 
 @dataclass
