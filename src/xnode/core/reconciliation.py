@@ -207,8 +207,9 @@ def runs_of(ranges: Iterable[SequenceRange]) -> list[SequenceRange]:
 
 def _bound_tail(tail: SequenceRange, count: int, fanout: int, small: int) -> list[SequenceRange]:
     """A differing open tail, bounded by the larger side's count, and the rest. A bounded
-    tail too large to list is asked for in parts at once: asked whole, it would only be
-    split next round (over a large log, asking it whole reads every tile of it again)."""
+    tail too large to list is asked for in parts at once, saving a round trip and, over a
+    large log, a read of all its tiles: asked whole, it would be split next round unless
+    the difference lay past it."""
     end = min(tail.first + count - 1, MAX_SEQUENCE_ID - 1)
     bounded = SequenceRange(tail.first, end)
     parts = bounded.split(fanout) if count > small else [bounded]
