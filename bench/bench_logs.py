@@ -4,9 +4,9 @@ printed beside its bound.
 
     .venv/bin/python bench/bench_logs.py [--seconds 10] [--rounds 2] [--leaves 1000000]
 
-"Off" is the node as it was before committed logs (`--baseline`, default: the parent of the
-commit that added migrations/versions/0003_logs.py), run from a `git archive` of that
-revision; "on" is this tree with default settings. Rounds alternate off/on on one Postgres
+"Off" is this tree with `XNODE_LOG_COMMIT_ENABLED=false` (the node signs and stores the same
+envelopes, but no leaf hashes, tree nodes, tree size or checkpoints); "on" is this tree with
+default settings. Rounds alternate off/on on one Postgres
 cluster (fsync on), a fresh database each. Inclusion proofs are measured at the database +
 use case level (`LogQueries.inclusion` over `LogStore`, one pool, no gRPC): the tree is
 loaded with COPY, then proofs for random sequence ids are asked against the checkpoint.
@@ -21,12 +21,10 @@ import random
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from io import BytesIO
 from pathlib import Path
 from statistics import median
 from typing import cast
@@ -48,26 +46,8 @@ from xnode.usecases.logs import LogQueries
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def git(*args: str) -> bytes:
-    return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True).stdout
-
-
-def default_baseline() -> str:
-    added = git("log", "--diff-filter=A", "--format=%H", "--", "migrations/versions/0003_logs.py")
-    first = added.split()[-1].decode()
-    return f"{first}^"
-
-
-def checkout(revision: str, into: Path) -> Path:
-    """src/ and migrations/ of `revision` (the node finds its migrations beside src/)."""
-    archive = git("archive", "--format=tar", revision, "src", "migrations")
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    return into / "src"
-
-
 def start_node(
-    cluster: PgCluster, work: Path, key: SigningKey, name: str, src: Path
+    cluster: PgCluster, work: Path, key: SigningKey, name: str, logs: bool
 ) -> tuple[subprocess.Popen[bytes], str]:
     cluster.create_database(name)
     nodes = work / "nodes.json"
@@ -75,7 +55,7 @@ def start_node(
     address = f"127.0.0.1:{free_port()}"
     env = {
         **os.environ,
-        "PYTHONPATH": str(src),
+        "PYTHONPATH": str(ROOT / "src"),
         "XNODE_LISTEN_ADDRESS": address,
         "XNODE_DATABASE_DSN": cluster.dsn(name),
         "XNODE_SIGNER_KEY": key.hex(),
@@ -85,6 +65,7 @@ def start_node(
         # One payer publishing flat out: the cost measured is the logs', not the API limits'
         # (on by default since issue 11; a baseline without them ignores the setting).
         "XNODE_LIMITS_ENABLED": "false",
+        "XNODE_LOG_COMMIT_ENABLED": str(logs).lower(),
     }
     proc = subprocess.Popen([sys.executable, "-m", "xnode.cli", "run"], env=env)
     if not wait_serving(address, 120):
@@ -139,10 +120,12 @@ async def measure(
 
 
 async def publish_round(
-    cluster: PgCluster, work: Path, name: str, src: Path, seconds: float
-) -> tuple[Measured, Measured, int]:
+    cluster: PgCluster, work: Path, name: str, logs: bool, seconds: float
+) -> tuple[Measured, Measured, int, int]:
+    """Batches then singles on a fresh node; also the checkpoints it issued and the leaves
+    it stored (none when off)."""
     key = SigningKey.generate()
-    proc, address = await asyncio.to_thread(start_node, cluster, work, key, name, src)
+    proc, address = await asyncio.to_thread(start_node, cluster, work, key, name, logs)
     try:
         batched = await measure(cluster, name, proc.pid, lambda: publish_batches(address, seconds))
         singles = await measure(cluster, name, proc.pid, lambda: publish_singles(address, seconds))
@@ -151,11 +134,11 @@ async def publish_round(
         proc.wait(30)
     conn = await asyncpg.connect(cluster.dsn(name))
     try:
-        exists = await conn.fetchval("SELECT to_regclass('log_checkpoints') IS NOT NULL")
-        issued = await conn.fetchval("SELECT count(*) FROM log_checkpoints") if exists else 0
+        issued = await conn.fetchval("SELECT count(*) FROM log_checkpoints")
+        leaves = await conn.fetchval("SELECT count(*) FROM log_leaves")
     finally:
         await conn.close()
-    return batched, singles, issued
+    return batched, singles, issued, leaves
 
 
 # --- inclusion proofs over 1M leaves ---------------------------------------------------------
@@ -215,35 +198,35 @@ async def inclusion_latency(dsn: str, n: int, proofs: int) -> list[float]:
         return took
 
 
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--leaves", type=int, default=1_000_000)
     parser.add_argument("--proofs", type=int, default=5000)
-    parser.add_argument("--baseline", default=None, help="git revision without committed logs")
     args = parser.parse_args()
-    baseline = args.baseline or default_baseline()
     work = Path(tempfile.mkdtemp(prefix="xnode-bench-logs-"))
     work.chmod(0o755)
     cluster = start_cluster(work / "pg", fsync=True)
     try:
-        off_src = checkout(baseline, work / "baseline")
-        on_src = ROOT / "src"
-        short = git("rev-parse", "--short", baseline).decode().strip()
-        print(f"machine: {os.cpu_count()} cores; off = {short}, on = this tree; ", end="")
-        print(f"{args.seconds} s per measure, {args.rounds} rounds")
-        results: dict[str, list[tuple[Measured, Measured, int]]] = {"off": [], "on": []}
+        print(f"machine: {os.cpu_count()} cores, load {load()}; off = log_commit_enabled false,")
+        print(f"on = default settings; {args.seconds} s per measure, {args.rounds} rounds")
+        results: dict[str, list[tuple[Measured, Measured, int, int]]] = {"off": [], "on": []}
         for r in range(args.rounds):
-            for label, src in (("off", off_src), ("on", on_src)):
-                done = await publish_round(cluster, work, f"{label}{r}", src, args.seconds)
+            for label, logs in (("off", False), ("on", True)):
+                done = await publish_round(cluster, work, f"{label}{r}", logs, args.seconds)
                 results[label].append(done)
-                b, s, issued = done
+                b, s, issued, leaves = done
                 print(
                     f"  round {r} {label}: batches {b.rate:,.0f} env/s {b.cpu_us:.0f} us/env,",
                     end="",
                 )
-                print(f" singles {s.rate:,.0f} env/s {s.cpu_us:.0f} us/env, checkpoints {issued}")
+                print(f" singles {s.rate:,.0f} env/s {s.cpu_us:.0f} us/env,", end="")
+                print(f" checkpoints {issued}, leaves {leaves:,}; load {load()}")
         print("| measure | off | on | on / off | bound |\n|---|---|---|---|---|")
         names = ["publish, batches of 100, 8 callers", "publish, single envelopes, 64 callers"]
         for i, what in enumerate(names):
@@ -262,7 +245,7 @@ async def main() -> None:
         print(f"(built and loaded a tree of {args.leaves:,} leaves in {load_s:.1f} s)")
         took = await inclusion_latency(cluster.dsn("proofs"), args.leaves, args.proofs)
         p50, p99 = percentile(took, 50) * 1e3, percentile(took, 99) * 1e3
-        print("| measure | result | bound |\n|---|---|---|")
+        print(f"load {load()}\n| measure | result | bound |\n|---|---|---|")
         print(f"| inclusion proof, {args.leaves:,} leaves, p50 | {p50:.3f} ms | |")
         print(f"| inclusion proof, {args.leaves:,} leaves, p99 | {p99:.3f} ms | <= 2 ms |")
     finally:

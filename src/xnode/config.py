@@ -187,6 +187,12 @@ class Settings(BaseSettings):
     )
     # A checkpoint costs ~1.5 ms of CPU (docs/benchmarks.md): every 1,000 envelopes that was
     # ~2% of a fast node's publish CPU; below ~2,000 env/s the 5 s timer comes first anyway.
+    log_commit_enabled: bool = Field(
+        True,
+        description="Commit this node's own log as it publishes (leaf hashes, tree, signed"
+        " checkpoints). false only to measure what that costs (bench/bench_logs.py): envelopes"
+        " published meanwhile have no leaves, so no proofs, checkpoints or repair by log",
+    )
     log_checkpoint_envelopes: int = Field(
         10_000, description="Sign a checkpoint of this node's log after N new envelopes", gt=0
     )

@@ -418,7 +418,7 @@ async def _start_originator(
     (issuing in the primary worker only)."""
     node_id = state.node_id
     pricing = Pricing(settings.fee_schedule(), settings.fee_rate_window_seconds)
-    sequencer = Sequencer(pool, node_id, key, token, pricing)
+    sequencer = Sequencer(pool, node_id, key, token, pricing, settings.log_commit_enabled)
     issuer = CheckpointIssuer(
         LogStore(pool),
         node_id,
@@ -439,7 +439,7 @@ async def _start_originator(
     stack.push_async_callback(originator.close)  # accepted publishes commit before the pool
     originator.start()
     stack.push_async_callback(issuer.stop)
-    if role.primary:
+    if role.primary and settings.log_commit_enabled:
         issuer.start()
     return originator, sequencer, issuer
 

@@ -306,7 +306,9 @@ def originate(
     originator_ns: int,
     key: SigningKey,
     fees: Fees = NO_FEES,
+    with_leaf: bool = True,
 ) -> IndexedEnvelope:
+    """`with_leaf` False: no log leaf hash (a node not committing its log)."""
     expiry = payer.expiry(originator_ns)
     unsigned = envelopes_pb2.UnsignedOriginatorEnvelope(
         originator_node_id=node_id,
@@ -330,7 +332,7 @@ def originate(
         expiry,
         payer.payer_address,
         raw,
-        leaf_hash(unsigned),
+        leaf_hash(unsigned) if with_leaf else b"",
         base_fee=fees.base,
         congestion_fee=fees.congestion,
     )

@@ -80,6 +80,38 @@ WITH inserted AS (
 SELECT pg_notify($11, $12)
 """
 
+# A node not committing its log (setting `log_commit_enabled`, for measuring what the log
+# costs) appends the same envelopes and clock without leaves, tree nodes or tree size. The
+# same arguments minus those ($13..$15, $19..$21): the fees are $13, $14, the remembered id $15.
+_ROWS_UNLOGGED = _ROWS.replace("$16::", "$13::").replace("$17::", "$14::")
+_CLAIM_AND_APPEND_UNLOGGED = f"""
+WITH claimed AS (
+    UPDATE vector_clock SET sequence_id = $8, last_ns = $9
+    WHERE originator_node_id = $10 AND sequence_id = $15
+    RETURNING 1
+), inserted AS (
+    INSERT INTO originator_envelopes
+    {_ROWS_UNLOGGED} AS r WHERE EXISTS (SELECT 1 FROM claimed)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM inserted), (SELECT pg_notify($11, $12) FROM claimed)
+"""
+_APPEND_LOCKED_UNLOGGED = f"""
+WITH inserted AS (
+    INSERT INTO originator_envelopes {_ROWS_UNLOGGED}
+), clock AS (
+    UPDATE vector_clock SET sequence_id = $8, last_ns = $9 WHERE originator_node_id = $10
+)
+SELECT pg_notify($11, $12)
+"""
+_NO_LEAVES: LeafColumns = ([], [], [], [])
+
+
+def _unlogged(arguments: tuple[object, ...]) -> tuple[object, ...]:
+    """`_arguments` for the unlogged statements."""
+    return arguments[:12] + arguments[15:17]
+
+
 # Callers of the locked path without a schedule (tests, tools) sign zero fees.
 FREE = Pricing(FeeSchedule())
 
@@ -109,15 +141,17 @@ async def _sign(
     key: SigningKey,
     pricing: Pricing,
     frontier: _Growing | None = None,
+    logged: bool = True,
 ) -> list[IndexedEnvelope]:
     """Signs the batch; with a frontier, also appends the batch's leaves to it (in the same
-    worker thread for large batches: hashing is CPU the event loop need not spend)."""
+    worker thread for large batches: hashing is CPU the event loop need not spend).
+    `logged` False: no leaf hashes (a node not committing its log)."""
     stamps = _timestamps(len(batch), last_ns, now_ns)
     fees = pricing.batch([(len(p.raw), p.retention_days) for p in batch], now_ns)
 
     def sign_all() -> list[IndexedEnvelope]:
         signed = [
-            originate(payer, node_id, last_seq + 1 + i, stamps[i], key, fees[i])
+            originate(payer, node_id, last_seq + 1 + i, stamps[i], key, fees[i], logged)
             for i, payer in enumerate(batch)
         ]
         if frontier is not None:
@@ -163,11 +197,16 @@ async def _append_locked(
     now_ns: int,
     notice_token: str,
     pricing: Pricing,
-) -> tuple[list[IndexedEnvelope], Frontier]:
+    logged: bool = True,
+) -> tuple[list[IndexedEnvelope], Frontier | None]:
     row = await conn.fetchrow(_LOCK_CLOCK, node_id)
     if row is None:
         raise RuntimeError(f"vector clock row for node {node_id} is missing")
-    signed = await _sign(batch, node_id, row[0], row[1], now_ns, key, pricing)
+    signed = await _sign(batch, node_id, row[0], row[1], now_ns, key, pricing, logged=logged)
+    if not logged:
+        arguments = _arguments(signed, node_id, notice_token, _NO_LEAVES)
+        await conn.execute(_APPEND_LOCKED_UNLOGGED, *_unlogged(arguments))
+        return signed, None
     arguments = _arguments(signed, node_id, notice_token, leaf_columns(signed))
     await conn.execute(_APPEND_LOCKED, *arguments)
     return signed, await extend_tree(conn, node_id)
@@ -197,8 +236,12 @@ class Sequencer:
         key: SigningKey,
         notice_token: str,
         pricing: Pricing | None = None,
+        commit_log: bool = True,
     ) -> None:
+        """`commit_log` False: no leaves, tree nodes or tree size are written (settings
+        `log_commit_enabled`)."""
         self._pool = pool
+        self._commit_log = commit_log
         self._pricing = pricing or Pricing(FeeSchedule())
         self._node_id = node_id
         self._key = key
@@ -219,7 +262,14 @@ class Sequencer:
                 self.fast_misses += int(in_sync)
                 async with self._pool.acquire() as conn, conn.transaction():
                     signed, frontier = await _append_locked(
-                        conn, self._node_id, self._key, batch, now_ns, self._notice, self._pricing
+                        conn,
+                        self._node_id,
+                        self._key,
+                        batch,
+                        now_ns,
+                        self._notice,
+                        self._pricing,
+                        self._commit_log,
                     )
                 self._frontier = frontier
                 self.locked_appends += 1
@@ -240,14 +290,19 @@ class Sequencer:
             self._last = None
 
     def _in_sync(self) -> bool:
-        """The fast path needs the clock and the whole tree up to it."""
+        """The fast path needs the clock and the whole tree up to it (when logged)."""
+        if not self._commit_log:
+            return self._last is not None
         return bool(self._last and self._frontier and self._frontier.size == self._last[0])
 
     async def _append_fast(
         self, batch: Sequence[ValidPayerEnvelope], now_ns: int
     ) -> list[IndexedEnvelope] | None:
-        assert self._last is not None and self._frontier is not None
+        assert self._last is not None
         last_seq, last_ns = self._last
+        if not self._commit_log:
+            return await self._append_fast_unlogged(batch, now_ns, last_seq, last_ns)
+        assert self._frontier is not None
         frontier = _Growing(self._frontier.size, list(self._frontier.peaks))
         signed = await _sign(
             batch, self._node_id, last_seq, last_ns, now_ns, self._key, self._pricing, frontier
@@ -261,6 +316,17 @@ class Sequencer:
         self._frontier = frontier
         return signed
 
+    async def _append_fast_unlogged(
+        self, batch: Sequence[ValidPayerEnvelope], now_ns: int, last_seq: int, last_ns: int
+    ) -> list[IndexedEnvelope] | None:
+        signed = await _sign(
+            batch, self._node_id, last_seq, last_ns, now_ns, self._key, self._pricing, None, False
+        )
+        arguments = _arguments(signed, self._node_id, self._notice, _NO_LEAVES)
+        row = await self._pool.fetchrow(_CLAIM_AND_APPEND_UNLOGGED, *_unlogged(arguments), last_seq)
+        assert row is not None
+        return signed if row[0] == len(signed) else None
+
     async def resume_after(self, sequence_id: int) -> None:
         """The next id signed is above `sequence_id` (and above what is stored): peers hold
         this node's envelopes up to it, e.g. after a restore from an older backup."""
@@ -272,5 +338,7 @@ class Sequencer:
         the first batch can take the fast path."""
         row = await self._pool.fetchrow(_READ_CLOCK, self._node_id)
         self._last = (row[0], row[1]) if row is not None else None
+        if not self._commit_log:
+            return
         async with self._pool.acquire() as conn, conn.transaction():
             self._frontier = await extend_tree(conn, self._node_id)

@@ -175,3 +175,33 @@ async def test_resuming_after_what_peers_hold_skips_those_ids_and_keeps_time_ord
     await sequencer.resume_after(5)  # never back
     assert [e.sequence_id for e in await sequencer.append(envelopes(1), time.time_ns())] == [23]
     await pool.close()
+
+
+async def test_sequencer_not_committing_its_log_stores_the_same_envelopes_and_no_log(
+    database: str,
+) -> None:
+    pools = [await asyncpg.create_pool(database, min_size=1, max_size=2) for _ in range(2)]
+    await claim_database(pools[0], NODE, KEY.public_key)
+    first, second = (
+        Sequencer(p, NODE, KEY, f"u{i}", commit_log=False) for i, p in enumerate(pools)
+    )
+    await first.prime()
+    await second.prime()
+    signed = await first.append(envelopes(3, "a"), time.time_ns())
+    # Each finds the row moved by the other: signed again on the locked path.
+    signed += await second.append(envelopes(40, "b"), time.time_ns())  # signed in a thread
+    signed += await first.append(envelopes(2, "c"), time.time_ns())
+    assert (first.fast_appends, first.locked_appends, first.fast_misses) == (1, 1, 1)
+    assert (second.fast_appends, second.locked_appends, second.fast_misses) == (0, 1, 1)
+    rows = await pools[0].fetch(
+        "SELECT originator_sequence_id, envelope FROM originator_envelopes"
+        " WHERE originator_node_id = $1 ORDER BY 1",
+        NODE,
+    )
+    assert [(r[0], bytes(r[1])) for r in rows] == [(e.sequence_id, e.raw) for e in signed]
+    assert [e.sequence_id for e in signed] == list(range(1, 46))
+    assert all(e.leaf == b"" for e in signed)  # not even hashed
+    for table in ("log_leaves", "log_nodes", "log_trees", "log_checkpoints"):
+        assert await pools[0].fetchval(f"SELECT count(*) FROM {table}") == 0, table
+    for pool in pools:
+        await pool.close()
