@@ -10,8 +10,10 @@ import asyncpg
 import pytest
 
 from xnode.client.node import group_message_envelope
+from xnode.core.checkpoints import envelope_leaf
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import ValidPayerEnvelope, build_payer_envelope, validate_payer_envelope
+from xnode.core.reconciliation import fingerprint_part
 from xnode.store.identity import WrongNodeError, claim_database
 from xnode.store.sequencer import Sequencer, append_originated
 
@@ -203,5 +205,35 @@ async def test_sequencer_not_committing_its_log_stores_the_same_envelopes_and_no
     assert all(e.leaf == b"" for e in signed)  # not even hashed
     for table in ("log_leaves", "log_nodes", "log_trees", "log_checkpoints"):
         assert await pools[0].fetchval(f"SELECT count(*) FROM {table}") == 0, table
+    for pool in pools:
+        await pool.close()
+
+
+async def test_leaves_written_with_the_envelopes_are_their_hashes_and_fingerprints(
+    database: str,
+) -> None:
+    pools = [await asyncpg.create_pool(database, min_size=1, max_size=2) for _ in range(2)]
+    await claim_database(pools[0], NODE, KEY.public_key)
+    first, second = (Sequencer(p, NODE, KEY, f"l{i}") for i, p in enumerate(pools))
+    await first.prime()
+    await second.prime()
+    signed = await first.append(envelopes(3, "a"), time.time_ns())  # fast
+    signed += await second.append(envelopes(40, "b"), time.time_ns())  # locked, in a thread
+    signed += await first.append(envelopes(2, "c"), time.time_ns())  # locked
+    signed += await first.append(envelopes(50, "d"), time.time_ns())  # fast, in a thread
+    assert (first.fast_appends, second.locked_appends) == (2, 1)
+    rows = await pools[0].fetch(
+        "SELECT sequence_id, leaf_hash, fingerprint FROM log_leaves"
+        " WHERE originator_node_id = $1 ORDER BY 1",
+        NODE,
+    )
+    expected = [(e.sequence_id, envelope_leaf(e.raw)) for e in signed]
+    assert [(r[0], bytes(r[1])) for r in rows] == expected
+    assert [r[2] for r in rows] == [fingerprint_part(leaf) for _, leaf in expected]
+    assert any(r[2] < 0 for r in rows) and any(r[2] > 0 for r in rows)  # both signs
+    size = await pools[0].fetchval(
+        "SELECT tree_size FROM log_trees WHERE originator_node_id = $1", NODE
+    )
+    assert size == len(signed)
     for pool in pools:
         await pool.close()
