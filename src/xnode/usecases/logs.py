@@ -161,25 +161,30 @@ class LogQueries:
                 await asyncio.wait_for(self._draining.wait(), self._poll_s)
 
     async def _size(self, originator: int, tree_size: int) -> int:
+        return (await self._sized(originator, tree_size))[0]
+
+    async def _sized(self, originator: int, tree_size: int) -> tuple[int, Checkpoint | None]:
+        """The tree size asked for (0: the latest checkpoint's, with that checkpoint)."""
         if tree_size == 0:
             latest = await self._port.latest_checkpoint(originator)
             if latest is None:
                 raise NotHeld(f"no checkpoint of originator {originator}")
-            return latest.tree_size
+            return latest.tree_size, latest
         held = await self._port.tree_size(originator)
         if tree_size > held:
             raise NotHeld(f"the tree of originator {originator} held here has {held} leaves")
-        return tree_size
+        return tree_size, None
 
     async def inclusion(self, originator: int, sequence_id: int, tree_size: int) -> InclusionProof:
-        size = await self._size(originator, tree_size)
+        size, latest = await self._sized(originator, tree_size)
         if not 1 <= sequence_id <= size:
             raise ValueError(f"sequence id {sequence_id} is not in a tree of {size} leaves")
         index = sequence_id - 1
         nodes = [(0, index), *merkle.perfect_nodes_for_inclusion(index, size)]
         hashes = await self._port.perfect(originator, nodes)
         proof = merkle.inclusion_proof(index, size, _lookup(hashes))
-        checkpoint = await self._port.checkpoint_at(originator, size)
+        # Against the latest checkpoint: read once, not again by its size.
+        checkpoint = latest or await self._port.checkpoint_at(originator, size)
         return InclusionProof(hashes[(0, index)], size, proof, checkpoint)
 
     async def run_proofs(
