@@ -64,7 +64,7 @@ def start_node(
         "XNODE_METRICS_ADDRESS": "",
         "XNODE_LOG_LEVEL": "warning",
         # One payer publishing flat out: the cost measured is the logs', not the API limits'
-        # (on by default since issue 11; a baseline without them ignores the setting).
+        # (on by default since issue 11).
         "XNODE_LIMITS_ENABLED": "false",
         "XNODE_LOG_COMMIT_ENABLED": str(logs).lower(),
     }
