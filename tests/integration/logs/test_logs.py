@@ -68,11 +68,38 @@ async def test_checkpoints_commit_the_published_log_and_proofs_verify(
             pb.GetInclusionProofRequest(originator_node_id=100, sequence_id=5)
         )
         assert latest.tree_size == 63
+        assert latest.checkpoint.SerializeToString() == large.signed
+        check_inclusion(large, 5, latest.leaf_hash, list(latest.proof))
 
         proof = await api.GetConsistencyProof(
             pb.GetConsistencyProofRequest(originator_node_id=100, first_size=37, second_size=63)
         )
         check_consistent(small, large, list(proof.proof))
+
+
+async def test_a_node_not_committing_its_log_publishes_the_same_and_keeps_no_log(
+    start_node: Any, database: str, node_spec: NodeSpec
+) -> None:
+    settings = node_settings(database, node_spec, log_commit_enabled=False, **FAST)
+    node = await start_node(**settings)
+    published = await publish(node.address, 100, [GROUP] * 37)
+    conn = await asyncpg.connect(database)
+    try:
+        rows = await conn.fetch(
+            "SELECT envelope FROM originator_envelopes WHERE originator_node_id = 100"
+            " ORDER BY originator_sequence_id"
+        )
+        assert [bytes(r[0]) for r in rows] == published
+        for table in ("log_leaves", "log_nodes", "log_trees"):
+            assert await conn.fetchval(f"SELECT count(*) FROM {table}") == 0, table
+    finally:
+        await conn.close()
+    async with log_api(node.address) as api:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await api.GetInclusionProof(
+                pb.GetInclusionProofRequest(originator_node_id=100, sequence_id=5)
+            )
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND
 
 
 class OldLogApi(logs_pb2_grpc.LogApiServicer):
