@@ -102,6 +102,8 @@ def postgres_cpu(cluster: PgCluster) -> float:
 class Measured:
     rate: float  # envelopes per second, wall clock
     cpu_us: float  # node + Postgres CPU microseconds per envelope (robust on shared cores)
+    # Postgres checkpoints and autovacuum runs in the window: work the CPU figure includes
+    background: str = ""
 
 
 async def measure(
@@ -111,13 +113,30 @@ async def measure(
     try:
         count = "SELECT coalesce(max(sequence_id), 0) FROM vector_clock"
         before = await conn.fetchval(count), cpu_seconds(node_pid), postgres_cpu(cluster)
+        chores = await background_work(conn)
         rate = await run()
+        chores = [b - a for a, b in zip(chores, await background_work(conn), strict=True)]
         after = await conn.fetchval(count), cpu_seconds(node_pid), postgres_cpu(cluster)
     finally:
         await conn.close()
     envelopes = max(1, after[0] - before[0])
     cpu = (after[1] - before[1]) + (after[2] - before[2])
-    return Measured(rate, cpu / envelopes * 1e6)
+    return Measured(
+        rate, cpu / envelopes * 1e6, "pg checkpoints {}, autovacuums {}".format(*chores)
+    )
+
+
+async def background_work(conn: asyncpg.Connection) -> list[int]:
+    """Postgres checkpoints so far (cluster-wide) and autovacuum/autoanalyze runs (this
+    database): an outlier round's CPU may be theirs."""
+    row = await conn.fetchrow(
+        "SELECT (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter),"
+        " (SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)::bigint"
+        "  FROM pg_stat_all_tables)"
+    )
+    assert row is not None
+    await conn.execute("SELECT pg_stat_clear_snapshot()")  # fresh counters next time
+    return [int(row[0]), int(row[1])]
 
 
 async def publish_round(
@@ -229,6 +248,7 @@ async def main() -> None:
                 )
                 print(f" singles {s.rate:,.0f} env/s {s.cpu_us:.0f} us/env,", end="")
                 print(f" checkpoints {issued}, leaves {leaves:,}; load {load()}")
+                print(f"    batches: {b.background}; singles: {s.background}")
         print("| measure | off | on | on / off | bound |\n|---|---|---|---|---|")
         names = ["publish, batches of 100, 8 callers", "publish, single envelopes, 64 callers"]
         for i, what in enumerate(names):
