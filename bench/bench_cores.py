@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,22 +124,50 @@ def h2load(
 # --- the node -------------------------------------------------------------------------------
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def cpu_seconds(pids: list[int], reaped_of: Sequence[int] = ()) -> float:
+    """user + system CPU of these live processes, plus what `reaped_of` collected from
+    children that exited (fields 14-17 of /proc/PID/stat, in clock ticks)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+        if pid in reaped_of:
+            ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class NodeRun:
     proc: subprocess.Popen[bytes]
     address: str
     dsn: str
     log: Path
+    postmaster: int
+    worker_count: int
     peak_rss_kb: dict[int, int] = field(default_factory=dict)
 
+    def cpu(self) -> tuple[float, float]:
+        """CPU seconds so far of the node (supervisor and workers) and of Postgres."""
+        node = cpu_seconds([self.proc.pid, *_children(self.proc.pid)])
+        pg = cpu_seconds([self.postmaster, *_children(self.postmaster)], [self.postmaster])
+        return node, pg
+
     def workers(self) -> list[int]:
-        """The serving processes: the supervisor's children, or the one process."""
-        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
-        try:
-            pids = [int(p) for p in children.read_text().split()]
-        except OSError:
-            return []
-        return pids or [self.proc.pid]
+        """The serving processes: the supervisor's children, or the one process (whose
+        children, such as multiprocessing's resource tracker, do not serve)."""
+        if self.worker_count == 1:
+            return [self.proc.pid]
+        return _children(self.proc.pid)
 
     def sample_rss(self) -> None:
         for pid in self.workers():
@@ -193,7 +222,8 @@ def start_node(cluster: PgCluster, work: Path, key: SigningKey, workers: int) ->
         proc = subprocess.Popen(
             [sys.executable, "-m", "xnode.cli", "run"], env=env, stdout=out, stderr=out
         )
-    run = NodeRun(proc, address, cluster.dsn(database), log)
+    postmaster = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
+    run = NodeRun(proc, address, cluster.dsn(database), log, postmaster, workers)
     deadline = time.monotonic() + 120
     while workers > 1 and "node_workers_serving" not in log.read_text(errors="replace"):
         if time.monotonic() > deadline or proc.poll() is not None:
@@ -205,27 +235,50 @@ def start_node(cluster: PgCluster, work: Path, key: SigningKey, workers: int) ->
     return run
 
 
+@dataclass(frozen=True)
+class Rate:
+    """Envelopes per second, and CPU microseconds per envelope (user + system, from /proc)
+    of the node's processes and of Postgres's over the same run."""
+
+    per_second: float = 0.0
+    node_us: float = 0.0
+    postgres_us: float = 0.0
+
+    def __str__(self) -> str:
+        return (
+            f"{self.per_second:9,.0f}/s   CPU per envelope: node {self.node_us:,.0f} us, "
+            f"Postgres {self.postgres_us:,.0f} us"
+        )
+
+
 @dataclass
 class Figures:
     health: float = 0.0
-    singles: float = 0.0
-    batches: float = 0.0  # envelopes per second
+    singles: Rate = Rate()
+    batches: Rate = Rate()
     peak_rss_mb: float = 0.0
 
 
 def publish_run(
     node: NodeRun, body: Path, requests: int, each: int, in_flight: tuple[int, int]
-) -> float:
+) -> Rate:
     """Envelopes per second, after checking that every one sent was stored."""
     before = node.stored()
+    node_cpu, pg_cpu = node.cpu()
     result = h2load(node.address, PUBLISH, body, requests, in_flight)
+    node_after, pg_after = node.cpu()
     stored = node.stored() - before
     if result.failed or stored != result.succeeded * each:
         raise SystemExit(
             f"h2load: {result.succeeded} requests OK, {result.failed} failed, but the node "
             f"stored {stored} envelopes (expected {result.succeeded * each})"
         )
-    return result.rate * each
+    envelopes = result.succeeded * each
+    return Rate(
+        result.rate * each,
+        (node_after - node_cpu) * 1e6 / envelopes,
+        (pg_after - pg_cpu) * 1e6 / envelopes,
+    )
 
 
 def measure(node: NodeRun, bodies: dict[str, Path], args: argparse.Namespace) -> Figures:
@@ -247,9 +300,9 @@ def measure(node: NodeRun, bodies: dict[str, Path], args: argparse.Namespace) ->
         print(f"    empty calls (Health/Check)  {figures.health:9,.0f}/s   {load()}")
         publish_run(node, bodies["single"], 1000, 1, SINGLES_IN_FLIGHT)  # warm-up
         figures.singles = publish_run(node, bodies["single"], args.singles, 1, SINGLES_IN_FLIGHT)
-        print(f"    single publishes            {figures.singles:9,.0f}/s   {load()}")
+        print(f"    single publishes            {figures.singles}   {load()}")
         figures.batches = publish_run(node, bodies["batch"], args.batches, 100, BATCHES_IN_FLIGHT)
-        print(f"    batches of 100 (envelopes)  {figures.batches:9,.0f}/s   {load()}")
+        print(f"    batches of 100 (envelopes)  {figures.batches}   {load()}")
     finally:
         stop.set()
         watcher.join()
@@ -264,11 +317,12 @@ def report(by_workers: dict[int, Figures], signing: dict[int, float]) -> None:
     columns += ["batch env/s", "of 2-core signing", "peak RSS MB"]
     print(" ".join(f"{c:>{w}}" for c, w in zip(columns, WIDTHS, strict=True)))
     for workers, f in sorted(by_workers.items()):
-        ratio = f.singles / one.health if one and one.health else float("nan")
-        scale = f.singles / one.singles if one and one.singles else float("nan")
+        ratio = f.singles.per_second / one.health if one and one.health else float("nan")
+        scale = f.singles.per_second / one.singles.per_second if one else float("nan")
         print(
-            f"{workers:>7} {f.health:>9,.0f} {f.singles:>10,.0f} {ratio:>18.2f} {scale:>10.2f}x "
-            f"{f.batches:>12,.0f} {f.batches / signing[2]:>18.2f} {f.peak_rss_mb:>12.0f}"
+            f"{workers:>7} {f.health:>9,.0f} {f.singles.per_second:>10,.0f} {ratio:>18.2f} "
+            f"{scale:>10.2f}x {f.batches.per_second:>12,.0f} "
+            f"{f.batches.per_second / signing[2]:>18.2f} {f.peak_rss_mb:>12.0f}"
         )
     print("goals: singles >= 0.8 of one worker's empty calls; 2 workers >= 1.6x one; "
           "batches >= 15,000 envelopes/s on 2 cores; RSS <= 200 MB per worker")  # fmt: skip
