@@ -43,7 +43,7 @@ from xnode.chain.wallets import Erc1271Wallets
 from xnode.config import Settings
 from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.crypto import SigningKey, address_of
-from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope
+from xnode.core.envelopes import IndexedEnvelope, Originable
 from xnode.core.fees import Pricing
 from xnode.core.registry import Registry, RegistryError
 from xnode.observability.logging import configure_logging
@@ -75,6 +75,7 @@ from xnode.store.sequencer import Sequencer
 from xnode.store.subscription_slots import SharedSubscriptionSlots
 from xnode.tls import ClientTls, ServerTls, TlsConfigError
 from xnode.usecases.admission import Admission
+from xnode.usecases.forwarding import ForwardingOriginator, SequencerLink
 from xnode.usecases.health import DATABASE, HealthMonitor
 from xnode.usecases.identity import IdentityUpdates
 from xnode.usecases.limits import ApiLimits
@@ -178,7 +179,7 @@ class TimedAppend:
     sequencer: Sequencer
     clock: Clock = SYSTEM_CLOCK
 
-    async def __call__(self, batch: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
+    async def __call__(self, batch: Sequence[Originable]) -> list[IndexedEnvelope]:
         return await self.sequencer.append(batch, self.clock.now_ns())
 
 
@@ -200,10 +201,13 @@ class WorkerRole:
     runs what runs once per node: the recovery of its own log, replication (with liveness
     reports and anti-entropy) and checkpoint issuing; the chain indexer is one per database
     by its own lock. With more than one, the ports are shared (SO_REUSEPORT) and each
-    process's metrics are served plainly on loopback for the supervisor to merge."""
+    process's metrics are served plainly on loopback for the supervisor to merge. The first
+    also sequences every worker's publishes: the others hand it their validated batches over
+    the Unix socket `sequencer_link` (xnode.usecases.forwarding)."""
 
     index: int = 0
     count: int = 1
+    sequencer_link: str = ""
 
     @property
     def primary(self) -> bool:
@@ -413,9 +417,10 @@ async def _start_originator(
     token: str,
     stack: AsyncExitStack,
     role: WorkerRole,
-) -> tuple[Originator, Sequencer, CheckpointIssuer]:
+) -> tuple[Originator | ForwardingOriginator, Sequencer, CheckpointIssuer]:
     """The group commit over the sequencer, with the checkpoint issuer of this node's log
-    (issuing in the primary worker only)."""
+    (issuing in the primary worker only); with a sequencer link, the first worker serves it
+    and the others forward their batches through it."""
     node_id = state.node_id
     pricing = Pricing(settings.fee_schedule(), settings.fee_rate_window_seconds)
     sequencer = Sequencer(pool, node_id, key, token, pricing, settings.log_commit_enabled)
@@ -436,11 +441,23 @@ async def _start_originator(
         BatchStats([observe_batch]),
     )
     stack.callback(_log_appends, sequencer)  # after the drain's last commit
+    link = role.sequencer_link if role.shares_ports else ""
+    if link and role.primary:
+        served = SequencerLink(link, originator)
+        stack.push_async_callback(served.close)  # after the originator: answers what it took
+        await served.start()
     stack.push_async_callback(originator.close)  # accepted publishes commit before the pool
     originator.start()
     stack.push_async_callback(issuer.stop)
     if role.primary and settings.log_commit_enabled:
         issuer.start()
+    if link and not role.primary:
+        forwarding = ForwardingOriginator(
+            link, node_id, originator, lambda top: state.clock.merge({node_id: top})
+        )
+        stack.push_async_callback(forwarding.close)  # before the local originator's close
+        forwarding.start()
+        return forwarding, sequencer, issuer
     return originator, sequencer, issuer
 
 
@@ -497,7 +514,7 @@ class NodeParts:
 
     store: EnvelopeStore
     state: NodeState
-    originator: Originator | None  # None: a read-only node
+    originator: Originator | ForwardingOriginator | None  # None: a read-only node
     reports: MisbehaviorStore
     registry: RegistrySource | None
     chain: ChainServices | None

@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 from collections import deque
@@ -117,8 +119,17 @@ class Supervisor:
         # here, and _watch waits on it too.
         self._wake_read, self._wake_write = os.pipe()
         self._restarts: deque[float] = deque()
+        # The first worker sequences every worker's publishes; the others reach it here.
+        self._link_dir = tempfile.mkdtemp(prefix="xnode-") if count > 1 else ""
 
     def run(self) -> int:
+        try:
+            return self._run()
+        finally:
+            if self._link_dir:
+                shutil.rmtree(self._link_dir, ignore_errors=True)
+
+    def _run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         if not self._start_all():
@@ -173,7 +184,8 @@ class Supervisor:
 
     def _spawn(self, index: int, first_start: bool) -> _Worker:
         ours, theirs = self._context.Pipe(duplex=False)
-        role = WorkerRole(index, self._count)
+        link = os.path.join(self._link_dir, "sequencer.sock") if self._link_dir else ""
+        role = WorkerRole(index, self._count, link)
         process = self._context.Process(
             target=_worker_main,
             args=(self._worker_settings(index, first_start), role, theirs),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from google.protobuf.message import DecodeError
 
@@ -78,6 +79,21 @@ class ValidPayerEnvelope:
 
     def expiry(self, originator_ns: int) -> int:
         return expiry_unixtime(self.topic.kind, self.retention_days, originator_ns)
+
+
+class Originable(Protocol):
+    """What signing needs of a payer envelope: a ValidPayerEnvelope, or its part another
+    worker of the node handed over (xnode.core.sequencer_wire.Payload)."""
+
+    @property
+    def raw(self) -> bytes: ...
+    @property
+    def topic(self) -> Topic: ...
+    @property
+    def payer_address(self) -> bytes: ...
+    @property
+    def retention_days(self) -> int: ...
+    def expiry(self, originator_ns: int) -> int: ...
 
 
 def _decode_client_envelope(raw: bytes) -> envelopes_pb2.ClientEnvelope:
@@ -300,7 +316,7 @@ class IndexedEnvelope:
 
 
 def originate(
-    payer: ValidPayerEnvelope,
+    payer: Originable,
     node_id: int,
     sequence_id: int,
     originator_ns: int,

@@ -18,7 +18,7 @@ import asyncpg
 
 from xnode.core.checkpoints import envelope_leaf, has_log
 from xnode.core.crypto import SigningKey
-from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope, originate
+from xnode.core.envelopes import IndexedEnvelope, Originable, originate
 from xnode.core.fees import FeeSchedule, Pricing
 from xnode.core.merkle import Frontier
 from xnode.store.logs import extend_tree, node_columns
@@ -120,7 +120,7 @@ def _timestamps(count: int, last_ns: int, now_ns: int) -> list[int]:
 
 
 async def _sign(
-    batch: Sequence[ValidPayerEnvelope],
+    batch: Sequence[Originable],
     node_id: int,
     last_seq: int,
     last_ns: int,
@@ -179,7 +179,7 @@ async def _append_locked(
     conn: asyncpg.Connection,
     node_id: int,
     key: SigningKey,
-    batch: Sequence[ValidPayerEnvelope],
+    batch: Sequence[Originable],
     now_ns: int,
     notice_token: str,
     pricing: Pricing,
@@ -202,7 +202,7 @@ async def append_originated(
     conn: asyncpg.Connection,
     node_id: int,
     key: SigningKey,
-    batch: Sequence[ValidPayerEnvelope],
+    batch: Sequence[Originable],
     now_ns: int,
     notice_token: str,
     pricing: Pricing = FREE,
@@ -238,9 +238,7 @@ class Sequencer:
         self.locked_appends = 0
         self.fast_misses = 0  # signed for the fast path, found the row moved: signed again
 
-    async def append(
-        self, batch: Sequence[ValidPayerEnvelope], now_ns: int
-    ) -> list[IndexedEnvelope]:
+    async def append(self, batch: Sequence[Originable], now_ns: int) -> list[IndexedEnvelope]:
         try:
             in_sync = self._in_sync()
             signed = await self._append_fast(batch, now_ns) if in_sync else None
@@ -282,7 +280,7 @@ class Sequencer:
         return bool(self._last and self._frontier and self._frontier.size == self._last[0])
 
     async def _append_fast(
-        self, batch: Sequence[ValidPayerEnvelope], now_ns: int
+        self, batch: Sequence[Originable], now_ns: int
     ) -> list[IndexedEnvelope] | None:
         assert self._last is not None
         last_seq, last_ns = self._last

@@ -10,16 +10,16 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope
+from xnode.core.envelopes import IndexedEnvelope, Originable
 from xnode.core.errors import Reason, Rejected
 
-Append = Callable[[Sequence[ValidPayerEnvelope]], Awaitable[list[IndexedEnvelope]]]
+Append = Callable[[Sequence[Originable]], Awaitable[list[IndexedEnvelope]]]
 Committed = Callable[[list[IndexedEnvelope]], Awaitable[None]]
 
 
 @dataclass(slots=True)
 class _Request:
-    envelopes: Sequence[ValidPayerEnvelope]
+    envelopes: Sequence[Originable]
     result: asyncio.Future[list[IndexedEnvelope]]
 
 
@@ -50,7 +50,12 @@ class Originator:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="originator")
 
-    async def publish(self, envelopes: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
+    @property
+    def closing(self) -> bool:
+        """Publishes are refused from now on (the node drains)."""
+        return self._closing
+
+    async def publish(self, envelopes: Sequence[Originable]) -> list[IndexedEnvelope]:
         if self._closing:
             raise Rejected(Reason.UNAVAILABLE, "node is shutting down; publish to another node")
         request = _Request(envelopes, asyncio.get_running_loop().create_future())

@@ -9,7 +9,7 @@ from typing import Protocol
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.associations import WalletCheck
 from xnode.core.cursors import Cursor
-from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope, ValidPayerEnvelope
+from xnode.core.envelopes import IndexedEnvelope, Originable, StoredEnvelope, ValidPayerEnvelope
 from xnode.core.forks import Fork, ForkDigest
 from xnode.core.limits import Charge, LimitExceeded
 from xnode.core.query import EnvelopeQuery
@@ -34,7 +34,7 @@ class EnvelopeReader(Protocol):
 class Originate(Protocol):
     """Signs, sequences and commits payer envelopes as this node (the group commit)."""
 
-    async def publish(self, envelopes: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]: ...
+    async def publish(self, envelopes: Sequence[Originable]) -> list[IndexedEnvelope]: ...
 
 
 class MisbehaviorReports(Protocol):
