@@ -132,6 +132,11 @@ class ForwardingOriginator:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="sequencer-link")
 
+    @property
+    def linked(self) -> bool:
+        """Batches go to the sequencing worker (not to the local sequencer)."""
+        return self._writer is not None and not self._closing
+
     async def publish(self, envelopes: Sequence[Originable]) -> list[IndexedEnvelope]:
         writer = self._writer
         if writer is None or self._closing:
