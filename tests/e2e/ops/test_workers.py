@@ -104,6 +104,11 @@ async def test_two_workers_serve_one_port_with_gap_free_sequence_ids(
     assert len(_events(output, "node_listening")) == 2
     assert node.terminate(60) == 0, node.output()[-3000:]
     assert _events(node.output(), "node_workers_stopped")[0]["exit_code"] == 0
+    # Worker 0 sequences every publish, worker 1's through the link: no fast-path misses.
+    appends = {e["worker"]: e for e in _events(node.output(), "sequencer_appends")}
+    assert (appends[0]["locked"], appends[0]["fast_misses"]) == (0, 0), appends
+    assert appends[1]["fast"] + appends[1]["locked"] == 0, appends
+    assert _events(node.output(), "sequencer_link_stopped")[0]["forwarded"] > 0
 
 
 async def test_a_killed_worker_is_started_again(
