@@ -294,10 +294,15 @@ def measure(node: NodeRun, bodies: dict[str, Path], args: argparse.Namespace) ->
     figures = Figures()
     try:
         h2load(node.address, HEALTH, bodies["health"], 2000, SINGLES_IN_FLIGHT)  # warm-up
+        node_cpu, _ = node.cpu()
         figures.health = h2load(
             node.address, HEALTH, bodies["health"], args.health, SINGLES_IN_FLIGHT
         ).rate
-        print(f"    empty calls (Health/Check)  {figures.health:9,.0f}/s   {load()}")
+        per_call = (node.cpu()[0] - node_cpu) * 1e6 / args.health
+        print(
+            f"    empty calls (Health/Check)  {figures.health:9,.0f}/s   CPU per call: node "
+            f"{per_call:,.0f} us   {load()}"
+        )
         publish_run(node, bodies["single"], 1000, 1, SINGLES_IN_FLIGHT)  # warm-up
         figures.singles = publish_run(node, bodies["single"], args.singles, 1, SINGLES_IN_FLIGHT)
         print(f"    single publishes            {figures.singles}   {load()}")
