@@ -105,6 +105,34 @@ async def test_other_process_commits_are_fetched_and_delivered_once() -> None:
     assert keys(await asyncio.wait_for(task, 5)) == [(300, 1), (300, 2), (300, 3), (300, 4)]
 
 
+async def test_other_process_commits_are_not_read_back_when_nobody_listens() -> None:
+    """Each worker of a node hears of every other worker's commits: with no subscriber
+    that could want them, they are not fetched; a later subscriber catches up from the store."""
+    store = MemoryStore()
+    fetched: list[tuple[int, int, int]] = []
+
+    async def fetch_range(node: int, after: int, up_to: int) -> list[StoredEnvelope]:
+        fetched.append((node, after, up_to))
+        return await store.fetch_range(node, after, up_to)
+
+    fanout = Fanout(fetch_range, Cursor())
+    for seq in range(1, 4):
+        store.add(300, seq)
+    await fanout.caught_up_to({300: 3})
+    assert fetched == []
+    sub = Subscription([EnvelopeQuery((TOPIC,), (), Cursor())], store.query, fanout)
+    task = asyncio.create_task(collect(sub, 5))
+    deadline = asyncio.get_running_loop().time() + 5
+    while fanout.listener_count == 0:  # registered before its catch-up read
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0)
+    for seq in (4, 5):
+        store.add(300, seq)
+    await fanout.caught_up_to({300: 5})
+    assert fetched == [(300, 3, 5)]
+    assert keys(await asyncio.wait_for(task, 5)) == [(300, s) for s in range(1, 6)]
+
+
 async def test_slow_reader_is_caught_up_from_the_store_without_loss() -> None:
     store = MemoryStore()
     fanout = Fanout(store.fetch_range, Cursor())

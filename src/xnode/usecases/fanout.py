@@ -92,7 +92,11 @@ class Fanout:
             for node_id, top in tops.items():
                 have = self._delivered.get(node_id, 0)
                 if top > have:
-                    self._dispatch(await self._fetch_range(node_id, have, top))
+                    if self._by_topic or node_id in self._by_originator:
+                        self._dispatch(await self._fetch_range(node_id, have, top))
+                    # No listener could want them: not read back at all (each worker of a
+                    # node hears of every other's commits). One that registers later reads
+                    # them in its catch-up, which starts after it registered.
                     self._delivered[node_id] = max(top, self._delivered.get(node_id, 0))
 
     async def rewind(self, tops: dict[int, int]) -> None:
