@@ -111,7 +111,8 @@ class Publish:
             await self._chain.check_originated(valid)
         await self._check_depends_on(valid)
         identity = self._identity
-        if identity is None:
+        if identity is None or not any(e.payload == "identity_update" for e in valid):
+            # Nothing to hold or check (the common case): no context managers per publish.
             answers = await self._route(valid)
         else:
             # XIP-46: an identity update that does not apply never reaches the chain.
