@@ -303,7 +303,7 @@ class Sequencer:
         return signed
 
     async def _append_fast_unlogged(
-        self, batch: Sequence[ValidPayerEnvelope], now_ns: int, last_seq: int, last_ns: int
+        self, batch: Sequence[Originable], now_ns: int, last_seq: int, last_ns: int
     ) -> list[IndexedEnvelope] | None:
         signed = await _sign(
             batch, self._node_id, last_seq, last_ns, now_ns, self._key, self._pricing, None, False
