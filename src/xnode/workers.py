@@ -39,6 +39,7 @@ from xnode.server import (
     StartupError,
     WorkerRole,
     metrics_tls,
+    settle_heap,
     skip_final_collection,
     start_node,
 )
@@ -68,6 +69,7 @@ def _worker_main(settings: Settings, role: WorkerRole, conn: Connection) -> None
 
 async def _serve(settings: Settings, role: WorkerRole, conn: Connection) -> None:
     node = await start_node(settings, role)
+    settle_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
