@@ -5,20 +5,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from coincurve import PrivateKey
-from coincurve._libsecp256k1 import ffi, lib
-from coincurve.context import GLOBAL_CONTEXT
+from coincurve import PrivateKey, PublicKey
 from sha3 import keccak_256  # safe-pysha3
 
 SIGNATURE_LENGTH = 65
 PUBLIC_KEY_LENGTH = 65
 SECP256K1_ORDER = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 _HALF_ORDER = SECP256K1_ORDER // 2
-# libsecp256k1 through coincurve's own binding, without its wrapper objects: the wrapper
-# (a PublicKey, three allocations, argument checks) cost ~15% on top of each recovery, and
-# a catch-up recovers two signatures per envelope. The context is only read: thread-safe.
-_CONTEXT = GLOBAL_CONTEXT.ctx
-_UNCOMPRESSED = lib.SECP256K1_EC_UNCOMPRESSED
 
 
 class SignatureError(ValueError):
@@ -76,20 +69,11 @@ def recover_public_key(signature: bytes, digest: bytes) -> bytes:
     s = int.from_bytes(signature[32:64], "big")
     if s == 0 or s > _HALF_ORDER:
         raise SignatureError("signature s value is zero or not low-S")
-    if len(digest) != 32:
-        raise SignatureError(f"digest must be 32 bytes, got {len(digest)}")
-    parsed = ffi.new("secp256k1_ecdsa_recoverable_signature *")
-    if not lib.secp256k1_ecdsa_recoverable_signature_parse_compact(
-        _CONTEXT, parsed, signature, signature[64]
-    ):
-        raise SignatureError("signature does not recover: r or s is not below the group order")
-    key = ffi.new("secp256k1_pubkey *")
-    if not lib.secp256k1_ecdsa_recover(_CONTEXT, key, parsed, digest):
-        raise SignatureError("signature does not recover to a public key")
-    out = ffi.new("unsigned char[65]")
-    size = ffi.new("size_t *", PUBLIC_KEY_LENGTH)
-    lib.secp256k1_ec_pubkey_serialize(_CONTEXT, out, size, key, _UNCOMPRESSED)
-    return bytes(ffi.buffer(out, PUBLIC_KEY_LENGTH))
+    try:
+        key = PublicKey.from_signature_and_message(signature, digest, hasher=None)
+    except Exception as exc:
+        raise SignatureError(f"signature does not recover: {exc}") from exc
+    return bytes(key.format(compressed=False))
 
 
 @dataclass(frozen=True)
