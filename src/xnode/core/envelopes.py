@@ -30,15 +30,13 @@ from xnode.core.retention import expiry_unixtime
 from xnode.core.topics import KIND_OF_PAYLOAD, Topic, TopicError
 
 MAX_CURSOR_ENTRIES = 1024
-
-
 _NO_CURSOR = Cursor()
 
 
 def cursor_from_proto(message: envelopes_pb2.Cursor, where: str = "cursor") -> Cursor:
     """`where` names the field for the client (e.g. `query.last_seen`)."""
     entries = message.node_id_to_sequence_id
-    if not entries:  # most publishes depend on nothing: skip the map views (~4 us)
+    if not entries:  # most depend on nothing: one shared Cursor, no map views (2-4 us)
         return _NO_CURSOR
     if len(entries) > MAX_CURSOR_ENTRIES:
         raise Rejected(

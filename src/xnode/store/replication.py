@@ -50,7 +50,7 @@ WITH rows AS (
     ON CONFLICT (originator_node_id)
     DO UPDATE SET sequence_id = GREATEST(vector_clock.sequence_id, excluded.sequence_id)
 )
-SELECT originator_node_id, originator_sequence_id FROM inserted
+SELECT originator_node_id, array_agg(originator_sequence_id) FROM inserted GROUP BY 1
 """
 
 
@@ -97,13 +97,16 @@ class ReplicationStore:
                 *leaf_columns(envelopes),
                 *fees,  # $1-7, $8-11, $12-13
             )
-            inserted = [(r[0], r[1]) for r in rows]
+            # One row per originator with its keys in an array: a catch-up's thousands of
+            # keys are decoded without a record each.
+            added: dict[int, list[int]] = {r[0]: r[1] for r in rows}
+            inserted = [(o, s) for o, keys in added.items() for s in keys]
             if inserted:
-                await extend_trees(conn, [o for o, _ in inserted], inserted)
+                await extend_trees(conn, list(added), inserted)
                 await conn.execute(
                     "SELECT pg_notify($1, $2)",
                     NOTIFY_CHANNEL,
-                    commit_notice(notice_token, inserted),
+                    commit_notice(notice_token, [(o, max(keys)) for o, keys in added.items()]),
                 )
         return inserted
 
