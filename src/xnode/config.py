@@ -131,10 +131,11 @@ class Settings(BaseSettings):
         None, description="PEM CA that https:// peers' certificates must chain to (default: system)"
     )
     migrate_on_start: bool = Field(True, description="Apply database migrations at start-up")
-    # Default 1: with the database-side sequencer, 2 workers publish at 0.82x one worker's
-    # rate on 2 cores (docs/benchmarks.md, issue 14); more workers pay off for reads only.
+    # Default: one per core. With one sequencer per node (usecases.forwarding), 2 workers on
+    # 2 cores publish singles at 1.49x and batches at 1.54x one worker (docs/benchmarks.md,
+    # issue 14).
     workers: int = Field(
-        1,
+        0,
         description="Serving processes sharing the node's ports, database and key "
         f"(`xnode run --workers N`); 0: the number of cores, at most {MAX_AUTO_WORKERS}",
         ge=0,

@@ -225,6 +225,7 @@ def _spawn(
         "XNODE_METRICS_ADDRESS": node.metrics,
         "XNODE_HTTP_LISTEN_ADDRESS": node.http,
         "XNODE_HTTP_CORS_ORIGINS": "*",  # a development network: any page may call it
+        "XNODE_WORKERS": "1",  # its nodes share one machine: one process each is enough
         **({"XNODE_READ_ONLY": "true"} if node.read_only else {}),
     }
     log = (state / f"{node.name}.log").open("ab")
