@@ -171,6 +171,7 @@ def start_node_process(
         "XNODE_NODES_FILE": str(nodes),
         "XNODE_METRICS_ADDRESS": "",
         "XNODE_LOG_LEVEL": "warning",
+        "XNODE_WORKERS": "1",  # one process: its CPU is what /proc of the pid says
         **(extra or {}),
     }
     proc = subprocess.Popen(command or [sys.executable, "-m", "xnode.cli", "run"], env=env)

@@ -98,6 +98,7 @@ class Nodes:
             "XNODE_NODES_FILE": str(self.registry),
             "XNODE_METRICS_ADDRESS": "",
             "XNODE_LOG_LEVEL": "error",
+            "XNODE_WORKERS": "1",  # one process: its CPU is what /proc of the pid says
         }
         log = (self.work / f"node-{node_id}.log").open("ab")
         self.processes[node_id] = subprocess.Popen(

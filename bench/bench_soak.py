@@ -245,6 +245,7 @@ def start_nodes(
             "XNODE_SIGNER_KEY_FILE": node.key_file,
             "XNODE_METRICS_ADDRESS": "",
             "XNODE_LOG_LEVEL": "warning",
+            "XNODE_WORKERS": "1",  # one process: its CPU is what /proc of the pid says
         }
         log = (work / f"node-{node.node_id}.log").open("ab")
         processes.append(
