@@ -67,6 +67,8 @@ def start_node(
         # (on by default since issue 11).
         "XNODE_LIMITS_ENABLED": "false",
         "XNODE_LOG_COMMIT_ENABLED": str(logs).lower(),
+        # One serving process: the CPU counted is this pid's (workers would be its children).
+        "XNODE_WORKERS": "1",
     }
     proc = subprocess.Popen([sys.executable, "-m", "xnode.cli", "run"], env=env)
     if not wait_serving(address, 120):
@@ -102,6 +104,7 @@ def postgres_cpu(cluster: PgCluster) -> float:
 class Measured:
     rate: float  # envelopes per second, wall clock
     cpu_us: float  # node + Postgres CPU microseconds per envelope (robust on shared cores)
+    node_us: float  # of which the node's
     # Postgres checkpoints and autovacuum runs in the window: work the CPU figure includes
     background: str = ""
 
@@ -121,9 +124,9 @@ async def measure(
         await conn.close()
     envelopes = max(1, after[0] - before[0])
     cpu = (after[1] - before[1]) + (after[2] - before[2])
-    return Measured(
-        rate, cpu / envelopes * 1e6, "pg checkpoints {}, autovacuums {}".format(*chores)
-    )
+    node = (after[1] - before[1]) / envelopes * 1e6
+    chores_text = "pg checkpoints {}, autovacuums {}".format(*chores)
+    return Measured(rate, cpu / envelopes * 1e6, node, chores_text)
 
 
 async def background_work(conn: asyncpg.Connection) -> list[int]:
@@ -243,10 +246,12 @@ async def main() -> None:
                 results[label].append(done)
                 b, s, issued, leaves = done
                 print(
-                    f"  round {r} {label}: batches {b.rate:,.0f} env/s {b.cpu_us:.0f} us/env,",
+                    f"  round {r} {label}: batches {b.rate:,.0f} env/s {b.cpu_us:.0f} us/env"
+                    f" (node {b.node_us:.0f}),",
                     end="",
                 )
-                print(f" singles {s.rate:,.0f} env/s {s.cpu_us:.0f} us/env,", end="")
+                print(f" singles {s.rate:,.0f} env/s {s.cpu_us:.0f} us/env", end="")
+                print(f" (node {s.node_us:.0f}),", end="")
                 print(f" checkpoints {issued}, leaves {leaves:,}; load {load()}")
                 print(f"    batches: {b.background}; singles: {s.background}")
         print("| measure | off | on | on / off | bound |\n|---|---|---|---|---|")
