@@ -1,6 +1,8 @@
 """Committed-logs benchmark (issue 9): publish throughput with committed logs (leaves, tree
 nodes, checkpoints) on vs off, and inclusion-proof latency over a log of 1M leaves, each
-printed beside its bound.
+printed beside its bound; then `Sequencer.append` alone in both modes (the
+logs' own CPU per envelope, in the signing process and in Postgres, with less noise than
+a node's figure: shared cores move a node round's CPU per envelope by +-10 us).
 
     .venv/bin/python bench/bench_logs.py [--seconds 10] [--rounds 2] [--leaves 1000000]
 
@@ -19,6 +21,7 @@ import argparse
 import asyncio
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -31,17 +34,27 @@ from statistics import median
 from typing import cast
 
 import asyncpg
-from bench_node import NODE, percentile, publish_batches, publish_singles, row
+from bench_node import (
+    NODE,
+    payer_envelopes,
+    percentile,
+    publish_batches,
+    publish_singles,
+    row,
+)
 
 from xnode.core import merkle
 from xnode.core.checkpoints import check_inclusion, sign_checkpoint
 from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import validate_payer_envelope
 from xnode.core.reconciliation import fingerprint_part
 from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.devnet import wait_serving
 from xnode.devtools.postgres import PgCluster, free_port, start_cluster
+from xnode.store.identity import claim_database
 from xnode.store.logs import LogStore
 from xnode.store.migrate import upgrade_to_head
+from xnode.store.sequencer import Sequencer
 from xnode.usecases.logs import LogQueries
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,6 +177,54 @@ async def publish_round(
     return batched, singles, issued, leaves
 
 
+# --- the sequencer alone: where the logs' CPU goes ---------------------------------------------
+
+
+def own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def sequencer_round(
+    cluster: PgCluster, name: str, logs: bool, batches: int
+) -> tuple[float, float]:
+    """`Sequencer.append` of `batches` batches of 100 in this process, one connection: CPU per
+    envelope of this process (signing, leaf hashes, tree nodes, driver) and of its Postgres
+    backend. No gRPC, validation or fan-out, so far less noise than a node's figure."""
+    cluster.create_database(name)
+    await asyncio.to_thread(upgrade_to_head, cluster.dsn(name))
+    key = SigningKey.generate()
+    batch = [validate_payer_envelope(p, NODE) for p in payer_envelopes(100, b"\x05" * 16)]
+    async with asyncpg.create_pool(cluster.dsn(name), min_size=1, max_size=1) as pool:
+        await claim_database(pool, NODE, key.public_key)
+        backend = await pool.fetchval("SELECT pg_backend_pid()")
+        sequencer = Sequencer(pool, NODE, key, "bench", None, logs)
+        await sequencer.prime()
+        for _ in range(20):  # warm the statements
+            await sequencer.append(batch, time.time_ns())
+        before = own_cpu(), cpu_seconds(backend)
+        for _ in range(batches):
+            await sequencer.append(batch, time.time_ns())
+        after = own_cpu(), cpu_seconds(backend)
+    per = 1e6 / (batches * 100)
+    return (after[0] - before[0]) * per, (after[1] - before[1]) * per
+
+
+async def sequencer_alone(cluster: PgCluster, rounds: int, batches: int) -> dict[str, float]:
+    """Median (sequencer process, backend) us/env per mode over ABBA rounds."""
+    runs: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
+    for r in range(rounds):
+        for label in ("off", "on") if r % 2 == 0 else ("on", "off"):
+            runs[label].append(
+                await sequencer_round(cluster, f"seq_{label}{r}", label == "on", batches)
+            )
+    return {
+        f"{label} {part}": median(x[i] for x in done)
+        for label, done in runs.items()
+        for i, part in enumerate(("process", "backend"))
+    }
+
+
 # --- inclusion proofs over 1M leaves ---------------------------------------------------------
 
 
@@ -231,6 +292,7 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--leaves", type=int, default=1_000_000)
     parser.add_argument("--proofs", type=int, default=5000)
+    parser.add_argument("--sequencer-batches", type=int, default=300)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="xnode-bench-logs-"))
     work.chmod(0o755)
@@ -265,6 +327,20 @@ async def main() -> None:
             off_cpu, on_cpu = median(m.cpu_us for m in off), median(m.cpu_us for m in on)
             row(f"{what}, node + Postgres CPU us/env (median)", f"{off_cpu:.0f}",
                 f"{on_cpu:.0f}", f"{off_cpu / on_cpu:.3f}", ">= 0.95 (as throughput)")  # fmt: skip
+
+        seq = await sequencer_alone(cluster, max(4, args.rounds * 2), args.sequencer_batches)
+        print(
+            f"sequencer alone, batches of 100 ({args.sequencer_batches} per round); load {load()}"
+        )
+        print("| measure | off | on | on - off |\n|---|---|---|---|")
+        for part in ("process", "backend"):
+            off_us, on_us = seq[f"off {part}"], seq[f"on {part}"]
+            print(f"| sequencer {part} CPU us/env (median) | {off_us:.1f} | {on_us:.1f} |"
+                  f" {on_us - off_us:+.1f} |")  # fmt: skip
+        cost = seq["on process"] + seq["on backend"] - seq["off process"] - seq["off backend"]
+        node_off = median(x[0].cpu_us for x in results["off"])
+        print(f"| the logs' sequencer cost / the node's batch CPU per envelope (off) |"
+              f" {cost:.1f} / {node_off:.0f} us = {cost / node_off:.1%} | <= 5% |")  # fmt: skip
 
         cluster.create_database("proofs")
         await asyncio.to_thread(upgrade_to_head, cluster.dsn("proofs"))
