@@ -12,15 +12,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from xnode.client.node import group_message_envelope
+from tests.integration.store.test_sequencer import envelopes
 from xnode.core.crypto import SigningKey
-from xnode.core.envelopes import (
-    IndexedEnvelope,
-    Originable,
-    ValidPayerEnvelope,
-    build_payer_envelope,
-    validate_payer_envelope,
-)
+from xnode.core.envelopes import IndexedEnvelope, Originable
 from xnode.core.errors import Reason, Rejected
 from xnode.core.sequencer_wire import LENGTH
 from xnode.store.identity import claim_database
@@ -30,19 +24,6 @@ from xnode.usecases.originator import Originator
 
 NODE = 100
 KEY = SigningKey.generate()
-PAYER = SigningKey.generate()
-
-
-def envelopes(n: int, tag: str) -> list[ValidPayerEnvelope]:
-    return [
-        validate_payer_envelope(
-            build_payer_envelope(
-                group_message_envelope(b"g" * 16, f"{tag}{i}".encode()), PAYER, NODE
-            ),
-            NODE,
-        )
-        for i in range(n)
-    ]
 
 
 async def eventually(condition: object, within_s: float = 10.0) -> None:
