@@ -223,5 +223,10 @@ class IdentityUpdates:
         return None
 
 
+def has_updates(envelopes: Sequence[ValidPayerEnvelope]) -> bool:
+    """Whether a request carries identity updates (else there is nothing to hold or check)."""
+    return any(_is_update(e) for e in envelopes)
+
+
 def _is_update(envelope: ValidPayerEnvelope) -> bool:
     return envelope.payload == "identity_update"

@@ -15,7 +15,7 @@ from xnode.core.errors import Reason, Rejected
 from xnode.core.vector_clock import NodeClock
 from xnode.observability.metrics import ENVELOPES_STORED, PUBLISH_LATENCY
 from xnode.usecases.admission import Admission
-from xnode.usecases.identity import IdentityUpdates
+from xnode.usecases.identity import IdentityUpdates, has_updates
 from xnode.usecases.limits import ANONYMOUS, ApiLimits, Caller
 from xnode.usecases.ports import ChainPublisher, EnvelopeReader, Originate
 
@@ -111,7 +111,7 @@ class Publish:
             await self._chain.check_originated(valid)
         await self._check_depends_on(valid)
         identity = self._identity
-        if identity is None or not any(e.payload == "identity_update" for e in valid):
+        if identity is None or not has_updates(valid):
             # Nothing to hold or check (the common case): no context managers per publish.
             answers = await self._route(valid)
         else:
