@@ -50,6 +50,7 @@ FETCH_CONCURRENCY = 8  # envelope fetches in flight per repair
 # batch (few large batches: every hop to a worker process waits for the GIL here), proven
 # and stored as it comes.
 FETCH_SPAN = 1000
+RAMP = (4, 2)  # the first groups take FETCH_SPAN // 4, then // 2 (the last ones: _span_limit)
 STORE_BATCH = 1000  # stored while the groups after it are checked
 GROUPS_AHEAD = 8  # groups in flight (fetched, being verified) ahead of the one stored
 # From this many envelopes to fetch, a repair verifies them in the worker processes (when the
@@ -120,19 +121,37 @@ def _chunks(ranges: Sequence[SequenceRange], span_limit: int | None) -> list[lis
     return [c for c in out if c]
 
 
+def _span_limit(index: int, remaining: int) -> int:
+    """How many sequence ids group `index` of a repair takes, `remaining` being left: the
+    first two are small so the workers start while the rest are fetched, and so are the
+    last ones, so that little is left to verify and store once the rest is done."""
+    if index < len(RAMP):
+        return max(1, FETCH_SPAN // RAMP[index])
+    least = max(1, FETCH_SPAN // RAMP[0])
+    return min(FETCH_SPAN, max(least, remaining - (FETCH_SPAN - least)))
+
+
 def _groups(wanted: Iterable[SequenceRange]) -> list[list[SequenceRange]]:
-    """The runs to fetch (adjacent ones joined, long ones cut) in groups of at most
-    FETCH_SPAN sequence ids."""
-    groups: list[list[SequenceRange]] = [[]]
-    span = 0
-    for r in runs_of(wanted):
-        for part in r.split(-(-r.span // FETCH_SPAN)):
-            if groups[-1] and span + part.span > FETCH_SPAN:
-                groups.append([])
-                span = 0
-            groups[-1].append(part)
-            span += part.span
-    return [g for g in groups if g]
+    """The runs to fetch (adjacent ones joined, those crossing a group's end cut there) in
+    groups of at most FETCH_SPAN sequence ids (fewer at both ends: _span_limit)."""
+    pending = deque(runs_of(wanted))
+    remaining = sum(r.span for r in pending)
+    groups: list[list[SequenceRange]] = []
+    while pending:
+        limit = _span_limit(len(groups), remaining)
+        group: list[SequenceRange] = []
+        span = 0
+        while pending and span < limit:
+            r = pending.popleft()
+            if r.span > limit - span:
+                cut = r.first + limit - span
+                pending.appendleft(SequenceRange(cut, r.last))
+                r = SequenceRange(r.first, cut - 1)
+            group.append(r)
+            span += r.span
+        remaining -= span
+        groups.append(group)
+    return groups
 
 
 def _split_listed(ranges: Iterable[SequenceRange]) -> list[SequenceRange]:
@@ -163,12 +182,11 @@ class Repair:
     ) -> tuple[list[Fingerprint], list[Fingerprint]]:
         chunks = _chunks(asking, None)
 
-        async def held_here() -> list[list[Fingerprint]]:
-            return [await self._logs.fingerprints(originator, c) for c in chunks]
-
-        # Ours are read while the peer computes its own: one round trip, not two.
+        # Ours are read while the peer computes its own (one round trip, not two), each
+        # side's requests in parallel: a wide round keeps both cores busy.
         theirs, mine = await asyncio.gather(
-            asyncio.gather(*(peer.fingerprints(originator, c) for c in chunks)), held_here()
+            asyncio.gather(*(peer.fingerprints(originator, c) for c in chunks)),
+            asyncio.gather(*(self._logs.fingerprints(originator, c) for c in chunks)),
         )
         return [f for c in mine for f in c], [f for c in theirs for f in c]
 
@@ -177,9 +195,12 @@ class Repair:
     ) -> tuple[dict[int, bytes], list[int]]:
         """Leaves the peer holds and this node lacks (sequence id -> leaf), and forks."""
         chunks = _chunks(_split_listed(listed), MAX_LEAVES)
-        theirs_parts = await asyncio.gather(*(peer.leaves(originator, c) for c in chunks))
+        theirs_parts, mine_parts = await asyncio.gather(
+            asyncio.gather(*(peer.leaves(originator, c) for c in chunks)),
+            asyncio.gather(*(self._logs.leaves(originator, c) for c in chunks)),
+        )  # ours read while the peer answers
         theirs = dict(leaf for part in theirs_parts for leaf in part)
-        mine = {s: h for c in chunks for s, h in await self._logs.leaves(originator, c)}
+        mine = dict(leaf for part in mine_parts for leaf in part)
         found = difference(mine, theirs)
         return {s: theirs[s] for s in found.missing_here}, found.forks
 
@@ -242,7 +263,9 @@ class Repair:
             while checking:
                 kept += await checking.popleft()
                 refill()
-                if len(kept) >= STORE_BATCH:
+                # Stored when a batch is full, and whenever the next group is not checked
+                # yet (waiting for it would leave the insert's share of the work for later).
+                if len(kept) >= STORE_BATCH or not (checking and checking[0].done()):
                     await self._store(target, kept, peer, outcome)
                     kept = []
             await self._store(target, kept, peer, outcome)

@@ -264,4 +264,18 @@ async def test_a_gap_in_many_groups_is_stored_in_order_a_window_at_a_time(
     assert outcome.stored == 81 and outcome.rejected == outcome.unproven == 0
     assert [s for batch in inserted for s in batch] == list(range(100, 181))
     # 9 groups of 9 (one run each), stored two at a time; 2 groups (2 fetches) in flight
-    assert [len(batch) for batch in inserted] == [18, 18, 18, 18, 9] and most == 2
+    # groups of 2, 5, 10 x 6, 6, 2 x 4 (anti_entropy._groups), stored as they come, whole
+    # batches at most; 2 groups (2 fetches) in flight
+    assert all(len(batch) <= 10 for batch in inserted) and most == 2
+
+
+def test_groups_start_and_end_small(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(anti_entropy, "FETCH_SPAN", 10)
+    groups = anti_entropy._groups([SequenceRange(100, 140), SequenceRange(151, 190)])
+    spans = [sum(r.span for r in g) for g in groups]
+    # the workers start on a small group; little is left to check once the rest is done
+    assert spans == [2, 5, 10, 10, 10, 10, 10, 10, 6, 2, 2, 2, 2]
+    # runs cut at the groups' ends, nothing lost, nothing twice
+    ids = [s for g in groups for r in g for s in range(r.first, r.last + 1)]
+    assert ids == [*range(100, 141), *range(151, 191)]
+    assert anti_entropy._groups([SequenceRange(7, 7)]) == [[SequenceRange(7, 7)]]
