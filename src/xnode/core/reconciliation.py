@@ -212,7 +212,10 @@ def _bound_tail(tail: SequenceRange, count: int, fanout: int, small: int) -> lis
     the difference lay past it."""
     end = min(tail.first + count - 1, MAX_SEQUENCE_ID - 1)
     bounded = SequenceRange(tail.first, end)
-    parts = bounded.split(fanout) if count > small else [bounded]
+    # A tail wide enough to be split twice is asked for in fanout^2 parts: one round trip
+    # and one more read of every tile of it saved, for fanout^2 fingerprints (~10 KiB).
+    wide = count > small * fanout * fanout
+    parts = bounded.split(fanout * fanout if wide else fanout) if count > small else [bounded]
     return [*parts, SequenceRange(end + 1, MAX_SEQUENCE_ID)]
 
 
