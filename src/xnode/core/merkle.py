@@ -279,6 +279,28 @@ class Frontier:
         self.size += 1
         return completed
 
+    def extend(self, leaves: Sequence[bytes], min_level: int) -> list[tuple[int, int, bytes]]:
+        """`append` for many leaves, returning only the completed subtrees of `min_level` and
+        up: the sequencer's batch path (the store keeps no lower ones), without a tuple and
+        a list per leaf that `append` makes for callers wanting every node."""
+        size, peaks = self.size, self.peaks
+        kept: list[tuple[int, int, bytes]] = []
+        for leaf in leaves:
+            index, level = size, 0
+            if min_level <= 0:
+                kept.append((0, index, leaf))
+            peaks.append(leaf)
+            while index & 1:
+                right = peaks.pop()
+                merged = node_hash(peaks.pop(), right)
+                level, index = level + 1, index >> 1
+                peaks.append(merged)
+                if level >= min_level:
+                    kept.append((level, index, merged))
+            size += 1
+        self.size = size
+        return kept
+
     def root(self) -> bytes:
         if not self.peaks:
             return EMPTY_ROOT

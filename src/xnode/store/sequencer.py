@@ -21,7 +21,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, Originable, originate
 from xnode.core.fees import FeeSchedule, Pricing
 from xnode.core.merkle import Frontier
-from xnode.store.logs import extend_tree, node_columns
+from xnode.store.logs import STORED_MIN_LEVEL, extend_tree, node_columns
 from xnode.store.notifications import NOTIFY_CHANNEL
 
 _READ_CLOCK = "SELECT sequence_id, last_ns FROM vector_clock WHERE originator_node_id = $1"
@@ -142,7 +142,7 @@ async def _sign(
             for i, payer in enumerate(batch)
         ]
         if frontier is not None:
-            frontier.completed = [n for e in signed for n in frontier.append(e.leaf)]
+            frontier.completed = frontier.extend([e.leaf for e in signed], STORED_MIN_LEVEL)
         return signed
 
     if len(batch) >= THREAD_SIGNING_MIN:

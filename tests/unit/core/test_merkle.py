@@ -70,6 +70,23 @@ def test_frontier_root_and_range_hash_match_the_reference(n: int) -> None:
     assert len(stored) < 2 * n
 
 
+@settings(max_examples=100, deadline=None)
+@given(sizes, st.data())
+def test_extend_equals_append_keeping_only_high_levels(n: int, data: st.DataObject) -> None:
+    start = data.draw(st.integers(0, n), label="leaves before the batch")
+    min_level = data.draw(st.integers(0, 5), label="min_level")
+    appended, extended = Frontier(), Frontier()
+    for leaf in leaves(start):
+        appended.append(leaf)
+        extended.append(leaf)
+    batch = leaves(n)[start:]
+    completed = [c for leaf in batch for c in appended.append(leaf) if c[0] >= min_level]
+    assert extended.extend(batch, min_level) == completed
+    assert (
+        (extended.size, extended.peaks) == (appended.size, appended.peaks) == (n, built(n)[0].peaks)
+    )
+
+
 @settings(max_examples=150, deadline=None)
 @given(sizes, st.data())
 def test_every_inclusion_proof_verifies_and_only_for_its_leaf(n: int, data: st.DataObject) -> None:
