@@ -41,6 +41,7 @@ from xnode.core.verification import Verdict
 from xnode.observability.metrics import REPAIR_ENVELOPES, REPAIR_ROUND_TRIPS
 from xnode.replication.fork_sync import ForkPeer, ForkSync, OnFork, StoredBytes
 from xnode.replication.ingest import OriginatorLog
+from xnode.usecases.concurrency import all_or_cancel
 from xnode.usecases.logs import MAX_LEAVES, MAX_RANGES
 
 log = structlog.get_logger(__name__)
@@ -184,9 +185,11 @@ class Repair:
 
         # Ours are read while the peer computes its own (one round trip, not two), each
         # side's requests in parallel: a wide round keeps both cores busy.
-        theirs, mine = await asyncio.gather(
-            asyncio.gather(*(peer.fingerprints(originator, c) for c in chunks)),
-            asyncio.gather(*(self._logs.fingerprints(originator, c) for c in chunks)),
+        # Not asyncio.gather: a failing peer would leave our reads running detached, on pool
+        # connections a stopping node's pool waits for (usecases.concurrency).
+        theirs, mine = await all_or_cancel(
+            all_or_cancel(*(peer.fingerprints(originator, c) for c in chunks)),
+            all_or_cancel(*(self._logs.fingerprints(originator, c) for c in chunks)),
         )
         return [f for c in mine for f in c], [f for c in theirs for f in c]
 
@@ -195,9 +198,9 @@ class Repair:
     ) -> tuple[dict[int, bytes], list[int]]:
         """Leaves the peer holds and this node lacks (sequence id -> leaf), and forks."""
         chunks = _chunks(_split_listed(listed), MAX_LEAVES)
-        theirs_parts, mine_parts = await asyncio.gather(
-            asyncio.gather(*(peer.leaves(originator, c) for c in chunks)),
-            asyncio.gather(*(self._logs.leaves(originator, c) for c in chunks)),
+        theirs_parts, mine_parts = await all_or_cancel(
+            all_or_cancel(*(peer.leaves(originator, c) for c in chunks)),
+            all_or_cancel(*(self._logs.leaves(originator, c) for c in chunks)),
         )  # ours read while the peer answers
         theirs = dict(leaf for part in theirs_parts for leaf in part)
         mine = dict(leaf for part in mine_parts for leaf in part)
