@@ -114,6 +114,12 @@ class Settings(BaseSettings):
         description="SIGTERM: how long accepted publishes get to answer (new: UNAVAILABLE)",
         ge=0,
     )
+    stop_step_seconds: float = Field(
+        15.0,
+        description="Stopping: how long each part may take to stop beyond the grace before it "
+        "is forced (logged as node_stop_step_overran with the pending tasks' stacks)",
+        gt=0,
+    )
     tls_cert_file: Path | None = Field(
         None,
         description="PEM certificate chain served on the gRPC and metrics ports (and shown to "

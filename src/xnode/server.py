@@ -75,6 +75,7 @@ from xnode.store.sequencer import Sequencer
 from xnode.store.subscription_slots import SharedSubscriptionSlots
 from xnode.tls import ClientTls, ServerTls, TlsConfigError
 from xnode.usecases.admission import Admission
+from xnode.usecases.concurrency import StopSteps
 from xnode.usecases.forwarding import ForwardingOriginator, SequencerLink
 from xnode.usecases.health import DATABASE, HealthMonitor
 from xnode.usecases.identity import IdentityUpdates
@@ -295,7 +296,10 @@ async def start_node(settings: Settings, role: WorkerRole = SOLE) -> Node:
     except OSError as exc:
         raise StartupError(f"signer key: {exc}") from exc
     tls = NodeTls.from_settings(settings)
-    async with AsyncExitStack() as stack:
+    # Each stop step (in reverse start order) under a deadline: one that hangs is logged with
+    # the stacks of the tasks it waits on and forced, so a node's stop always ends.
+    deadline = settings.shutdown_grace_seconds + settings.stop_step_seconds
+    async with StopSteps(deadline) as stack:
         node = await _start(settings, key, tls, stack, role)
         node.cleanup = stack.pop_all()
     tls.warn_if_plaintext(settings, node.address)
@@ -311,7 +315,7 @@ async def start_node(settings: Settings, role: WorkerRole = SOLE) -> Node:
 
 
 async def _start(
-    settings: Settings, key: SigningKey, tls: NodeTls, stack: AsyncExitStack, role: WorkerRole
+    settings: Settings, key: SigningKey, tls: NodeTls, stack: StopSteps, role: WorkerRole
 ) -> Node:
     chain = await _connect_chain(settings)
     if chain is not None:
@@ -364,7 +368,7 @@ async def _start(
             logs=logs,
             forks=ForkStore(pool),
         )
-        stack.push_async_callback(replication.stop)
+        stack.push_step(replication.stop, "ReplicationWorker.stop", replication.force_stop)
     originator = None
     elsewhere = state.committed_elsewhere
     if not settings.read_only:  # a read-only node signs no envelopes and no checkpoints
@@ -488,13 +492,14 @@ def _log_appends(sequencer: Sequencer) -> None:
 
 
 async def _open_database(
-    settings: Settings, node_id: int, key: SigningKey, stack: AsyncExitStack
+    settings: Settings, node_id: int, key: SigningKey, stack: StopSteps
 ) -> asyncpg.Pool:
     """Migrated, pooled and claimed for this node."""
     if settings.migrate_on_start:
         await asyncio.to_thread(upgrade_to_head, settings.database_dsn)
     pool = await create_pool(settings)
-    stack.push_async_callback(pool.close)
+    # close() waits for every connection to be released; forced, the pool is terminated.
+    stack.push_step(pool.close, "Pool.close", pool.terminate)
     if not settings.read_only:  # a read-only node's database may later serve a registered one
         await claim_database(pool, node_id, key.public_key)
     return pool

@@ -337,23 +337,37 @@ class ReplicationWorker:
 
     async def stop(self) -> None:
         self._stopped = True
-        if self.anti_entropy is not None:
-            await self.anti_entropy.stop()
-        if self._epoch_timer is not None:
-            self._epoch_timer.cancel()
-        for link in self._links.values():
-            link.stop()
-        tasks = list(self._tasks)
-        for task in tasks:
-            if not task.cancelling():  # cancelled once only: a second cancel cuts cleanups
-                task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
-        for _, channel in self._channels.values():
-            await channel.close(None)
-        self._executor.shutdown(wait=True)
+        try:
+            if self.anti_entropy is not None:
+                await self.anti_entropy.stop()
+            if self._epoch_timer is not None:
+                self._epoch_timer.cancel()
+            for link in self._links.values():
+                link.stop()
+            tasks = list(self._tasks)
+            for task in tasks:
+                if not task.cancelling():  # cancelled once only: a second cancel cuts cleanups
+                    task.cancel()
+            if tasks:
+                await asyncio.wait(tasks)
+        finally:
+            # Also when the node's stop forces this one (usecases.concurrency.StopSteps): the
+            # channels, threads and processes are released either way, the pools waited for
+            # in a thread so that the loop, and the stop's deadline, keep running meanwhile.
+            for _, channel in self._channels.values():
+                await channel.close(None)
+            await asyncio.to_thread(self._executor.shutdown, True)
+            if self._bulk is not None:
+                await asyncio.to_thread(self._bulk.shutdown, True)
+
+    def force_stop(self) -> None:
+        """stop() overran (a task did not end on its one cancel): the tasks left are
+        cancelled again, their cleanups cut short, and queued verifications dropped."""
+        for task in list(self._tasks):
+            task.cancel()
+        self._executor.shutdown(wait=False, cancel_futures=True)
         if self._bulk is not None:
-            self._bulk.shutdown(wait=True)
+            self._bulk.shutdown(wait=False, cancel_futures=True)
 
     def _apply(self, registry: Registry) -> None:
         if self._stopped:

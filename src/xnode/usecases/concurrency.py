@@ -1,19 +1,35 @@
-"""Structured concurrency for the node's fan-outs, and what its stop reports when a part
-overruns.
+"""Structured concurrency for the node's fan-outs, and a stop that cannot hang.
 
 `asyncio.gather` returns at the first failure and leaves the other awaitables running,
 detached: a local read then keeps (or waits for) a pool connection that nobody awaits, and a
 stopping node's `Pool.close()` waits for it. `all_or_cancel` cancels and awaits the others
-before the first failure propagates, so nothing it started outlives it."""
+before the first failure propagates, so nothing it started outlives it.
+
+`StopSteps` runs a node's cleanup (its parts' stops in reverse start order) with a deadline
+on each step: one that overruns is logged once, `node_stop_step_overran`, naming the step,
+with the stack of every task still pending (what it waits on), then forced."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
-from collections.abc import Coroutine, Iterable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from contextlib import AsyncExitStack
+from types import CoroutineType, FrameType, GeneratorType
+from typing import Any, ParamSpec, Self, TypeVar
+
+import structlog
+
+log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+# A step still running this long after it was forced (cancelled, its `force` called) is left
+# behind so the steps after it (the pool's close above all) still run.
+FORCED_GRACE_S = 5.0
+STACK_FRAMES = 12  # innermost frames shown per task: where it waits, and what called that
 
 
 async def all_or_cancel(*coros: Coroutine[Any, Any, T]) -> list[T]:
@@ -28,11 +44,143 @@ async def all_or_cancel(*coros: Coroutine[Any, Any, T]) -> list[T]:
     return [t.result() for t in tasks]
 
 
-def task_stacks(tasks: Iterable[asyncio.Task[Any]], limit: int = 20) -> str:
-    """Each task's name, coroutine and stack (innermost `limit` frames): what a stuck stop
-    or a test timeout is waiting on."""
+def _frame_of(awaitable: object) -> FrameType | None:
+    for attribute in ("cr_frame", "gi_frame", "ag_frame"):
+        frame = getattr(awaitable, attribute, None)
+        if isinstance(frame, FrameType):
+            return frame
+    return None
+
+
+def _awaited_by(awaitable: object) -> object:
+    for attribute in ("cr_await", "gi_yieldfrom", "ag_await"):
+        found = getattr(awaitable, attribute, None)
+        if found is not None:
+            return found
+    return None
+
+
+def _described(awaited: object) -> str:
+    # A future's iterator does not say which future (the frame above shows the await).
+    return "a future" if type(awaited).__name__ == "FutureIter" else repr(awaited)
+
+
+def await_chain(task: asyncio.Task[Any]) -> list[str]:
+    """Where `task` waits: each coroutine it awaits through, outermost first, down to the
+    innermost await (Task.get_stack shows a suspended coroutine's outermost frame only)."""
+    lines: list[str] = []
+    current: object = task.get_coro()
+    while current is not None:
+        frame = _frame_of(current)
+        if frame is None:  # a future, or a coroutine compiled to C (asyncpg, grpc)
+            lines.append(f"    awaiting {_described(current)}")
+            break
+        code = frame.f_code
+        lines.append(f'  File "{code.co_filename}", line {frame.f_lineno}, in {code.co_qualname}')
+        nested = _awaited_by(current)
+        if nested is None or not isinstance(nested, CoroutineType | GeneratorType):
+            if nested is not None:
+                lines.append(f"    awaiting {_described(nested)}")
+            break
+        current = nested
+    return lines[-STACK_FRAMES:]
+
+
+def task_stacks(tasks: Iterable[asyncio.Task[Any]]) -> str:
+    """Each pending task's name and where it waits: what a stuck stop or a test timeout is
+    waiting on."""
     out = io.StringIO()
     for task in sorted(tasks, key=lambda t: t.get_name()):
-        out.write(f"--- {task.get_name()}: {task.get_coro()!r}\n")
-        task.print_stack(limit=limit, file=out)
+        if task.done():
+            continue
+        out.write(f"--- task {task.get_name()}\n")
+        for line in await_chain(task):
+            out.write(line + "\n")
     return out.getvalue()
+
+
+def pending_task_stacks(loop: asyncio.AbstractEventLoop | None = None) -> str:
+    """task_stacks of every task of `loop` (the running one) but the one asking."""
+    loop = loop or asyncio.get_running_loop()
+    asking = asyncio.current_task(loop)
+    return task_stacks(t for t in asyncio.all_tasks(loop) if t is not asking)
+
+
+def _step_name(callback: Callable[..., object]) -> str:
+    """E.g. 'ReplicationWorker.stop', 'Pool.close'."""
+    inner = callback.func if isinstance(callback, functools.partial) else callback
+    return str(getattr(inner, "__qualname__", None) or repr(inner))
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """A step left behind may still fail: its error was logged with the overrun already."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def bounded_step(
+    name: str,
+    step: Callable[[], Awaitable[object]],
+    deadline_s: float,
+    force: Callable[[], object] | None = None,
+) -> None:
+    """Runs `step` in its own task (its stack can be read while it still waits); past
+    `deadline_s`, logs `node_stop_step_overran` once with every pending task's stack, then
+    forces it: cancelled, and `force` called (e.g. asyncpg's Pool.terminate). If it has still
+    not ended FORCED_GRACE_S later it is left behind (`node_stop_step_abandoned`)."""
+
+    async def run() -> None:
+        await step()
+
+    task = asyncio.create_task(run(), name=f"stop:{name}")
+    try:
+        done, _ = await asyncio.wait([task], timeout=deadline_s)
+        if done:
+            task.result()  # its error, as the exit stack would have had it
+            return
+        log.error(
+            "node_stop_step_overran",
+            step=name,
+            deadline_s=deadline_s,
+            pending_tasks=pending_task_stacks(),
+        )
+        task.add_done_callback(_retrieve)
+        task.cancel()
+        if force is not None:
+            force()
+        ended, _ = await asyncio.wait([task], timeout=FORCED_GRACE_S)
+        if not ended:
+            log.error("node_stop_step_abandoned", step=name, waited_s=FORCED_GRACE_S)
+    except asyncio.CancelledError:
+        task.cancel()  # the stop itself was cancelled: the step goes with it
+        raise
+
+
+class StopSteps(AsyncExitStack):
+    """An exit stack whose async callbacks (a node's stop steps) each run under
+    `deadline_s` (bounded_step); `push_step` adds one with its own way to force it."""
+
+    def __init__(self, deadline_s: float = 30.0) -> None:
+        super().__init__()
+        self.deadline_s = deadline_s
+
+    def pop_all(self) -> Self:
+        moved = super().pop_all()
+        moved.deadline_s = self.deadline_s
+        return moved
+
+    def push_async_callback(
+        self, callback: Callable[P, Awaitable[T]], /, *args: P.args, **kwds: P.kwargs
+    ) -> Callable[P, Awaitable[T]]:
+        self.push_step(functools.partial(callback, *args, **kwds), _step_name(callback))
+        return callback
+
+    def push_step(
+        self,
+        step: Callable[[], Awaitable[object]],
+        name: str | None = None,
+        force: Callable[[], object] | None = None,
+    ) -> None:
+        super().push_async_callback(
+            bounded_step, name or _step_name(step), step, self.deadline_s, force
+        )

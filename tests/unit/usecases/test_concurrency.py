@@ -1,0 +1,125 @@
+"""all_or_cancel leaves nothing running after a failure; StopSteps bounds each stop step,
+logs an overrun once with where the pending tasks wait, forces it, and keeps the exit
+stack's order and errors otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from structlog.testing import capture_logs
+
+from xnode.usecases import concurrency
+from xnode.usecases.concurrency import StopSteps, all_or_cancel, pending_task_stacks
+
+
+class PeerDown(Exception):
+    pass
+
+
+async def test_all_or_cancel_returns_the_results_in_order() -> None:
+    async def value(v: int, delay: float) -> int:
+        await asyncio.sleep(delay)
+        return v
+
+    assert await all_or_cancel(value(1, 0.02), value(2, 0)) == [1, 2]
+
+
+async def test_a_failure_cancels_and_ends_the_others_before_it_propagates() -> None:
+    ended: list[str] = []
+
+    async def slow_local_read() -> int:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            ended.append("local read")
+        return 0
+
+    async def failing_peer() -> int:
+        await asyncio.sleep(0)
+        raise PeerDown("UNAVAILABLE")
+
+    with pytest.raises(PeerDown):  # the error itself, not a group
+        await all_or_cancel(all_or_cancel(failing_peer()), all_or_cancel(slow_local_read()))
+    assert ended == ["local read"]
+
+
+async def test_a_pending_task_is_shown_where_it_waits() -> None:
+    async def inner_wait() -> None:
+        await asyncio.Event().wait()
+
+    async def outer() -> None:
+        await inner_wait()
+
+    task = asyncio.create_task(outer(), name="waiting-one")
+    await asyncio.sleep(0)
+    stacks = pending_task_stacks()
+    task.cancel()
+    assert "--- task waiting-one" in stacks
+    outer_at = stacks.index("<locals>.outer")
+    assert stacks.index("<locals>.inner_wait") > outer_at  # the chain down to the await
+    assert "in Event.wait" in stacks
+
+
+async def test_steps_run_in_reverse_order_and_errors_propagate() -> None:
+    ran: list[str] = []
+
+    async def step(name: str) -> None:
+        ran.append(name)
+        if name == "b":
+            raise PeerDown(name)
+
+    with pytest.raises(PeerDown):
+        async with StopSteps(5.0) as steps:
+            steps.push_async_callback(step, "a")
+            steps.push_async_callback(step, "b")
+            steps.push_async_callback(step, "c")
+    assert ran == ["c", "b", "a"]
+
+
+async def test_an_overrunning_step_is_logged_once_and_forced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(concurrency, "FORCED_GRACE_S", 0.5)
+    forced: list[str] = []
+    after: list[str] = []
+
+    async def hangs() -> None:
+        await asyncio.Event().wait()
+
+    async def next_step() -> None:
+        after.append("ran")
+
+    with capture_logs() as logged:
+        async with StopSteps(0.05) as steps:
+            steps.push_async_callback(next_step)
+            steps.push_step(hangs, "Hangs.stop", lambda: forced.append("forced"))
+    overran = [e for e in logged if e["event"] == "node_stop_step_overran"]
+    assert [e["step"] for e in overran] == ["Hangs.stop"]
+    assert "<locals>.hangs" in overran[0]["pending_tasks"]
+    assert forced == ["forced"] and after == ["ran"]
+    assert not [e for e in logged if e["event"] == "node_stop_step_abandoned"]
+
+
+async def test_a_step_that_ignores_being_forced_is_left_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(concurrency, "FORCED_GRACE_S", 0.05)
+    release = asyncio.Event()
+
+    async def deaf() -> None:
+        while not release.is_set():
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                continue
+
+    with capture_logs() as logged:
+        async with StopSteps(0.05) as steps:
+            steps.push_step(deaf, "Deaf.stop")
+    [left] = [t for t in asyncio.all_tasks() if t.get_name() == "stop:Deaf.stop"]
+    release.set()
+    await left  # it still ends once what it waits for comes
+    events = [e["event"] for e in logged]
+    assert events.count("node_stop_step_overran") == 1
+    assert events.count("node_stop_step_abandoned") == 1
