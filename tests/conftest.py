@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+# A timed-out test prints its event loop's pending tasks (tests/timeout_tasks.py).
+from tests.timeout_tasks import pytest_timeout_set_timer  # noqa: F401
 from xnode.core.crypto import SigningKey
 from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.devnet import wait_serving
@@ -121,8 +123,14 @@ async def start_node() -> AsyncIterator[Callable[..., Any]]:
         return node
 
     yield _start
-    for node in started:
-        await node.stop()
+    failed: list[BaseException] = []
+    for node in started:  # every one, even after one failed: none is left running
+        try:
+            await node.stop()
+        except Exception as exc:
+            failed.append(exc)
+    if failed:
+        raise failed[0]
 
 
 @dataclass
