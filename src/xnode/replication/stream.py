@@ -238,7 +238,10 @@ class PeerStream:
         while True:
             limit = self._timeouts.idle_s if state["answered"] else self._timeouts.response_s
             try:
-                frame = await asyncio.wait_for(frames.__anext__(), limit)
+                # Not asyncio.wait_for: on Python 3.11 it swallows a cancel that comes as a
+                # frame arrives, and a healthy stream would then outlive the node's stop.
+                async with asyncio.timeout(limit):
+                    frame = await frames.__anext__()
             except StopAsyncIteration:
                 return
             except TimeoutError:

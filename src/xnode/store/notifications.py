@@ -75,7 +75,9 @@ class CommitListener:
     async def _pump(self, conn: asyncpg.Connection) -> None:
         while not conn.is_closed():
             try:
-                payload = await asyncio.wait_for(self._queue.get(), 5.0)
+                # Not wait_for: on Python 3.11 it swallows a cancel that comes with a notice.
+                async with asyncio.timeout(5.0):
+                    payload = await self._queue.get()
             except TimeoutError:
                 continue
             token, _, notice = payload.partition("|")

@@ -272,8 +272,11 @@ class CheckpointIssuer:
 
     async def _run(self) -> None:
         while True:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel that
+            # comes as the wake-up does, and stop() would wait for this loop forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._every_s)
+                async with asyncio.timeout(self._every_s):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self.issue()
