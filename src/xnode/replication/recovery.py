@@ -101,7 +101,9 @@ class OwnLogFetch:
         while True:
             limit = self._timeouts.response_s if head is None else self._timeouts.idle_s
             try:
-                frame = await asyncio.wait_for(frames.__anext__(), limit)
+                # Not wait_for: on Python 3.11 it swallows a cancel that comes with a frame.
+                async with asyncio.timeout(limit):
+                    frame = await frames.__anext__()
             except StopAsyncIteration:
                 raise RecoveryFailed("the stream ended before it caught up") from None
             if head is None:  # answered, so authenticated: the metadata holds its clock

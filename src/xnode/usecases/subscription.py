@@ -104,7 +104,10 @@ class Subscription:
         queue = self._listener.queue
         while True:
             try:
-                batch = await asyncio.wait_for(queue.get(), self._keepalive_s)
+                # Not wait_for: on Python 3.11 it swallows a cancel that comes with a batch,
+                # and a closed subscription would then outlive its call.
+                async with asyncio.timeout(self._keepalive_s):
+                    batch = await queue.get()
             except TimeoutError:
                 yield Delivery(Phase.KEEPALIVE, [])
                 continue
