@@ -97,10 +97,13 @@ def compare(
     for r, a, b in zip(ranges, mine, theirs, strict=True):
         if a == b:
             continue
-        if max(a.count, b.count) <= small or r.span <= small:
+        count = max(a.count, b.count)
+        if count <= small or r.span <= small:
             step.listed.append(r)
         else:
-            step.split.extend(r.split(fanout))
+            # No more parts than it takes to list them next (each range asked costs the
+            # store about as much as reading a few hundred leaves).
+            step.split.extend(r.split(min(fanout, -(-count // small))))
     return step
 
 

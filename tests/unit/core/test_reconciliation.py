@@ -176,3 +176,12 @@ def test_leaves_held_past_a_gap_are_asked_in_parts_at_once() -> None:
     missing, forks, trips = drive(mine, theirs)
     assert missing == gaps and not forks
     assert drive(mine, theirs, held=False) == (gaps, set(), trips + 1)
+
+
+def test_a_differing_range_is_split_into_no_more_parts_than_listing_needs() -> None:
+    r = SequenceRange(1, 1_000)
+    # 200 items on the larger side: 4 parts of ~50 (each listable next), not 16 of ~12.
+    step = compare([r], [Fingerprint(199, 1)], [Fingerprint(200, 2)])
+    assert step.split == r.split(4) and not step.listed
+    step = compare([r], [Fingerprint(999, 1)], [Fingerprint(1_000, 2)])
+    assert step.split == r.split(16)
