@@ -97,10 +97,13 @@ def compare(
     for r, a, b in zip(ranges, mine, theirs, strict=True):
         if a == b:
             continue
-        if max(a.count, b.count) <= small or r.span <= small:
+        count = max(a.count, b.count)
+        if count <= small or r.span <= small:
             step.listed.append(r)
         else:
-            step.split.extend(r.split(fanout))
+            # No more parts than it takes to list them next (each range asked costs the
+            # store about as much as reading a few hundred leaves).
+            step.split.extend(r.split(min(fanout, -(-count // small))))
     return step
 
 
@@ -145,17 +148,27 @@ class Session:
 
     The first ask is the prefix this node knows of (1..top) and the open tail above it, so
     identical logs settle in one round trip. A differing tail is bounded by the larger of
-    its counts and asked again (the peer's extra leaves usually follow on at once)."""
+    its counts and asked again (the peer's extra leaves usually follow on at once).
+
+    `held` is the highest sequence id held here. Leaves held past a gap (top < held) are
+    asked for at once in the parts the tail would be split into next round: a log with gaps
+    differs there, and asking that stretch whole first would cost a round trip and a read
+    of all of it on both sides."""
 
     top: int
     fanout: int = DEFAULT_FANOUT
     small: int = DEFAULT_SMALL
+    held: int = 0
     asking: list[SequenceRange] = field(default_factory=list)
     round_trips: int = 0
 
     def __post_init__(self) -> None:
         head = [SequenceRange(1, self.top)] if self.top > 0 else []
-        self.asking = [*head, SequenceRange(self.top + 1, MAX_SEQUENCE_ID)]
+        tail = SequenceRange(self.top + 1, MAX_SEQUENCE_ID)
+        if self.held > self.top:
+            self.asking = [*head, *_bound_tail(tail, self.held - self.top, self.fanout, self.small)]
+        else:
+            self.asking = [*head, tail]
 
     @property
     def done(self) -> bool:

@@ -83,6 +83,8 @@ class HeldLog(Protocol):
 
     async def tree_size(self, originator: int) -> int: ...
 
+    async def highest_leaf(self, originator: int) -> int: ...
+
     async def fingerprints(
         self, originator: int, ranges: Sequence[SequenceRange]
     ) -> list[Fingerprint]: ...
@@ -213,7 +215,10 @@ class Repair:
         """(runs to fetch, leaves the peer listed for them, forks, round trips: fingerprint
         rounds and listing rounds; fetching envelopes and their proofs adds two more, each
         requests in parallel)."""
-        session = Session(await self._logs.tree_size(originator))
+        session = Session(
+            await self._logs.tree_size(originator),
+            held=await self._logs.highest_leaf(originator),
+        )
         wanted: list[SequenceRange] = []
         listed_leaves: dict[int, bytes] = {}
         forks: list[int] = []

@@ -345,6 +345,9 @@ class LogStore:
         )
         return int(size or 0)
 
+    async def highest_leaf(self, originator: int) -> int:
+        return int(await self.pool.fetchval(_HIGHEST_LEAF, originator) or 0)
+
     async def perfect(
         self, originator: int, nodes: Sequence[merkle.Node]
     ) -> dict[merkle.Node, bytes]:

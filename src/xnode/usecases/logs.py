@@ -44,6 +44,10 @@ class LogPort(Protocol):
 
     async def tree_size(self, originator: int) -> int: ...
 
+    async def highest_leaf(self, originator: int) -> int:
+        """The highest sequence id whose leaf is held (0 for none), past gaps too."""
+        ...
+
     async def perfect(
         self, originator: int, nodes: Sequence[merkle.Node]
     ) -> dict[merkle.Node, bytes]: ...

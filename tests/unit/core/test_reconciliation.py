@@ -100,9 +100,14 @@ def test_one_percent_of_a_large_log_in_few_round_trips() -> None:
     assert trips <= 6, trips
 
 
-def drive(mine: Log, theirs: Log) -> tuple[set[int], set[int], int]:
-    """Runs a Session as the anti-entropy task does: (missing here, forks, round trips)."""
-    session = Session(max(mine, default=0))
+def drive(mine: Log, theirs: Log, held: bool = True) -> tuple[set[int], set[int], int]:
+    """Runs a Session as the anti-entropy task does: (missing here, forks, round trips). Its
+    top is the tree size (the contiguous prefix held here); `held`: it is told the highest
+    leaf held too."""
+    top = 0
+    while top + 1 in mine:
+        top += 1
+    session = Session(top, held=max(mine, default=0) if held else 0)
     missing: set[int] = set()
     forks: set[int] = set()
     while not session.done:
@@ -159,3 +164,24 @@ def test_a_session_finds_exactly_what_is_missing_here_and_the_forks(
     assert missing == set(theirs) - set(mine)
     assert forks == {s for s in set(mine) & set(theirs) if mine[s] != theirs[s]}
     assert trips <= 2 * max(1, math.ceil(math.log2(top + 1))) + 2
+
+
+def test_leaves_held_past_a_gap_are_asked_in_parts_at_once() -> None:
+    """A log with gaps spread over it: one round trip and one read of all it holds past
+    its first gap fewer than asking that stretch whole first."""
+    top = 40_000  # past the gap: more than DEFAULT_SMALL * DEFAULT_FANOUT^2 leaves
+    gaps = {s for start in range(1_500, top, 4_000) for s in range(start, start + 30)}
+    theirs = log_of(set(range(1, top + 1)))
+    mine = {s: h for s, h in theirs.items() if s not in gaps}
+    missing, forks, trips = drive(mine, theirs)
+    assert missing == gaps and not forks
+    assert drive(mine, theirs, held=False) == (gaps, set(), trips + 1)
+
+
+def test_a_differing_range_is_split_into_no_more_parts_than_listing_needs() -> None:
+    r = SequenceRange(1, 1_000)
+    # 200 items on the larger side: 4 parts of ~50 (each listable next), not 16 of ~12.
+    step = compare([r], [Fingerprint(199, 1)], [Fingerprint(200, 2)])
+    assert step.split == r.split(4) and not step.listed
+    step = compare([r], [Fingerprint(999, 1)], [Fingerprint(1_000, 2)])
+    assert step.split == r.split(16)

@@ -69,6 +69,9 @@ class Side:
             size += 1
         return size
 
+    async def highest_leaf(self, originator: int) -> int:
+        return max(self.held_leaves, default=0)
+
     async def latest_checkpoint(self, originator: int) -> Checkpoint | None:
         return self.checkpoint
 
