@@ -253,7 +253,13 @@ async def test_batches_appended_without_waiting_for_the_previous_take_the_fast_p
     assert [e.sequence_id for batch in done for e in batch] == list(range(1, 321))
     assert (sequencer.fast_appends, sequencer.locked_appends, sequencer.fast_misses) == (8, 0, 0)
     rows = await stored(pool)
-    assert [seq for seq, _ in rows] == list(range(1, 321))
+    assert rows == [(e.sequence_id, e.originator_ns) for batch in done for e in batch]
     stamps = [ns for _, ns in rows]
     assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+    raws = await pool.fetch(
+        "SELECT envelope FROM originator_envelopes WHERE originator_node_id = $1 ORDER BY"
+        " originator_sequence_id",
+        NODE,
+    )
+    assert [r[0] for r in raws] == [e.raw for batch in done for e in batch]
     await pool.close()
