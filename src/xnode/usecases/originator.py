@@ -116,6 +116,8 @@ class Originator:
             for request in batch:
                 if not request.result.done():
                     request.result.set_exception(exc)
+            if previous is not None:
+                await previous  # the next batch's commit is reported after the one before
             return
         slot.release()
         offset = 0
