@@ -42,7 +42,10 @@ PAYER = SigningKey.generate()
 PUBLISH = "/xmtp.xmtpv4.message_api.ReplicationApi/PublishPayerEnvelopes"
 HEALTH = "/grpc.health.v1.Health/Check"
 SINGLES_IN_FLIGHT = (16, 4)  # connections x streams each: 64 in flight
-BATCHES_IN_FLIGHT = (4, 2)  # 8 batches of 100 in flight
+# 16 batches of 100 in flight, one per connection: with N workers the kernel spreads the
+# connections by hash (SO_REUSEPORT): 4 connections split 3:1 or 4:0 over 2 workers 10 times
+# in 16, and the worker with one connection idled.
+BATCHES_IN_FLIGHT = (16, 1)
 WIDTHS = (7, 9, 10, 18, 11, 12, 18, 12)
 # The limits are checked on every publish (their cost is part of the figures) but h2load's
 # one payer and one address would reach the defaults.
@@ -195,7 +198,7 @@ class NodeRun:
         self.proc.terminate()
         self.proc.wait(60)
         for line in self.log.read_text(errors="replace").splitlines():
-            if '"sequencer_appends"' in line:
+            if '"sequencer_appends"' in line or '"sequencer_link_stopped"' in line:
                 print(f"    {line}")
 
 
