@@ -4,6 +4,9 @@ Requests queue up while the previous batch commits; the next batch takes everyth
 (up to `max_batch` envelopes). A caller is answered only after its batch has committed.
 Up to `in_flight` batches are appended at once (the sequencer signs one while Postgres writes
 and flushes the one before), and their commits are reported in the order they were taken.
+A second batch starts early only when at least `PIPELINE_MIN` envelopes wait: a small group
+costs more in its own statement and flush than signing it beside the previous one saves
+(single publishes, at 64 in flight, measured 7% slower when every group was pipelined).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from xnode.core.errors import Reason, Rejected
 # call order, and fail (or sign again) a batch whose predecessor failed.
 Append = Callable[[Sequence[Originable]], Awaitable[list[IndexedEnvelope]]]
 Committed = Callable[[list[IndexedEnvelope]], Awaitable[None]]
+
+PIPELINE_MIN = 128  # envelopes waiting for a batch to start before the previous has committed
 
 
 @dataclass(slots=True)
@@ -42,9 +47,11 @@ class Originator:
         max_batch: int = 1000,
         stats: BatchStats | None = None,
         in_flight: int = 2,
+        pipeline_min: int = PIPELINE_MIN,
     ) -> None:
         self._append = append
         self._in_flight = in_flight
+        self._pipeline_min = pipeline_min
         self._committed = committed
         self._max_batch = max_batch
         self._stats = stats or BatchStats()
@@ -76,6 +83,9 @@ class Originator:
         if self._task is not None:
             await self._task
 
+    def _waiting(self) -> int:
+        return sum(len(r.envelopes) for r in self._pending)
+
     def _take_batch(self) -> list[_Request]:
         taken: list[_Request] = []
         size = 0
@@ -98,6 +108,10 @@ class Originator:
                     return
                 self._wake.clear()
                 await self._wake.wait()
+                continue
+            in_flight = previous is not None and not previous.done()
+            if previous is not None and in_flight and self._waiting() < self._pipeline_min:
+                await asyncio.wait([previous])  # too few to pipeline: they join a later group
                 continue
             await slots.acquire()
             batch = self._take_batch()
