@@ -20,7 +20,9 @@ def test_cutting_the_lifeline_ends_a_busy_worker() -> None:
         pool._lifeline.cut()  # what the kernel does when the node dies
         with pytest.raises(BrokenProcessPool):
             busy.result(timeout=60)
-        worker.join(60)
+        # The pool's manager thread reads the worker's exit code from the fork server once;
+        # a second reader racing it (worker.join here) can get EOF and 255: wait for it.
+        pool.shutdown(wait=True)
         assert worker.exitcode == lifeline.ORPHANED
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
