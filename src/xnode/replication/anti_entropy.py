@@ -251,7 +251,7 @@ class Repair:
                 return run, await peer.envelopes(originator, run)
 
         async def one(group: list[SequenceRange]) -> list[IndexedEnvelope]:
-            fetched = await asyncio.gather(*(fetch(r) for r in group))
+            fetched = await all_or_cancel(*(fetch(r) for r in group))
             valid = await self._verified(target, fetched, leaves, outcome, bulk)
             return await self._proven(peer, originator, valid, proofs, outcome)
 
