@@ -69,3 +69,30 @@ def test_signature_over_other_digest_recovers_another_key() -> None:
     key = SigningKey.generate()
     sig = key.sign(keccak256(b"a"))
     assert recover_public_key(sig, keccak256(b"b")) != key.public_key
+
+
+def test_signature_with_r_not_below_the_order_is_rejected() -> None:
+    too_big = (SECP256K1_ORDER + 1).to_bytes(32, "big") + (1).to_bytes(32, "big") + b"\x00"
+    with pytest.raises(SignatureError, match="not below the curve order"):
+        recover_public_key(too_big, keccak256(b"x"))
+
+
+def test_signature_that_recovers_no_key_is_rejected() -> None:
+    # r = 0 parses (it is below the order) but names no point: nothing recovers.
+    no_point = bytes(32) + (1).to_bytes(32, "big") + b"\x00"
+    with pytest.raises(SignatureError, match="does not recover"):
+        recover_public_key(no_point, keccak256(b"x"))
+
+
+def test_a_flipped_recovery_id_recovers_another_key() -> None:
+    key = SigningKey.generate()
+    digest = keccak256(b"x")
+    sig = key.sign(digest)
+    other = recover_public_key(sig[:64] + bytes([sig[64] ^ 1]), digest)
+    assert other != key.public_key
+
+
+def test_digest_must_be_32_bytes() -> None:
+    sig = SigningKey.generate().sign(keccak256(b"x"))
+    with pytest.raises(SignatureError, match="digest must be 32 bytes"):
+        recover_public_key(sig, b"short")

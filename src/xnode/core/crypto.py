@@ -5,7 +5,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from coincurve import PrivateKey, PublicKey
+from coincurve import PrivateKey
+from coincurve._libsecp256k1 import ffi, lib
+from coincurve.context import GLOBAL_CONTEXT
 from sha3 import keccak_256  # safe-pysha3
 
 SIGNATURE_LENGTH = 65
@@ -60,20 +62,37 @@ def address_of(public_key: bytes) -> bytes:
     return keccak256(public_key[1:])[-20:]
 
 
+# libsecp256k1 called through coincurve's own cffi binding (coincurve is pinned): its
+# PublicKey wrapper spends ~13 us per recovery in Python around the ~41 us of C, and every
+# replicated envelope costs two recoveries (docs/benchmarks.md, "Repair", run 11). cffi
+# releases the GIL for the C calls, as the wrapper did.
+_CONTEXT = GLOBAL_CONTEXT.ctx
+_UNCOMPRESSED = lib.SECP256K1_EC_UNCOMPRESSED
+
+
 def recover_public_key(signature: bytes, digest: bytes) -> bytes:
     """Recovers the uncompressed public key; rejects malformed and high-S signatures."""
     if len(signature) != SIGNATURE_LENGTH:
         raise SignatureError(f"signature must be {SIGNATURE_LENGTH} bytes, got {len(signature)}")
     if signature[64] > 1:
         raise SignatureError(f"recovery id must be 0 or 1, got {signature[64]}")
+    if len(digest) != 32:
+        raise SignatureError(f"digest must be 32 bytes, got {len(digest)}")
     s = int.from_bytes(signature[32:64], "big")
     if s == 0 or s > _HALF_ORDER:
         raise SignatureError("signature s value is zero or not low-S")
-    try:
-        key = PublicKey.from_signature_and_message(signature, digest, hasher=None)
-    except Exception as exc:
-        raise SignatureError(f"signature does not recover: {exc}") from exc
-    return bytes(key.format(compressed=False))
+    parsed = ffi.new("secp256k1_ecdsa_recoverable_signature *")
+    if not lib.secp256k1_ecdsa_recoverable_signature_parse_compact(
+        _CONTEXT, parsed, signature, signature[64]
+    ):
+        raise SignatureError("signature does not recover: r or s is not below the curve order")
+    key = ffi.new("secp256k1_pubkey *")
+    if not lib.secp256k1_ecdsa_recover(_CONTEXT, key, parsed, digest):
+        raise SignatureError("signature does not recover: no public key for it")
+    out = ffi.new("unsigned char[65]")
+    length = ffi.new("size_t *", PUBLIC_KEY_LENGTH)
+    lib.secp256k1_ec_pubkey_serialize(_CONTEXT, out, length, key, _UNCOMPRESSED)
+    return bytes(ffi.buffer(out, PUBLIC_KEY_LENGTH))
 
 
 @dataclass(frozen=True)
