@@ -2,6 +2,9 @@
 committed logs (core.reconciliation.Session over LogApi fingerprints and leaves), then the
 envelopes missing here fetched from that peer, checked and stored through the originator's
 OriginatorLog like any replicated batch (idempotent; the tree grows when a gap fills).
+Where a differing range lacks few ids here (NAME_MAX), this node names them from its own
+tile index and the peer lists just their leaves: gaps left by relays settle in one round of
+fingerprints and one listing; a range those leaves do not explain (a fork) descends.
 
 Every fetched envelope is checked: the originator's signature (core.verification, in the
 verifying threads, or processes for large repairs), the leaf the peer listed for it, and,
@@ -17,6 +20,7 @@ The same sequence id with two leaves is a fork: both envelopes go to `on_fork` (
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import time
 from collections import deque
@@ -57,6 +61,9 @@ GROUPS_AHEAD = 8  # groups in flight (fetched, being verified) ahead of the one 
 # From this many envelopes to fetch, a repair verifies them in the worker processes (when the
 # node has any): below it, starting them would cost more than the threads lose to the GIL.
 BULK_MIN = 1000
+# A differing range where this node lacks at most this many ids is settled by naming them
+# (core.reconciliation.Session.name_max): one listing of just those ids, no descent.
+NAME_MAX = 4096
 
 
 class RepairPeer(Protocol):
@@ -92,6 +99,8 @@ class HeldLog(Protocol):
     async def leaves(
         self, originator: int, ranges: Sequence[SequenceRange]
     ) -> list[tuple[int, bytes]]: ...
+
+    async def absent(self, originator: int, ranges: Sequence[SequenceRange]) -> list[int]: ...
 
     async def latest_checkpoint(self, originator: int) -> Checkpoint | None: ...
 
@@ -218,6 +227,7 @@ class Repair:
         session = Session(
             await self._logs.tree_size(originator),
             held=await self._logs.highest_leaf(originator),
+            name_max=NAME_MAX,
         )
         wanted: list[SequenceRange] = []
         listed_leaves: dict[int, bytes] = {}
@@ -227,13 +237,44 @@ class Repair:
             mine, theirs = await self._fingerprints(peer, originator, session.asking)
             fetch = session.answer(mine, theirs)
             wanted += fetch.whole
-            if fetch.listed:
+            listed = fetch.listed
+            if fetch.named:
                 listings += 1
-                missing, found_forks = await self._listed(peer, originator, fetch.listed)
+                named = await self._named(peer, originator, session, fetch.named)
+                listed_leaves.update(named)
+                wanted += runs(named)
+                for r in list(session.named):
+                    listed += session.reopen(r)
+            if listed:
+                listings += 1
+                missing, found_forks = await self._listed(peer, originator, listed)
                 listed_leaves.update(missing)
                 forks += found_forks
                 wanted += runs(missing)
         return sorted(wanted), listed_leaves, forks, session.round_trips + listings
+
+    async def _named(
+        self, peer: RepairPeer, originator: int, session: Session, named: list[SequenceRange]
+    ) -> dict[int, bytes]:
+        """The peer's leaves for the ids this node lacks in the named ranges that they
+        settle (those ranges leave `session.named`; the others stay there to reopen)."""
+        named = sorted(named)
+        absent = await self._logs.absent(originator, named)
+        chunks = _chunks(_split_listed(runs(absent)), MAX_LEAVES)
+        parts = await all_or_cancel(*(peer.leaves(originator, c) for c in chunks))
+        theirs = [leaf for part in parts for leaf in part]
+        firsts = [r.first for r in named]
+        by_range: dict[SequenceRange, dict[int, bytes]] = {r: {} for r in named}
+        for sequence_id, leaf in theirs:
+            at = bisect.bisect_right(firsts, sequence_id) - 1
+            if at >= 0 and sequence_id <= named[at].last:
+                by_range[named[at]][sequence_id] = leaf
+        found: dict[int, bytes] = {}
+        for r, leaves in by_range.items():
+            if session.settles(r, leaves):
+                del session.named[r]
+                found.update(leaves)
+        return found
 
     async def repair(self, peer: RepairPeer, originator: int) -> Outcome:
         wanted, leaves, forks, trips = await self.reconcile(peer, originator)

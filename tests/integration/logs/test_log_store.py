@@ -201,6 +201,25 @@ async def test_range_fingerprints_from_tiles_equal_those_of_the_leaves(pool: asy
     )
 
 
+async def test_absent_names_exactly_the_ids_not_held(pool: asyncpg.Pool) -> None:
+    """The ids a repair names to its peer (anti_entropy NAME_MAX): read through the tiles
+    where they are complete, leaf by leaf where one is missing or was never stored."""
+    store, logs = ReplicationStore(pool), LogStore(pool)
+    n = 200
+    lost = {5, 40, 41, 99, 160, 161, 162, 163}
+    await store.insert_received(
+        [e for e in signed(list(range(1, n + 1))) if e.sequence_id not in lost], "t"
+    )
+    ranges = [SequenceRange(1, 16), SequenceRange(17, 100), SequenceRange(150, 230)]
+    expected = sorted(s for r in ranges for s in range(r.first, r.last + 1) if s in lost or s > n)
+    assert await logs.absent(PEER, ranges) == expected
+    # Complete tiles without a stored subtree (leaves from before subtrees were kept past
+    # gaps) are read leaf by leaf: the answer is the same.
+    await pool.execute("DELETE FROM log_nodes WHERE level = 4 AND node_index IN (3, 4, 11)")
+    assert await logs.absent(PEER, ranges) == expected
+    assert await logs.absent(PEER, [SequenceRange(100, 104)]) == []
+
+
 async def test_a_fork_low_in_the_log_recomputes_its_path_to_the_top(pool: asyncpg.Pool) -> None:
     """A fork rewriting leaf 7 of 40 drops and recomputes the subtrees over it, up to the
     log's highest level (not only as high as leaf 7's own id reaches)."""

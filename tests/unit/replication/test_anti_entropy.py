@@ -63,6 +63,9 @@ class Side:
     ) -> list[tuple[int, bytes]]:
         return self._in(ranges)
 
+    async def absent(self, originator: int, ranges: Sequence[SequenceRange]) -> list[int]:
+        return [s for r in ranges for s in range(r.first, r.last + 1) if s not in self.held_leaves]
+
     async def tree_size(self, originator: int) -> int:
         size = 0
         while size + 1 in self.held_leaves:
@@ -192,6 +195,18 @@ async def test_a_fork_goes_to_the_hook_with_both_envelopes() -> None:
     outcome = await repair.repair(Side(theirs), NODE)
     assert outcome.forks == [42]
     assert forks == [(LOG[42].raw, theirs[42].raw)]
+
+
+async def test_a_fork_beside_a_gap_this_node_names_is_still_found() -> None:
+    """The gap alone would settle by naming the ids lacked here (NAME_MAX); the fork in the
+    same range keeps the fingerprints apart, so the range descends and both are found."""
+    here = {s: e for s, e in LOG.items() if not 101 <= s <= 105}
+    repair, _, store, _, forks = repair_here(here)
+    theirs = {**LOG, 110: signed(110, b"other")}  # asked in one part with 101..105
+    outcome = await repair.repair(Side(theirs), NODE)
+    assert outcome.stored == 5 and outcome.forks == [110]
+    assert forks == [(LOG[110].raw, theirs[110].raw)]
+    assert all(store.rows[s] == LOG[s].raw for s in range(101, 106))
 
 
 async def test_runs_broken_by_expired_envelopes_are_proven_as_the_runs_that_came() -> None:
