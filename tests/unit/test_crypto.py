@@ -96,3 +96,13 @@ def test_digest_must_be_32_bytes() -> None:
     sig = SigningKey.generate().sign(keccak256(b"x"))
     with pytest.raises(SignatureError, match="digest must be 32 bytes"):
         recover_public_key(sig, b"short")
+
+
+def test_recovery_agrees_with_coincurve() -> None:
+    from coincurve import PublicKey
+
+    key = SigningKey.generate()
+    digest = keccak256(b"y")
+    sig = key.sign(digest)
+    theirs = PublicKey.from_signature_and_message(sig, digest, hasher=None)
+    assert recover_public_key(sig, digest) == theirs.format(compressed=False) == key.public_key

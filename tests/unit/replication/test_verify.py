@@ -189,3 +189,18 @@ def test_frames_yield_the_envelope_bytes_untouched() -> None:
     assert originator_envelopes(field(1, b"")) == []  # keepalive
     with pytest.raises(FrameError):
         originator_envelopes(frame[:-3])
+
+
+def test_a_flipped_recovery_id_is_refused_naming_the_key_it_recovers_to() -> None:
+    """(r, s) still verifies against the originator's key with the other v, but clients
+    recover: the bytes served must recover to the registry key, so v is checked too."""
+    raw = envelope(seq=3)
+    outer = envelopes_pb2.OriginatorEnvelope.FromString(raw)
+    sig = outer.originator_signature.bytes
+    outer.originator_signature.bytes = sig[:64] + bytes([sig[64] ^ 1])
+    got = verify_envelope(outer.SerializeToString(), KEYS, 100)
+    assert isinstance(got, InvalidEnvelope)
+    assert got.reason is RejectReason.BAD_ORIGINATOR_SIGNATURE
+    assert got.detail.startswith("sequence id 3: signed by 0x")
+    assert "not by originator 100's registry key" in got.detail
+    assert not got.signed_by_originator
