@@ -27,14 +27,20 @@ def keccak256(*parts: bytes) -> bytes:
     return digest
 
 
+# The digests every received envelope needs (two recoveries, an address) call keccak_256
+# directly: a ~0.3 us layer less each, on the replication path's CPU per envelope (issue 9).
+
+
 def payer_digest(target_originator: int, unsigned_client_envelope: bytes) -> bytes:
-    return keccak256(
-        b"target|", struct.pack(">I", target_originator), b"payer|", unsigned_client_envelope
-    )
+    digest: bytes = keccak_256(
+        b"target|%spayer|%s" % (struct.pack(">I", target_originator), unsigned_client_envelope)
+    ).digest()
+    return digest
 
 
 def originator_digest(unsigned_originator_envelope: bytes) -> bytes:
-    return keccak256(b"originator|", unsigned_originator_envelope)
+    digest: bytes = keccak_256(b"originator|" + unsigned_originator_envelope).digest()
+    return digest
 
 
 def jwt_digest(signing_input: bytes) -> bytes:
@@ -59,7 +65,8 @@ def address_of(public_key: bytes) -> bytes:
     """The 20-byte Ethereum address of an uncompressed public key."""
     if len(public_key) != PUBLIC_KEY_LENGTH or public_key[0] != 4:
         raise SignatureError("public key must be 65 bytes, uncompressed, starting 0x04")
-    return keccak256(public_key[1:])[-20:]
+    digest: bytes = keccak_256(public_key[1:]).digest()
+    return digest[-20:]
 
 
 # libsecp256k1 called through coincurve's own cffi binding (coincurve is pinned): its

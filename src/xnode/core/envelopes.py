@@ -219,10 +219,15 @@ def _payer_address(payer: envelopes_pb2.PayerEnvelope) -> bytes:
 
 
 def validate_payer_envelope(
-    payer: envelopes_pb2.PayerEnvelope, node_id: int, now_s: int | None = None
+    payer: envelopes_pb2.PayerEnvelope,
+    node_id: int,
+    now_s: int | None = None,
+    raw: bytes | None = None,
 ) -> ValidPayerEnvelope:
     """The stateless rules of XIP-49 3.3.4; the depends_on rule needs state, see below.
-    `now_s` (unix seconds, default the wall clock) is what key package lifetimes must hold."""
+    `now_s` (unix seconds, default the wall clock) is what key package lifetimes must hold.
+    `raw`: the bytes `payer` was parsed from, when they were signed already (an envelope
+    received from a peer): kept as they are rather than serialized again."""
     if not payer.unsigned_client_envelope:
         raise Rejected(Reason.MISSING_PAYLOAD, "unsigned_client_envelope is empty")
     client = _decode_client_envelope(payer.unsigned_client_envelope)
@@ -245,7 +250,7 @@ def validate_payer_envelope(
     payload, framing = _check_payload(client, topic, now)
     depends_on = cursor_from_proto(aad.depends_on, "aad.depends_on")
     return ValidPayerEnvelope(
-        raw=payer.SerializeToString(deterministic=True),
+        raw=payer.SerializeToString(deterministic=True) if raw is None else raw,
         topic=topic,
         payload=payload,
         payer_address=_payer_address(payer),
@@ -372,6 +377,14 @@ class ReceivedEnvelope:
     fees: Fees
     signature: bytes | None
     transaction_hash: bytes | None
+    payer_envelope_raw: bytes = b""  # the bytes payer_envelope was parsed from
+
+    def valid_payer(self, node_id: int) -> ValidPayerEnvelope:
+        """The payer envelope under the originator's rules (raises Rejected); its `raw` is
+        the bytes the originator signed, not a second serialization."""
+        return validate_payer_envelope(
+            self.payer_envelope, node_id, raw=self.payer_envelope_raw or None
+        )
 
     def topic(self) -> bytes:
         client = envelopes_pb2.ClientEnvelope.FromString(
@@ -410,6 +423,7 @@ def parse_originator_envelope(raw: bytes) -> ReceivedEnvelope:
         fees=Fees(unsigned.base_fee_picodollars, unsigned.congestion_fee_picodollars),
         signature=signature,
         transaction_hash=tx,
+        payer_envelope_raw=unsigned.payer_envelope_bytes,
     )
 
 

@@ -15,11 +15,7 @@ from enum import StrEnum
 
 from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import SignatureError
-from xnode.core.envelopes import (
-    IndexedEnvelope,
-    parse_originator_envelope,
-    validate_payer_envelope,
-)
+from xnode.core.envelopes import IndexedEnvelope, parse_originator_envelope
 from xnode.core.errors import Rejected
 from xnode.core.fees import FeeSchedule
 from xnode.core.merkle import leaf_hash
@@ -92,7 +88,7 @@ def verify_envelope(
             f"not by originator {origin}'s registry key",
         )
     try:
-        payer = validate_payer_envelope(env.payer_envelope, origin)
+        payer = env.valid_payer(origin)
     except Rejected as exc:
         return InvalidEnvelope(
             raw,
