@@ -15,7 +15,7 @@ from enum import StrEnum
 
 from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import SignatureError
-from xnode.core.envelopes import IndexedEnvelope, parse_originator_envelope
+from xnode.core.envelopes import IndexedEnvelope, parse_originator_envelope, received_payer
 from xnode.core.errors import Rejected
 from xnode.core.fees import FeeSchedule
 from xnode.core.merkle import leaf_hash
@@ -88,7 +88,7 @@ def verify_envelope(
             f"not by originator {origin}'s registry key",
         )
     try:
-        payer = env.valid_payer(origin)
+        topic, payer_address, retention_days = received_payer(env.payer_envelope, origin)
     except Rejected as exc:
         return InvalidEnvelope(
             raw,
@@ -98,7 +98,7 @@ def verify_envelope(
         )
     if schedule is not None:
         problem = schedule.problem(
-            env.fees.base, env.fees.congestion, env.payer_envelope_size, payer.retention_days
+            env.fees.base, env.fees.congestion, env.payer_envelope_size, retention_days
         )
         if problem is not None:
             return InvalidEnvelope(
@@ -112,9 +112,9 @@ def verify_envelope(
         origin,
         env.sequence_id,
         env.originator_ns,
-        payer.topic.raw,
+        topic,
         env.expiry,
-        payer.payer_address,
+        payer_address,
         raw,
         leaf_hash(env.unsigned_raw),  # in the verifying thread, off the event loop
         base_fee=env.fees.base,
