@@ -171,6 +171,7 @@ class Session:
     asking: list[SequenceRange] = field(default_factory=list)
     round_trips: int = 0
     named: dict[SequenceRange, tuple[Fingerprint, Fingerprint]] = field(default_factory=dict)
+    listed: list[SequenceRange] = field(default_factory=list)  # reopened, to list next
 
     def __post_init__(self) -> None:
         head = [SequenceRange(1, self.top)] if self.top > 0 else []

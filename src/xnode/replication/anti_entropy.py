@@ -20,7 +20,6 @@ The same sequence id with two leaves is a fork: both envelopes go to `on_fork` (
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import time
 from collections import deque
@@ -219,73 +218,99 @@ class Repair:
         return {s: theirs[s] for s in found.missing_here}, found.forks
 
     async def reconcile(
-        self, peer: RepairPeer, originator: int
+        self, peer: RepairPeer, originator: int, session: Session | None = None
     ) -> tuple[list[SequenceRange], dict[int, bytes], list[int], int]:
         """(runs to fetch, leaves the peer listed for them, forks, round trips: fingerprint
         rounds and listing rounds; fetching envelopes and their proofs adds two more, each
-        requests in parallel)."""
-        session = Session(
-            await self._logs.tree_size(originator),
-            held=await self._logs.highest_leaf(originator),
-            name_max=NAME_MAX,
-        )
+        requests in parallel). Named ranges (`session.named`) are not listed: the ids this
+        node lacks there are fetched at once, and `repair` checks the ranges afterwards."""
+        if session is None:
+            session = await self._session(originator)
+        trips = session.round_trips
         wanted: list[SequenceRange] = []
         listed_leaves: dict[int, bytes] = {}
         forks: list[int] = []
         listings = 0
-        while not session.done:
-            mine, theirs = await self._fingerprints(peer, originator, session.asking)
-            fetch = session.answer(mine, theirs)
-            wanted += fetch.whole
-            listed = fetch.listed
-            if fetch.named:
-                listings += 1
-                named = await self._named(peer, originator, session, fetch.named)
-                listed_leaves.update(named)
-                wanted += runs(named)
-                for r in list(session.named):
-                    listed += session.reopen(r)
+        listed: list[SequenceRange] = session.listed
+        session.listed = []
+        while not session.done or listed:
+            if not session.done:
+                mine, theirs = await self._fingerprints(peer, originator, session.asking)
+                fetch = session.answer(mine, theirs)
+                wanted += fetch.whole
+                listed += fetch.listed
+                if fetch.named:
+                    wanted += runs(await self._logs.absent(originator, sorted(fetch.named)))
             if listed:
                 listings += 1
                 missing, found_forks = await self._listed(peer, originator, listed)
                 listed_leaves.update(missing)
                 forks += found_forks
                 wanted += runs(missing)
-        return sorted(wanted), listed_leaves, forks, session.round_trips + listings
+                listed = []
+        return sorted(wanted), listed_leaves, forks, session.round_trips - trips + listings
 
-    async def _named(
-        self, peer: RepairPeer, originator: int, session: Session, named: list[SequenceRange]
-    ) -> dict[int, bytes]:
-        """The peer's leaves for the ids this node lacks in the named ranges that they
-        settle (those ranges leave `session.named`; the others stay there to reopen)."""
-        named = sorted(named)
-        absent = await self._logs.absent(originator, named)
-        chunks = _chunks(_split_listed(runs(absent)), MAX_LEAVES)
-        parts = await all_or_cancel(*(peer.leaves(originator, c) for c in chunks))
-        theirs = [leaf for part in parts for leaf in part]
-        firsts = [r.first for r in named]
-        by_range: dict[SequenceRange, dict[int, bytes]] = {r: {} for r in named}
-        for sequence_id, leaf in theirs:
-            at = bisect.bisect_right(firsts, sequence_id) - 1
-            if at >= 0 and sequence_id <= named[at].last:
-                by_range[named[at]][sequence_id] = leaf
-        found: dict[int, bytes] = {}
-        for r, leaves in by_range.items():
-            if session.settles(r, leaves):
-                del session.named[r]
-                found.update(leaves)
-        return found
+    async def _session(self, originator: int) -> Session:
+        return Session(
+            await self._logs.tree_size(originator),
+            held=await self._logs.highest_leaf(originator),
+            name_max=NAME_MAX,
+        )
 
     async def repair(self, peer: RepairPeer, originator: int) -> Outcome:
-        wanted, leaves, forks, trips = await self.reconcile(peer, originator)
-        REPAIR_ROUND_TRIPS.labels(str(peer.node_id)).inc(trips)
+        session = await self._session(originator)
+        wanted, leaves, forks, trips = await self.reconcile(peer, originator, session)
         outcome = Outcome(round_trips=trips, wanted=sum(r.span for r in wanted))
         target = self._originator_log(originator)
         checkpoint = await self._logs.latest_checkpoint(originator)
-        bulk = outcome.wanted >= BULK_MIN
+        got = await self._fetched(peer, originator, target, checkpoint, wanted, leaves, outcome)
+        # A named range was fetched without listing its leaves: it settles if what
+        # arrived (verified, proven) makes the two fingerprints meet. One that does not
+        # (a fork, a leaf the peer no longer serves, one refused) is listed or descends
+        # now, with naming off; ids asked for already are not asked again.
+        if session.named:
+            asked = {s for r in wanted for s in range(r.first, r.last + 1)}
+            for r in sorted(session.named):
+                if not session.settles(
+                    r, {s: got[s] for s in range(r.first, r.last + 1) if s in got}
+                ):
+                    session.listed += session.reopen(r)
+            session.named.clear()
+            session.name_max = 0
+            more, more_leaves, more_forks, more_trips = await self.reconcile(
+                peer, originator, session
+            )
+            outcome.round_trips += more_trips
+            forks += more_forks
+            again = [s for r in more for s in range(r.first, r.last + 1) if s not in asked]
+            if again:
+                outcome.wanted += len(again)
+                await self._fetched(
+                    peer, originator, target, checkpoint, runs(again), more_leaves, outcome
+                )
+        outcome.expired = outcome.wanted - outcome.stored - outcome.rejected - outcome.unproven
+        REPAIR_ROUND_TRIPS.labels(str(peer.node_id)).inc(outcome.round_trips)
+        if forks:
+            await self._forks(peer, originator, target, forks, outcome)
+        self._count(originator, outcome)
+        return outcome
+
+    async def _fetched(
+        self,
+        peer: RepairPeer,
+        originator: int,
+        target: OriginatorLog,
+        checkpoint: Checkpoint | None,
+        wanted: list[SequenceRange],
+        leaves: dict[int, bytes],
+        outcome: Outcome,
+    ) -> dict[int, bytes]:
+        """The runs `wanted` fetched, checked and stored; returns the leaves stored."""
+        bulk = sum(r.span for r in wanted) >= BULK_MIN
         groups = _groups(wanted)
         proofs = _Proofs(peer, originator, checkpoint, [r for g in groups for r in g])
         limit = asyncio.Semaphore(FETCH_CONCURRENCY)
+        got: dict[int, bytes] = {}
 
         async def fetch(run: SequenceRange) -> tuple[SequenceRange, list[bytes]]:
             async with limit:
@@ -316,18 +341,16 @@ class Repair:
                 # yet (waiting for it would leave the insert's share of the work for later).
                 if len(kept) >= STORE_BATCH or not (checking and checking[0].done()):
                     await self._store(target, kept, peer, outcome)
+                    got.update((e.sequence_id, e.leaf or b"") for e in kept)
                     kept = []
             await self._store(target, kept, peer, outcome)
+            got.update((e.sequence_id, e.leaf or b"") for e in kept)
         finally:
             for part in checking:
                 part.cancel()
             await asyncio.gather(*checking, return_exceptions=True)
             await proofs.close()
-        outcome.expired = outcome.wanted - outcome.stored - outcome.rejected - outcome.unproven
-        if forks:
-            await self._forks(peer, originator, target, forks, outcome)
-        self._count(originator, outcome)
-        return outcome
+        return got
 
     @staticmethod
     async def _store(

@@ -198,15 +198,37 @@ async def test_a_fork_goes_to_the_hook_with_both_envelopes() -> None:
 
 
 async def test_a_fork_beside_a_gap_this_node_names_is_still_found() -> None:
-    """The gap alone would settle by naming the ids lacked here (NAME_MAX); the fork in the
-    same range keeps the fingerprints apart, so the range descends and both are found."""
+    """The gap alone would settle by naming the ids lacked here (NAME_MAX) and fetching them
+    without a listing; the fork in the same range keeps the fingerprints apart after the
+    fetch, so the range descends and the fork is found (the gap is not fetched twice)."""
     here = {s: e for s, e in LOG.items() if not 101 <= s <= 105}
     repair, _, store, _, forks = repair_here(here)
     theirs = {**LOG, 110: signed(110, b"other")}  # asked in one part with 101..105
     outcome = await repair.repair(Side(theirs), NODE)
-    assert outcome.stored == 5 and outcome.forks == [110]
+    assert outcome.stored == 5 and outcome.forks == [110] and outcome.wanted == 5
     assert forks == [(LOG[110].raw, theirs[110].raw)]
     assert all(store.rows[s] == LOG[s].raw for s in range(101, 106))
+
+
+async def test_a_gap_this_node_names_is_fetched_without_a_listing() -> None:
+    here = {s: e for s, e in LOG.items() if not 101 <= s <= 105}
+    repair, _, store, _, _ = repair_here(here)
+    outcome = await repair.repair(Side(LOG), NODE)
+    assert (outcome.stored, outcome.round_trips) == (5, 1)  # the fingerprints' round only
+    assert store.rows == {s: e.raw for s, e in LOG.items()}
+
+
+async def test_an_expired_envelope_in_a_range_fetched_without_listing_is_found() -> None:
+    """103 is fingerprinted by the peer and no longer served: what arrived does not make the
+    fingerprints meet, so the range is listed after all; 103 is not asked for again."""
+    here = {s: e for s, e in LOG.items() if not 101 <= s <= 105}
+    repair, side, store, reports, forks = repair_here(here)
+    side.checkpoint = checkpoint_of(LOG)
+    outcome = await repair.repair(Side(LOG, expired=[103]), NODE)
+    assert (outcome.stored, outcome.expired, outcome.rejected, outcome.wanted) == (4, 1, 0, 5)
+    assert outcome.round_trips > 1
+    assert sorted(store.rows) == [s for s in LOG if s != 103]
+    assert not reports.filed and not forks
 
 
 async def test_runs_broken_by_expired_envelopes_are_proven_as_the_runs_that_came() -> None:
