@@ -157,11 +157,12 @@ class Session:
 
     `name_max`: a differing range where the peer holds more and this node lacks at most
     this many sequence ids is `named` instead of split: this node names the ids it lacks
-    there (from its own index, no round trip), the peer lists its leaves for those ids, and
-    `settles` says whether they explain the whole difference (they do for gaps; a fork or a
-    leaf held here and not there does not). A range they do not settle is handed back with
-    `reopen` and descends as any other. Gaps found this way cost one listing instead of a
-    round trip per level of descent."""
+    there (from its own index, no round trip) and fetches the peer's leaves for those ids
+    (their envelopes, no listing), and `settles` says whether they explain the whole
+    difference (they do for gaps; a fork, an expired or refused envelope, or a leaf held here
+    and not there does not). A range they do not settle is handed back with `reopen`, its
+    parts to list go to `listed`, and it descends as any other. Gaps found this way cost no
+    round trip beyond the first."""
 
     top: int
     fanout: int = DEFAULT_FANOUT
@@ -228,7 +229,7 @@ class Session:
         return Fingerprint(mine.count + added.count, mine.xor ^ added.xor) == theirs
 
     def reopen(self, r: SequenceRange) -> list[SequenceRange]:
-        """A named range its listing did not settle: descends from here (its parts are asked
+        """A named range the leaves fetched for it did not settle: descends (its parts are asked
         next round); returns it when it is small enough to list at once instead."""
         mine, theirs = self.named.pop(r)
         step = compare([r], [mine], [theirs], self.fanout, self.small)

@@ -3,11 +3,14 @@ committed logs (core.reconciliation.Session over LogApi fingerprints and leaves)
 envelopes missing here fetched from that peer, checked and stored through the originator's
 OriginatorLog like any replicated batch (idempotent; the tree grows when a gap fills).
 Where a differing range lacks few ids here (NAME_MAX), this node names them from its own
-tile index and the peer lists just their leaves: gaps left by relays settle in one round of
-fingerprints and one listing; a range those leaves do not explain (a fork) descends.
+tile index and fetches their envelopes at once, with no listing: gaps left by relays cost
+one round of fingerprints. What arrived (verified, proven) must then make the range's two
+fingerprints meet; a range it does not settle (a fork, an envelope expired or refused) is
+listed or descends after the fetch, as any other.
 
 Every fetched envelope is checked: the originator's signature (core.verification, in the
-verifying threads, or processes for large repairs), the leaf the peer listed for it, and,
+verifying threads, or processes for large repairs), the leaf the peer listed for it (or,
+in a named range, the range's fingerprint over all that arrived, checked afterwards), and,
 where a checkpoint of the originator stored here (verified on intake) covers it, the whole
 contiguous run it belongs to against that checkpoint's root with the inclusion proofs of
 the run's two ends (merkle.run_root; the proofs of every run in one GetRunProofs request,
@@ -61,7 +64,7 @@ GROUPS_AHEAD = 8  # groups in flight (fetched, being verified) ahead of the one 
 # node has any): below it, starting them would cost more than the threads lose to the GIL.
 BULK_MIN = 1000
 # A differing range where this node lacks at most this many ids is settled by naming them
-# (core.reconciliation.Session.name_max): one listing of just those ids, no descent.
+# (core.reconciliation.Session.name_max): fetched at once, no listing, no descent.
 NAME_MAX = 4096
 
 
