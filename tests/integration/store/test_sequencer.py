@@ -237,3 +237,29 @@ async def test_leaves_written_with_the_envelopes_are_their_hashes_and_fingerprin
     assert size == len(signed)
     for pool in pools:
         await pool.close()
+
+
+async def test_batches_appended_without_waiting_for_the_previous_take_the_fast_path(
+    database: str,
+) -> None:
+    """Each batch is signed on top of the one still being written (Originator's in_flight):
+    Postgres holds its claim until that one commits, so none misses."""
+    pool = await asyncpg.create_pool(database, min_size=1, max_size=8)
+    await claim_database(pool, NODE, KEY.public_key)
+    sequencer = Sequencer(pool, NODE, KEY, "pipelined")
+    await sequencer.prime()
+    batches = [envelopes(40, f"b{i}-") for i in range(8)]
+    done = await asyncio.gather(*(sequencer.append(b, time.time_ns()) for b in batches))
+    assert [e.sequence_id for batch in done for e in batch] == list(range(1, 321))
+    assert (sequencer.fast_appends, sequencer.locked_appends, sequencer.fast_misses) == (8, 0, 0)
+    rows = await stored(pool)
+    assert rows == [(e.sequence_id, e.originator_ns) for batch in done for e in batch]
+    stamps = [ns for _, ns in rows]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+    raws = await pool.fetch(
+        "SELECT envelope FROM originator_envelopes WHERE originator_node_id = $1 ORDER BY"
+        " originator_sequence_id",
+        NODE,
+    )
+    assert [r[0] for r in raws] == [e.raw for batch in done for e in batch]
+    await pool.close()
