@@ -248,8 +248,13 @@ class Sequencer:
         self._frontier: Frontier | None = None
         self._signed_ns = 0  # the latest time signed: a batch signed again goes after it
         self._signing = asyncio.Lock()
-        # Whether the last batch signed for the fast path was stored (unset while written).
+        # Whether the last batch signed for the fast path was stored as signed (unset while
+        # its claim is out).
         self._written: asyncio.Future[bool] | None = None
+        # Set once the last batch taken is stored (by either path) or failed; `_ticket`
+        # counts batches taken, so a batch signed again knows whether a later one is out.
+        self._stored: asyncio.Future[None] | None = None
+        self._ticket = 0
         self.fast_appends = 0
         self.locked_appends = 0
         self.fast_misses = 0  # signed for the fast path, found the row moved: signed again
@@ -261,32 +266,56 @@ class Sequencer:
         and fsync. Postgres holds a claim on the clock row until the previous one commits;
         a claim that got there first finds the row short and is sent again once the
         previous batch is stored (a claim that finds the row short inserts nothing). A batch
-        whose predecessor was not stored as signed is signed again by the locked path."""
-        async with self._signing:
-            if not self._in_sync():
-                self._written = None
-                return await self._locked(batch, now_ns)
-            signed, statement = await self._sign_fast(batch, now_ns)
-            previous, written = self._written, asyncio.get_running_loop().create_future()
-            self._written = written
+        whose claim missed (another process took the ids, or its predecessor was not stored
+        as signed) is signed again by the locked path once every earlier batch is stored:
+        ids always follow call order, and a miss never refuses the batch."""
+        loop = asyncio.get_running_loop()
+        stored: asyncio.Future[None] = loop.create_future()
+        try:
+            async with self._signing:
+                self._ticket += 1
+                ticket, before, self._stored = self._ticket, self._stored, stored
+                fast = self._in_sync()
+                if fast:
+                    signed, statement = await self._sign_fast(batch, now_ns)
+                    previous, written = self._written, loop.create_future()
+                    self._written = written
+                else:
+                    self._written = None
+            if fast:
+                if await self._claim_fast(statement, len(signed), previous, written):
+                    self.fast_appends += 1
+                    return signed
+                self.fast_misses += 1
+                self._forget()
+            if before is not None:
+                await asyncio.wait([before])  # not `await`: a cancel here must not cancel it
+            async with self._signing:  # after every time signed so far (`_signed_ns`)
+                return await self._locked(batch, now_ns, ticket)
+        finally:
+            stored.set_result(None)
+
+    async def _claim_fast(
+        self,
+        statement: tuple[object, ...],
+        count: int,
+        previous: asyncio.Future[bool] | None,
+        written: asyncio.Future[bool],
+    ) -> bool:
+        """Whether the batch was stored as signed; `written` tells the next batch."""
         claimed = False
         try:
-            claimed = await self._claim(statement, len(signed))
-            if not claimed and previous is not None and await previous:
-                claimed = await self._claim(statement, len(signed))
+            claimed = await self._claim(statement, count)
+            if not claimed and previous is not None:
+                await asyncio.wait([previous])  # not `await`: a cancel must not cancel it
+                if previous.result():
+                    claimed = await self._claim(statement, count)
         except BaseException:
             self._forget()  # the outcome is unknown: read the row before the next batch
             raise
         finally:
             written.set_result(claimed)
-        if claimed:
-            self.fast_appends += 1
-            return signed
-        self.fast_misses += 1
-        self._forget()
-        async with self._signing:
-            self._written = None
-            return await self._locked(batch, now_ns)
+        return claimed
 
     async def _claim(self, statement: tuple[object, ...], count: int) -> bool:
         row = await self._pool.fetchrow(*statement)
@@ -316,7 +345,13 @@ class Sequencer:
         self._last = (last.sequence_id, last.originator_ns)
         self._signed_ns = max(self._signed_ns, last.originator_ns)
 
-    async def _locked(self, batch: Sequence[Originable], now_ns: int) -> list[IndexedEnvelope]:
+    async def _locked(
+        self, batch: Sequence[Originable], now_ns: int, ticket: int
+    ) -> list[IndexedEnvelope]:
+        """Called after every earlier batch is stored. The next batch is signed on top of
+        this one only if none was taken after it: a later batch already out was signed on
+        top of this one's first signature, so it will miss and come here too, and a batch
+        taken meanwhile must wait for it (else it could claim ids before it)."""
         try:
             async with self._pool.acquire() as conn, conn.transaction():
                 signed, frontier = await _append_locked(
@@ -333,9 +368,12 @@ class Sequencer:
         except BaseException:
             self._forget()
             raise
+        self.locked_appends += 1
+        if ticket != self._ticket:
+            self._signed_ns = max(self._signed_ns, signed[-1].originator_ns)
+            return signed
         self._frontier = frontier
         self._advance(signed)
-        self.locked_appends += 1
         return signed
 
     async def _sign_fast(
