@@ -24,11 +24,8 @@ $(STAMP):
 run: setup
 	$(VENV)/bin/xnode devnet --nodes $(NODES)
 
-# gRPC's fork handlers off for the test process: Spark's driver is started by a fork of it,
-# and a fork while gRPC threads (of earlier tests' channels) are busy left the child broken
-# ("Java gateway process exited", once in CI).
 test: setup lint
-	GRPC_ENABLE_FORK_SUPPORT=false $(PY) -m pytest -q
+	$(PY) -m pytest -q
 
 test-fast: setup
 	$(PY) -m pytest -q tests/unit

@@ -70,9 +70,10 @@ def address_of(public_key: bytes) -> bytes:
 
 
 # libsecp256k1 called through coincurve's own cffi binding (coincurve is pinned): its
-# PublicKey wrapper spends ~13 us per recovery in Python around the ~41 us of C, and every
-# replicated envelope costs two recoveries (docs/benchmarks.md, "Repair", run 11). cffi
-# releases the GIL for the C calls, as the wrapper did.
+# PublicKey wrapper (a key object, then serializing it) cost ~3 us per recovery in Python
+# around the ~41 us of C, and every replicated envelope costs two (verify_batch 120 -> 114 us
+# per envelope; docs/benchmarks.md, "Repair", run 11). cffi releases the GIL for the C calls,
+# as the wrapper did.
 _CONTEXT = GLOBAL_CONTEXT.ctx
 _UNCOMPRESSED = lib.SECP256K1_EC_UNCOMPRESSED
 

@@ -270,7 +270,7 @@ def received_payer(payer: envelopes_pb2.PayerEnvelope, node_id: int) -> tuple[by
     under the same rules and reasons as validate_payer_envelope. Verifying envelopes received
     from peers needs no more: no ValidPayerEnvelope and no second serialization, ~2 us less
     per envelope of a repair or catch-up (issue 9)."""
-    client, _, _, _, _, _ = _payer_rules(payer, node_id, None)
+    client = _payer_rules(payer, node_id, None)[0]
     # Topic.parse accepted these bytes: they are the topic's raw form
     return client.aad.target_topic, _payer_address(payer), payer.message_retention_days
 

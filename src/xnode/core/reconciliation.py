@@ -228,6 +228,24 @@ class Session:
         added = Fingerprint.of(listed.values())
         return Fingerprint(mine.count + added.count, mine.xor ^ added.xor) == theirs
 
+    def settle(self, arrived: Mapping[int, bytes]) -> None:
+        """After the named ranges' ids were fetched: `arrived` (sequence id -> leaf) is what
+        came. Each named range settles or is reopened (its parts to list go to `listed`);
+        naming then stops, so what is asked next descends. One pass over `arrived`, not one
+        over each range's span (~3,900 ids each in a 1% repair of 1M)."""
+        named = sorted(self.named)
+        firsts = [r.first for r in named]
+        found: dict[SequenceRange, dict[int, bytes]] = {r: {} for r in named}
+        for sequence_id, leaf in arrived.items():
+            at = bisect.bisect_right(firsts, sequence_id) - 1
+            if at >= 0 and sequence_id <= named[at].last:
+                found[named[at]][sequence_id] = leaf
+        for r, leaves in found.items():
+            if not self.settles(r, leaves):
+                self.listed += self.reopen(r)
+        self.named.clear()
+        self.name_max = 0
+
     def reopen(self, r: SequenceRange) -> list[SequenceRange]:
         """A named range the leaves fetched for it did not settle: descends (its parts are asked
         next round); returns it when it is small enough to list at once instead."""

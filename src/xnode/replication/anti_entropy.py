@@ -273,13 +273,7 @@ class Repair:
         # now, with naming off; ids asked for already are not asked again.
         if session.named:
             asked = {s for r in wanted for s in range(r.first, r.last + 1)}
-            for r in sorted(session.named):
-                if not session.settles(
-                    r, {s: got[s] for s in range(r.first, r.last + 1) if s in got}
-                ):
-                    session.listed += session.reopen(r)
-            session.named.clear()
-            session.name_max = 0
+            session.settle(got)
             more, more_leaves, more_forks, more_trips = await self.reconcile(
                 peer, originator, session
             )
@@ -343,11 +337,9 @@ class Repair:
                 # Stored when a batch is full, and whenever the next group is not checked
                 # yet (waiting for it would leave the insert's share of the work for later).
                 if len(kept) >= STORE_BATCH or not (checking and checking[0].done()):
-                    await self._store(target, kept, peer, outcome)
-                    got.update((e.sequence_id, e.leaf or b"") for e in kept)
+                    await self._store(target, kept, peer, outcome, got)
                     kept = []
-            await self._store(target, kept, peer, outcome)
-            got.update((e.sequence_id, e.leaf or b"") for e in kept)
+            await self._store(target, kept, peer, outcome, got)
         finally:
             for part in checking:
                 part.cancel()
@@ -357,8 +349,13 @@ class Repair:
 
     @staticmethod
     async def _store(
-        target: OriginatorLog, kept: list[IndexedEnvelope], peer: RepairPeer, outcome: Outcome
+        target: OriginatorLog,
+        kept: list[IndexedEnvelope],
+        peer: RepairPeer,
+        outcome: Outcome,
+        got: dict[int, bytes],
     ) -> None:
+        """Stores `kept`, adding their leaves to `got`."""
         if not kept:
             return
         started = time.perf_counter()
@@ -366,6 +363,7 @@ class Repair:
         await target.store(batch, peer.node_id, direct=False)
         outcome.store_s += time.perf_counter() - started
         outcome.stored += len(kept)
+        got.update((e.sequence_id, e.leaf or b"") for e in kept)
 
     async def _verified(
         self,
