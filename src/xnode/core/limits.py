@@ -12,6 +12,7 @@ shared bucket granted.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -102,8 +103,10 @@ class LimitExceeded(Exception):
         self.kind = kind
         self.subject = subject
         self.retry_after_s = max(retry_after_s, 0.1)  # nothing refills faster than asked
+        # Rounded up to the tenth shown: "retry in 0.0 s" for a 40 ms wait read as "now".
+        shown = math.ceil(self.retry_after_s * 10) / 10
         super().__init__(
-            f"{subject} is over its {kind.value} limit; retry in {retry_after_s:.1f} s"
+            f"{subject} is over its {kind.value} limit; retry in {shown:.1f} s"
             if kind is not Kind.DENIED
             else f"{subject} may not publish on this node"
         )

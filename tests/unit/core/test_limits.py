@@ -49,3 +49,8 @@ def test_caller_ip_from_grpc_peer_strings() -> None:
     assert Caller.from_peer("ipv6:[::1]:5050").ip == "::1"
     assert Caller.from_peer("ipv4:10.0.0.7:1", node_id=200).subject == "node:200"
     assert Caller.from_peer(None).ip == "unknown"
+
+
+def test_a_wait_under_a_tenth_of_a_second_is_not_shown_as_zero() -> None:
+    assert "retry in 0.1 s" in str(LimitExceeded(Kind.ENVELOPES, "payer 0xab", 0.04))
+    assert "retry in 0.2 s" in str(LimitExceeded(Kind.ENVELOPES, "payer 0xab", 0.11))
