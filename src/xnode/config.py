@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from xnode.core.crypto import SigningKey
 from xnode.core.fees import FeeSchedule
 from xnode.core.limits import Limit
+from xnode.usecases.crypto_threads import share
 from xnode.usecases.limits import LimitPolicy
 
 # `workers = 0` starts one serving process per core, but no more than this many.
@@ -144,6 +145,13 @@ class Settings(BaseSettings):
         0,
         description="Serving processes sharing the node's ports, database and key "
         f"(`xnode run --workers N`); 0: the number of cores, at most {MAX_AUTO_WORKERS}",
+        ge=0,
+    )
+    crypto_threads: int = Field(
+        0,
+        description="Threads per serving process recovering and signing publishes' signatures "
+        "off the event loop; 0: the cores this process may run on divided by the workers (at "
+        "least 1). More threads than that only wait for the GIL (docs/benchmarks.md, issue 14)",
         ge=0,
     )
     db_pool_size: int = Field(16, description="Most Postgres connections per process", gt=1)
@@ -302,6 +310,12 @@ class Settings(BaseSettings):
         if self.workers:
             return self.workers
         return max(1, min(len(os.sched_getaffinity(0)), MAX_AUTO_WORKERS))
+
+    def crypto_thread_count(self) -> int:
+        """`crypto_threads`, or with 0 this process's share of the cores."""
+        if self.crypto_threads:
+            return self.crypto_threads
+        return share(len(os.sched_getaffinity(0)), self.worker_count())
 
     @property
     def cors_origins(self) -> list[str]:

@@ -74,6 +74,7 @@ from xnode.store.replication import ReplicationStore
 from xnode.store.sequencer import Sequencer
 from xnode.store.subscription_slots import SharedSubscriptionSlots
 from xnode.tls import ClientTls, ServerTls, TlsConfigError
+from xnode.usecases import crypto_threads
 from xnode.usecases.admission import Admission
 from xnode.usecases.concurrency import StopSteps
 from xnode.usecases.forwarding import ForwardingOriginator, SequencerLink
@@ -317,6 +318,7 @@ async def start_node(settings: Settings, role: WorkerRole = SOLE) -> Node:
 async def _start(
     settings: Settings, key: SigningKey, tls: NodeTls, stack: StopSteps, role: WorkerRole
 ) -> Node:
+    crypto_threads.configure(settings.crypto_thread_count())
     chain = await _connect_chain(settings)
     if chain is not None:
         stack.push_async_callback(chain.close)

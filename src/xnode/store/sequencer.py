@@ -11,7 +11,6 @@ batch leaves no gap). Two ways to append, both serialized by that row:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 import asyncpg
@@ -23,6 +22,7 @@ from xnode.core.fees import FeeSchedule, Pricing
 from xnode.core.merkle import Frontier
 from xnode.store.logs import STORED_MIN_LEVEL, extend_tree, node_columns
 from xnode.store.notifications import NOTIFY_CHANNEL
+from xnode.usecases.crypto_threads import in_crypto_thread
 
 _READ_CLOCK = "SELECT sequence_id, last_ns FROM vector_clock WHERE originator_node_id = $1"
 _LOCK_CLOCK = _READ_CLOCK + " FOR UPDATE"
@@ -146,7 +146,7 @@ async def _sign(
         return signed
 
     if len(batch) >= THREAD_SIGNING_MIN:
-        return await asyncio.to_thread(sign_all)
+        return await in_crypto_thread(sign_all)
     return sign_all()
 
 

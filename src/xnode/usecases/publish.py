@@ -5,7 +5,6 @@ Answers come in request order; a refusal names the request index (`payer_envelop
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Sequence
 
@@ -15,6 +14,7 @@ from xnode.core.errors import Reason, Rejected
 from xnode.core.vector_clock import NodeClock
 from xnode.observability.metrics import ENVELOPES_STORED, PUBLISH_LATENCY
 from xnode.usecases.admission import Admission
+from xnode.usecases.crypto_threads import in_crypto_thread
 from xnode.usecases.identity import IdentityUpdates, has_updates
 from xnode.usecases.limits import ANONYMOUS, ApiLimits, Caller
 from xnode.usecases.ports import ChainPublisher, EnvelopeReader, Originate
@@ -101,7 +101,7 @@ class Publish:
                 f"{MAX_PUBLISH_ENVELOPES}",
             )
         if len(envelopes) >= THREAD_VALIDATION_MIN:
-            valid = await asyncio.to_thread(validate_all, envelopes, self.node_id)
+            valid = await in_crypto_thread(validate_all, envelopes, self.node_id)
         else:
             valid = validate_all(envelopes, self.node_id)
         if self._limits is not None:
