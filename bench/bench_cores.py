@@ -4,6 +4,8 @@ printed beside its ceiling from the same run.
 
     .venv/bin/python bench/bench_cores.py [--workers 1,2] [--singles 20000] [--batches 400]
 
+Each publish run prints every worker's share of a core.
+
 h2load counts an HTTP 200 as success whatever the grpc-status says, so after every publish run
 the node's stored envelopes are counted: the run fails unless exactly as many were stored as
 were sent. Starts its own Postgres cluster (fsync on: answers are durable).
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -172,6 +175,17 @@ class NodeRun:
             return [self.proc.pid]
         return _children(self.proc.pid)
 
+    def named_workers(self) -> dict[int, str]:
+        """pid -> "w<index>", from the supervisor's worker_started events."""
+        if self.worker_count == 1:
+            return {self.proc.pid: "w0"}
+        named = {}
+        for line in self.log.read_text(errors="replace").splitlines():
+            if '"worker_started"' in line:
+                event = json.loads(line[line.index("{") :])
+                named[int(event["pid"])] = f"w{event['worker']}"
+        return named
+
     def sample_rss(self) -> None:
         for pid in self.workers():
             try:
@@ -267,9 +281,16 @@ def publish_run(
 ) -> Rate:
     """Envelopes per second, after checking that every one sent was stored."""
     before = node.stored()
+    named = node.named_workers()
+    each_cpu = {pid: cpu_seconds([pid]) for pid in named}
     node_cpu, pg_cpu = node.cpu()
     result = h2load(node.address, PUBLISH, body, requests, in_flight)
     node_after, pg_after = node.cpu()
+    shares = ", ".join(
+        f"{named[pid]} {(cpu_seconds([pid]) - cpu) / result.seconds:.0%}"
+        for pid, cpu in sorted(each_cpu.items(), key=lambda item: named[item[0]])
+    )
+    print(f"      share of a core per worker: {shares}")
     stored = node.stored() - before
     if result.failed or stored != result.succeeded * each:
         raise SystemExit(
