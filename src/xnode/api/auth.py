@@ -27,6 +27,8 @@ from xnode.core.cursors import Cursor
 from xnode.core.envelopes import cursor_to_proto
 from xnode.core.node_tokens import (
     CLOCK_METADATA,
+    METADATA_KEY,
+    XIP_METADATA_KEY,
     AuthError,
     NodeIdentity,
     token_from_metadata,
@@ -39,6 +41,7 @@ from xnode.usecases.limits import Caller
 log = structlog.get_logger(__name__)
 
 MAX_KNOWN_TOKENS = 1024
+_TOKEN_KEYS = frozenset({METADATA_KEY, XIP_METADATA_KEY})
 PROTECTED_METHODS = frozenset({"/xmtp.xmtpv4.message_api.ReplicationApi/SubscribeOriginators"})
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -97,8 +100,11 @@ class NodeAuthInterceptor(_Interceptor):
         limits). Tokens are cached until expiry so a peer's requests do not each recover a
         signature."""
         identity: NodeIdentity | None = None
+        metadata = context.invocation_metadata() or ()
+        if not any(key in _TOKEN_KEYS for key, _ in metadata):
+            return Caller.from_peer(context.peer())  # a client: no token (no exception either)
         try:
-            token = token_from_metadata(context.invocation_metadata() or ())
+            token = token_from_metadata(metadata)
         except AuthError:
             return Caller.from_peer(context.peer())
         now = self._clock.now_s()

@@ -98,7 +98,10 @@ def method_handler(
     async def unary(data: bytes, context: Any) -> Any:
         started = time.perf_counter()
         try:
-            request = await _decode(message_type, data, context, (api, method.name))
+            try:  # here, not in _decode: one coroutine fewer per request that decodes
+                request = message_type.FromString(data)
+            except DecodeError:
+                request = await _decode(message_type, data, context, (api, method.name))
             return await behavior(request, context)
         finally:
             latency.observe(time.perf_counter() - started)

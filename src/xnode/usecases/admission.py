@@ -37,18 +37,27 @@ class Admission:
     def admit(self) -> Iterator[None]:
         """Counts one accepted request while it runs; raises Rejected(UNAVAILABLE) after
         `close()`."""
+        self.enter()
+        try:
+            yield
+        finally:
+            self.leave()
+
+    def enter(self) -> None:
+        """`admit` without a context manager (the publish path: one fewer generator per
+        request); every `enter` that returned needs its `leave`."""
         if self._closed:
             self._touch()
             raise Rejected(Reason.UNAVAILABLE, "node is shutting down; publish to another node")
         self._in_flight += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
-            if not self._in_flight:
-                self._idle.set()
-            self._touch()
+        if self._in_flight == 1:
+            self._idle.clear()
+
+    def leave(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight:
+            self._idle.set()
+        self._touch()
 
     def close(self) -> None:
         """Refuses every request from now on."""

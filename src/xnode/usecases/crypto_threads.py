@@ -40,10 +40,3 @@ async def in_crypto_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
     `configure` ran: tests and tools that build the use cases directly)."""
     call = functools.partial(fn, *args, **kwargs)
     return await asyncio.get_running_loop().run_in_executor(_pool, call)
-
-
-def crypto_future(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> asyncio.Future[T]:
-    """`fn(*args)` submitted to a crypto thread now; its answer as a future of the running
-    loop (for callers that are not coroutines, such as a `call_soon` callback)."""
-    call = functools.partial(fn, *args, **kwargs)
-    return asyncio.get_running_loop().run_in_executor(_pool, call)

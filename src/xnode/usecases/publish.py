@@ -5,7 +5,6 @@ Answers come in request order; a refusal names the request index (`payer_envelop
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Sequence
 
@@ -15,15 +14,16 @@ from xnode.core.errors import Reason, Rejected
 from xnode.core.vector_clock import NodeClock
 from xnode.observability.metrics import ENVELOPES_STORED, PUBLISH_LATENCY
 from xnode.usecases.admission import Admission
-from xnode.usecases.crypto_threads import crypto_future, in_crypto_thread
+from xnode.usecases.crypto_threads import in_crypto_thread
 from xnode.usecases.identity import IdentityUpdates, has_updates
 from xnode.usecases.limits import ANONYMOUS, ApiLimits, Caller
 from xnode.usecases.ports import ChainPublisher, EnvelopeReader, Originate
 
 MAX_PUBLISH_ENVELOPES = 1000
-# Batches this large are validated in a crypto thread of their own (signature recovery
-# releases the GIL); smaller publishes that arrive in one event-loop turn are validated
-# together, in one hop to a crypto thread (`_Coalesced`).
+# Batches this large are validated in a crypto thread (signature recovery releases the GIL).
+# Smaller ones on the loop: a hop per request costs more than the recovery it moves, and
+# gathering the small publishes of one loop turn into one hop found ~1.05 per turn (grpc hands
+# the loop one call at a time): +150-190 us of node CPU per single (docs/benchmarks.md).
 THREAD_VALIDATION_MIN = 32
 
 
@@ -48,63 +48,6 @@ async def _in_request(publish: Awaitable[list[bytes]], positions: list[int]) -> 
         if exc.index is None:
             raise
         raise exc.at(positions[exc.index]) from None
-
-
-# What a small publish's validation gives: its valid envelopes, or the refusal to raise.
-Validated = list[ValidPayerEnvelope] | Rejected
-Pending = list[tuple[Sequence[envelopes_pb2.PayerEnvelope], "asyncio.Future[Validated]"]]
-
-
-def validate_each(
-    requests: list[Sequence[envelopes_pb2.PayerEnvelope]], node_id: int
-) -> list[Validated]:
-    answers: list[Validated] = []
-    for envelopes in requests:
-        try:
-            answers.append(validate_all(envelopes, node_id))
-        except Rejected as exc:
-            answers.append(exc)
-    return answers
-
-
-class _Coalesced:
-    """Validates the small publishes of one event-loop turn together in a crypto thread.
-
-    A hop to a thread per single publish cost more than the ~50 us recovery it moved off the
-    loop (docs/benchmarks.md, issue 14); one hop for every publish that arrived in the same
-    turn spreads the hop over them, and the loop serves the next requests meanwhile."""
-
-    def __init__(self, node_id: int) -> None:
-        self._node_id = node_id
-        self._pending: Pending = []
-
-    def __call__(
-        self, envelopes: Sequence[envelopes_pb2.PayerEnvelope]
-    ) -> asyncio.Future[Validated]:
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[Validated] = loop.create_future()
-        if not self._pending:
-            # After the handlers already scheduled in this turn: they join the same hop.
-            loop.call_soon(self._send)
-        self._pending.append((envelopes, answer))
-        return answer
-
-    def _send(self) -> None:
-        pending, self._pending = self._pending, []
-        done = crypto_future(validate_each, [envelopes for envelopes, _ in pending], self._node_id)
-        done.add_done_callback(lambda f: _answer(pending, f))
-
-
-def _answer(pending: Pending, done: asyncio.Future[list[Validated]]) -> None:
-    failure = asyncio.CancelledError() if done.cancelled() else done.exception()
-    if failure is not None:  # not a refusal (those are answers): a fault, for every caller
-        for _, answer in pending:
-            if not answer.done():
-                answer.set_exception(failure)
-        return
-    for (_, answer), validated in zip(pending, done.result(), strict=True):
-        if not answer.done():  # the caller went away
-            answer.set_result(validated)
 
 
 READ_ONLY_DETAIL = (
@@ -136,7 +79,6 @@ class Publish:
         self._store = store
         self._originator = originator
         self._chain = chain
-        self._coalesced = _Coalesced(node_id)
         self._stored = ENVELOPES_STORED.labels(str(node_id))
 
     async def __call__(
@@ -145,8 +87,12 @@ class Publish:
         """The serialized OriginatorEnvelopes, one per payer envelope, in request order;
         Rejected(UNAVAILABLE) before any work once the node drains. Raises LimitExceeded,
         before anything is stored, when the caller or a payer is over its limits."""
-        with self.admission.admit():
+        admission = self.admission
+        admission.enter()
+        try:
             return await self._publish(envelopes, caller)
+        finally:
+            admission.leave()
 
     async def _publish(
         self, envelopes: Sequence[envelopes_pb2.PayerEnvelope], caller: Caller
@@ -165,16 +111,15 @@ class Publish:
         if len(envelopes) >= THREAD_VALIDATION_MIN:
             valid = await in_crypto_thread(validate_all, envelopes, self.node_id)
         else:
-            validated = await self._coalesced(envelopes)
-            if isinstance(validated, Rejected):
-                raise validated
-            valid = validated
+            valid = validate_all(envelopes, self.node_id)
         if self._limits is not None:
             await self._limits.publish(caller, valid)
         if self._chain is not None:
             # Before the vector clock: a node whose index is behind answers UNAVAILABLE.
             await self._chain.check_originated(valid)
-        await self._check_depends_on(valid)
+        covers = self._clock.value.covers
+        if not all(covers(envelope.depends_on) for envelope in valid):
+            await self._check_depends_on(valid)
         identity = self._identity
         if identity is None or not has_updates(valid):
             # Nothing to hold or check (the common case): no context managers per publish.
