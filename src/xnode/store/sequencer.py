@@ -11,6 +11,7 @@ batch leaves no gap). Two ways to append, both serialized by that row:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import asyncpg
