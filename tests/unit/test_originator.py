@@ -86,3 +86,64 @@ async def test_close_drains_accepted_publishes_then_refuses_new_ones() -> None:
     with pytest.raises(Rejected) as err:
         await originator.publish(_envelopes(1))
     assert err.value.reason is Reason.UNAVAILABLE
+
+
+async def test_two_batches_are_appended_at_once_and_reported_in_stored_order() -> None:
+    """The second batch's append starts before the first returns (the sequencer signs it
+    meanwhile); it may return first, but commits are reported in the order ids were given."""
+    running: list[int] = []
+    overlap = 0
+    committed: list[int] = []
+    next_seq = 1
+
+    async def append(batch: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
+        nonlocal next_seq, overlap
+        first, next_seq = next_seq, next_seq + len(batch)
+        running.append(first)
+        overlap = max(overlap, len(running))
+        await asyncio.sleep(0.02 if first == 1 else 0.001)  # the first returns last
+        running.remove(first)
+        return [IndexedEnvelope(100, first + i, 0, b"t", 0, None, b"x") for i in range(len(batch))]
+
+    async def on_committed(envelopes: list[IndexedEnvelope]) -> None:
+        committed.extend(e.sequence_id for e in envelopes)
+
+    originator = Originator(append, on_committed, max_batch=1, pipeline_min=1)
+    originator.start()
+    results = await asyncio.gather(*(originator.publish(_envelopes(1)) for _ in range(6)))
+    await originator.close()
+    assert [r[0].sequence_id for r in results] == [1, 2, 3, 4, 5, 6]
+    assert overlap == 2
+    assert committed == [1, 2, 3, 4, 5, 6]
+
+
+async def test_few_waiting_envelopes_wait_for_the_batch_in_flight() -> None:
+    """Fewer than pipeline_min waiting: no second append starts while one runs, and what
+    waited is taken as one group once it returns."""
+    running = 0
+    overlap = 0
+    sizes: list[int] = []
+    next_seq = 1
+
+    async def append(batch: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
+        nonlocal next_seq, overlap, running
+        first, next_seq = next_seq, next_seq + len(batch)
+        running += 1
+        overlap = max(overlap, running)
+        sizes.append(len(batch))
+        await asyncio.sleep(0.02)
+        running -= 1
+        return [IndexedEnvelope(100, first + i, 0, b"t", 0, None, b"x") for i in range(len(batch))]
+
+    async def on_committed(envelopes: list[IndexedEnvelope]) -> None:
+        return None
+
+    originator = Originator(append, on_committed, pipeline_min=10)
+    originator.start()
+    first = asyncio.ensure_future(originator.publish(_envelopes(1)))
+    await asyncio.sleep(0)  # the first batch starts alone
+    rest = [asyncio.ensure_future(originator.publish(_envelopes(1))) for _ in range(5)]
+    await asyncio.gather(first, *rest)
+    await originator.close()
+    assert overlap == 1
+    assert sizes == [1, 5]

@@ -11,6 +11,7 @@ batch leaves no gap). Two ways to append, both serialized by that row:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import asyncpg
@@ -36,47 +37,54 @@ UPDATE vector_clock SET
 WHERE originator_node_id = $1
 """
 
-# Parameters: $1..$7 the envelope columns, $8 the last id, $9 its time, $10 this node, $11
+# Parameters: $1..$7 the envelope columns ($1 this node, $2 and $3 the first id and time:
+# a batch's ids and times are consecutive, and an array costs the driver ~0.5 us per element
+# to encode), $8 the last id, $9 its time, $10 this node, $11
 # and $12 the notification, $13 and $14 the signed fees (the payer_usage trigger sums them);
-# then per statement: the fast path's remembered id ($15) and tree nodes ($16..$18), and the
-# log leaves (last). A statement without the log (setting `log_commit_enabled` false, or an
-# id without a log) takes a prefix of the same arguments.
+# then per statement: the fast path's remembered id and time ($15, $16) and tree nodes
+# ($17..$19), and the log leaves (last). A statement without the log (setting
+# `log_commit_enabled` false, or an id without a log) takes a prefix of the same arguments.
 _ROWS = """
-    SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[],
-                         $6::bytea[], $7::bytea[], $13::bigint[], $14::bigint[])"""
+    SELECT $1::int, $2::bigint + r.i - 1, $3::bigint + r.i - 1, r.topic, r.expiry, r.payer,
+           r.raw, r.base, r.congestion
+    FROM unnest($4::bytea[], $5::bigint[], $6::bytea[], $7::bytea[], $13::bigint[], $14::bigint[])
+        WITH ORDINALITY AS r(topic, expiry, payer, raw, base, congestion, i)"""
 
 
 def _leaf_rows(joined: str) -> str:
     """This node's log leaves (xnode.store.logs), written with the envelopes: sequence ids
-    are the envelopes' ($2), leaf hashes come joined in one bytea (32 bytes each; an array
+    are the envelopes' (from $2), leaf hashes come joined in one bytea (32 bytes each; an array
     costs the driver ~0.5 us per element to encode) and each fingerprint is its hash's first
     8 bytes as a signed bigint (core.reconciliation.fingerprint_part)."""
     leaf = f"substr({joined}::bytea, r.i::int * 32 - 31, 32)"
     fingerprint = f"('x' || encode(substr({leaf}, 1, 8), 'hex'))::bit(64)::bigint"
-    rows = "unnest($2::bigint[]) WITH ORDINALITY AS r(s, i)"
-    return f"SELECT $10, r.s, {leaf}, {fingerprint} FROM {rows}"
+    rows = "generate_series(1, cardinality($7::bytea[])) AS r(i)"
+    return f"SELECT $10, $2::bigint + r.i - 1, {leaf}, {fingerprint} FROM {rows}"
 
 
 # If the row moved on (another process appended), `claimed` is empty and nothing is inserted.
 # The primary key would refuse a reused id regardless. The fast path also carries the tree
-# nodes the batch completes ($16..$18), computed from the frontier this process holds, which
+# nodes the batch completes ($17..$19), computed from the frontier this process holds, which
 # is the tree up to $15 (the remembered id): so the tree grows in the same statement.
+# The remembered time ($16) is checked too: a batch signed on top of one still being written
+# (Sequencer.append) must not claim a row that reached the same id by other envelopes (the
+# earlier batch missed and was signed again by the locked path, always at later times).
 _CLAIM = f"""
 WITH claimed AS (
     UPDATE vector_clock SET sequence_id = $8, last_ns = $9
-    WHERE originator_node_id = $10 AND sequence_id = $15
+    WHERE originator_node_id = $10 AND sequence_id = $15 AND last_ns = $16
     RETURNING 1
 ), inserted AS (
     INSERT INTO originator_envelopes
-    {_ROWS} AS r WHERE EXISTS (SELECT 1 FROM claimed)
+    {_ROWS} WHERE EXISTS (SELECT 1 FROM claimed)
     RETURNING 1
 )"""
 _CLAIMED = "SELECT (SELECT count(*) FROM inserted), (SELECT pg_notify($11, $12) FROM claimed)"
 _CLAIM_AND_APPEND = f"""{_CLAIM}, leaves AS (
-    INSERT INTO log_leaves {_leaf_rows("$19")} WHERE EXISTS (SELECT 1 FROM claimed)
+    INSERT INTO log_leaves {_leaf_rows("$20")} WHERE EXISTS (SELECT 1 FROM claimed)
 ), nodes AS (
     INSERT INTO log_nodes
-    SELECT $10, * FROM unnest($16::smallint[], $17::bigint[], $18::bytea[]) AS n
+    SELECT $10, * FROM unnest($17::smallint[], $18::bigint[], $19::bytea[]) AS n
     WHERE EXISTS (SELECT 1 FROM claimed)
 ), tree AS (
     UPDATE log_trees SET tree_size = $8
@@ -155,12 +163,12 @@ def _joined_leaves(signed: list[IndexedEnvelope]) -> bytes:
 
 
 def _arguments(signed: list[IndexedEnvelope], node_id: int, notice: str) -> tuple[object, ...]:
-    """$1..$14 of the statements above."""
-    last = signed[-1]
+    """$1..$14 of the statements above (_sign gives consecutive ids and times)."""
+    first, last = signed[0], signed[-1]
     return (
-        [e.originator_node_id for e in signed],
-        [e.sequence_id for e in signed],
-        [e.originator_ns for e in signed],
+        node_id,
+        first.sequence_id,
+        first.originator_ns,
         [e.topic for e in signed],
         [e.expiry or None for e in signed],
         [e.payer_address for e in signed],
@@ -184,12 +192,15 @@ async def _append_locked(
     notice_token: str,
     pricing: Pricing,
     logged: bool = True,
+    after_ns: int = 0,
 ) -> tuple[list[IndexedEnvelope], Frontier | None]:
+    """`after_ns`: the batch's times come after it (and after the row's)."""
     row = await conn.fetchrow(_LOCK_CLOCK, node_id)
     if row is None:
         raise RuntimeError(f"vector clock row for node {node_id} is missing")
     logged = logged and has_log(node_id)
-    signed = await _sign(batch, node_id, row[0], row[1], now_ns, key, pricing, logged=logged)
+    last_ns = max(row[1], after_ns)
+    signed = await _sign(batch, node_id, row[0], last_ns, now_ns, key, pricing, logged=logged)
     arguments = _arguments(signed, node_id, notice_token)
     if not logged:
         await conn.execute(_APPEND_LOCKED_UNLOGGED, *arguments)
@@ -232,39 +243,85 @@ class Sequencer:
         self._node_id = node_id
         self._key = key
         self._notice = notice_token
-        self._last: tuple[int, int] | None = None  # (sequence id, ns) as last committed
-        self._frontier: Frontier | None = None  # this node's log tree as last committed
+        # (sequence id, ns) and this node's log tree after the last batch signed: committed,
+        # or being written (the next batch is signed on top of it meanwhile).
+        self._last: tuple[int, int] | None = None
+        self._frontier: Frontier | None = None
+        self._signed_ns = 0  # the latest time signed: a batch signed again goes after it
+        self._signing = asyncio.Lock()
+        # Whether the last batch signed for the fast path was stored as signed (unset while
+        # its claim is out).
+        self._written: asyncio.Future[bool] | None = None
+        # Set once the last batch taken is stored (by either path) or failed; `_ticket`
+        # counts batches taken, so a batch signed again knows whether a later one is out.
+        self._stored: asyncio.Future[None] | None = None
+        self._ticket = 0
         self.fast_appends = 0
         self.locked_appends = 0
         self.fast_misses = 0  # signed for the fast path, found the row moved: signed again
 
     async def append(self, batch: Sequence[Originable], now_ns: int) -> list[IndexedEnvelope]:
+        """Safe to call concurrently: batches are signed one at a time, in call order, each
+        on top of the one before, and the fast path's statement goes out without waiting
+        for the previous batch's: signing the next batch overlaps the previous one's write
+        and fsync. Postgres holds a claim on the clock row until the previous one commits;
+        a claim that got there first finds the row short and is sent again once the
+        previous batch is stored (a claim that finds the row short inserts nothing). A batch
+        whose claim missed (another process took the ids, or its predecessor was not stored
+        as signed) is signed again by the locked path once every earlier batch is stored:
+        ids always follow call order, and a miss never refuses the batch."""
+        loop = asyncio.get_running_loop()
+        stored: asyncio.Future[None] = loop.create_future()
         try:
-            in_sync = self._in_sync()
-            signed = await self._append_fast(batch, now_ns) if in_sync else None
-            if signed is None:
-                self.fast_misses += int(in_sync)
-                async with self._pool.acquire() as conn, conn.transaction():
-                    signed, frontier = await _append_locked(
-                        conn,
-                        self._node_id,
-                        self._key,
-                        batch,
-                        now_ns,
-                        self._notice,
-                        self._pricing,
-                        self._commit_log,
-                    )
-                self._frontier = frontier
-                self.locked_appends += 1
-            else:
-                self.fast_appends += 1
+            async with self._signing:
+                self._ticket += 1
+                ticket, before, self._stored = self._ticket, self._stored, stored
+                fast = self._in_sync()
+                if fast:
+                    signed, statement = await self._sign_fast(batch, now_ns)
+                    previous, written = self._written, loop.create_future()
+                    self._written = written
+                else:
+                    self._written = None
+            if fast:
+                if await self._claim_fast(statement, len(signed), previous, written):
+                    self.fast_appends += 1
+                    return signed
+                self.fast_misses += 1
+                self._forget()
+            if before is not None:
+                await asyncio.wait([before])  # not `await`: a cancel here must not cancel it
+            async with self._signing:  # after every time signed so far (`_signed_ns`)
+                return await self._locked(batch, now_ns, ticket)
+        finally:
+            stored.set_result(None)
+
+    async def _claim_fast(
+        self,
+        statement: tuple[object, ...],
+        count: int,
+        previous: asyncio.Future[bool] | None,
+        written: asyncio.Future[bool],
+    ) -> bool:
+        """Whether the batch was stored as signed; `written` tells the next batch."""
+        claimed = False
+        try:
+            claimed = await self._claim(statement, count)
+            if not claimed and previous is not None:
+                await asyncio.wait([previous])  # not `await`: a cancel must not cancel it
+                if previous.result():
+                    claimed = await self._claim(statement, count)
         except BaseException:
-            self._last = None  # the outcome is unknown: read the row before the next batch
-            self._frontier = None
+            self._forget()  # the outcome is unknown: read the row before the next batch
             raise
-        self._last = (signed[-1].sequence_id, signed[-1].originator_ns)
-        return signed
+        finally:
+            written.set_result(claimed)
+        return claimed
+
+    async def _claim(self, statement: tuple[object, ...], count: int) -> bool:
+        row = await self._pool.fetchrow(*statement)
+        assert row is not None
+        return bool(row[0] == count)
 
     def appended_elsewhere(self, sequence_id: int) -> None:
         """Another process sharing the database (a worker of this node) appended this node's
@@ -279,13 +336,62 @@ class Sequencer:
             return self._last is not None
         return bool(self._last and self._frontier and self._frontier.size == self._last[0])
 
-    async def _append_fast(
+    def _forget(self) -> None:
+        self._last = None
+        self._frontier = None
+
+    def _advance(self, signed: list[IndexedEnvelope]) -> None:
+        """The next batch is signed after this one."""
+        last = signed[-1]
+        self._last = (last.sequence_id, last.originator_ns)
+        self._signed_ns = max(self._signed_ns, last.originator_ns)
+
+    async def _locked(
+        self, batch: Sequence[Originable], now_ns: int, ticket: int
+    ) -> list[IndexedEnvelope]:
+        """Called after every earlier batch is stored. The next batch is signed on top of
+        this one only if none was taken after it: a later batch already out was signed on
+        top of this one's first signature, so it will miss and come here too, and a batch
+        taken meanwhile must wait for it (else it could claim ids before it)."""
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                signed, frontier = await _append_locked(
+                    conn,
+                    self._node_id,
+                    self._key,
+                    batch,
+                    now_ns,
+                    self._notice,
+                    self._pricing,
+                    self._commit_log,
+                    self._signed_ns,
+                )
+        except BaseException:
+            self._forget()
+            raise
+        self.locked_appends += 1
+        if ticket != self._ticket:
+            self._signed_ns = max(self._signed_ns, signed[-1].originator_ns)
+            return signed
+        self._frontier = frontier
+        self._advance(signed)
+        return signed
+
+    async def _sign_fast(
         self, batch: Sequence[Originable], now_ns: int
-    ) -> list[IndexedEnvelope] | None:
+    ) -> tuple[list[IndexedEnvelope], tuple[object, ...]]:
+        """Signs on top of the last batch signed (committed or not) and moves past it; the
+        signed batch and its claiming statement with arguments."""
         assert self._last is not None
         last_seq, last_ns = self._last
         if not self._commit_log:
-            return await self._append_fast_unlogged(batch, now_ns, last_seq, last_ns)
+            signed = await _sign(
+                batch, self._node_id, last_seq, last_ns, now_ns, self._key, self._pricing,
+                None, False,
+            )  # fmt: skip
+            arguments = _arguments(signed, self._node_id, self._notice)
+            self._advance(signed)
+            return signed, (_CLAIM_AND_APPEND_UNLOGGED, *arguments, last_seq, last_ns)
         assert self._frontier is not None
         frontier = _Growing(self._frontier.size, list(self._frontier.peaks))
         signed = await _sign(
@@ -293,25 +399,10 @@ class Sequencer:
         )
         arguments = _arguments(signed, self._node_id, self._notice)
         nodes = node_columns(frontier.completed)
-        row = await self._pool.fetchrow(
-            _CLAIM_AND_APPEND, *arguments, last_seq, *nodes, _joined_leaves(signed)
-        )
-        assert row is not None
-        if row[0] != len(signed):
-            return None
         self._frontier = frontier
-        return signed
-
-    async def _append_fast_unlogged(
-        self, batch: Sequence[Originable], now_ns: int, last_seq: int, last_ns: int
-    ) -> list[IndexedEnvelope] | None:
-        signed = await _sign(
-            batch, self._node_id, last_seq, last_ns, now_ns, self._key, self._pricing, None, False
-        )
-        arguments = _arguments(signed, self._node_id, self._notice)
-        row = await self._pool.fetchrow(_CLAIM_AND_APPEND_UNLOGGED, *arguments, last_seq)
-        assert row is not None
-        return signed if row[0] == len(signed) else None
+        self._advance(signed)
+        leaves = _joined_leaves(signed)
+        return signed, (_CLAIM_AND_APPEND, *arguments, last_seq, last_ns, *nodes, leaves)
 
     async def resume_after(self, sequence_id: int) -> None:
         """The next id signed is above `sequence_id` (and above what is stored): peers hold

@@ -12,9 +12,16 @@ import pytest
 from xnode.client.node import group_message_envelope
 from xnode.core.checkpoints import envelope_leaf
 from xnode.core.crypto import SigningKey
-from xnode.core.envelopes import ValidPayerEnvelope, build_payer_envelope, validate_payer_envelope
+from xnode.core.envelopes import (
+    IndexedEnvelope,
+    ValidPayerEnvelope,
+    build_payer_envelope,
+    validate_payer_envelope,
+)
+from xnode.core.merkle import Frontier
 from xnode.core.reconciliation import fingerprint_part
 from xnode.store.identity import WrongNodeError, claim_database
+from xnode.store.logs import STORED_MIN_LEVEL
 from xnode.store.sequencer import Sequencer, append_originated
 
 NODE = 100
@@ -235,5 +242,141 @@ async def test_leaves_written_with_the_envelopes_are_their_hashes_and_fingerprin
         "SELECT tree_size FROM log_trees WHERE originator_node_id = $1", NODE
     )
     assert size == len(signed)
+    for pool in pools:
+        await pool.close()
+
+
+async def test_batches_appended_without_waiting_for_the_previous_take_the_fast_path(
+    database: str,
+) -> None:
+    """Each batch is signed on top of the one still being written (Originator's in_flight):
+    Postgres holds its claim until that one commits, so none misses."""
+    pool = await asyncpg.create_pool(database, min_size=1, max_size=8)
+    await claim_database(pool, NODE, KEY.public_key)
+    sequencer = Sequencer(pool, NODE, KEY, "pipelined")
+    await sequencer.prime()
+    batches = [envelopes(40, f"b{i}-") for i in range(8)]
+    done = await asyncio.gather(*(sequencer.append(b, time.time_ns()) for b in batches))
+    assert [e.sequence_id for batch in done for e in batch] == list(range(1, 321))
+    assert (sequencer.fast_appends, sequencer.locked_appends, sequencer.fast_misses) == (8, 0, 0)
+    rows = await stored(pool)
+    assert rows == [(e.sequence_id, e.originator_ns) for batch in done for e in batch]
+    stamps = [ns for _, ns in rows]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+    raws = await pool.fetch(
+        "SELECT envelope FROM originator_envelopes WHERE originator_node_id = $1 ORDER BY"
+        " originator_sequence_id",
+        NODE,
+    )
+    assert [r[0] for r in raws] == [e.raw for batch in done for e in batch]
+    await pool.close()
+
+
+async def tree_as_rebuilt(pool: asyncpg.Pool, signed: list[IndexedEnvelope]) -> None:
+    """The stored log (leaves, tree nodes, size) is the one the signed envelopes make,
+    whichever process and path wrote each part."""
+    frontier = Frontier()
+    expected = frontier.extend([envelope_leaf(e.raw) for e in signed], STORED_MIN_LEVEL)
+    rows = await pool.fetch(
+        "SELECT level, node_index, hash FROM log_nodes WHERE originator_node_id = $1", NODE
+    )
+    assert sorted((r[0], r[1], bytes(r[2])) for r in rows) == sorted(expected)
+    size = await pool.fetchval(
+        "SELECT tree_size FROM log_trees WHERE originator_node_id = $1", NODE
+    )
+    assert size == len(signed)
+
+
+async def stored_as_signed(pool: asyncpg.Pool, signed: list[IndexedEnvelope]) -> None:
+    rows = await pool.fetch(
+        "SELECT originator_sequence_id, originator_ns, envelope FROM originator_envelopes"
+        " WHERE originator_node_id = $1 ORDER BY 1",
+        NODE,
+    )
+    ordered = sorted(signed, key=lambda e: e.sequence_id)
+    assert [(r[0], r[1], bytes(r[2])) for r in rows] == [
+        (e.sequence_id, e.originator_ns, e.raw) for e in ordered
+    ]
+    assert [e.sequence_id for e in ordered] == list(range(1, len(signed) + 1))
+    stamps = [e.originator_ns for e in ordered]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+    await tree_as_rebuilt(pool, ordered)
+
+
+async def claim_waiting(pool: asyncpg.Pool) -> None:
+    """Until a fast-path claim waits on the clock row's lock (deadline 10 s)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        waiting = await pool.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND query LIKE '%WITH claimed AS%'"
+        )
+        if waiting == 1:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("no claim waited on the clock row")
+
+
+async def test_pipelined_batches_overtaken_by_another_process_are_signed_again_not_refused(
+    database: str,
+) -> None:
+    """Process P has two batches in flight, signed on top of each other; process Q takes
+    ids in between (its locked path, holding the row while P's claims wait). Both of P's
+    claims then find the row moved: both batches are signed again after Q's, in call order,
+    and P's next batch is back on the fast path."""
+    pools = [await asyncpg.create_pool(database, min_size=1, max_size=4) for _ in range(2)]
+    await claim_database(pools[0], NODE, KEY.public_key)
+    process = Sequencer(pools[0], NODE, KEY, "p")
+    await process.prime()
+    signed = await process.append(envelopes(3, "a"), time.time_ns())
+    async with pools[1].acquire() as other, other.transaction():
+        await other.fetchrow(
+            "SELECT 1 FROM vector_clock WHERE originator_node_id = $1 FOR UPDATE", NODE
+        )
+        first = asyncio.create_task(process.append(envelopes(40, "b"), time.time_ns()))
+        second = asyncio.create_task(process.append(envelopes(40, "c"), time.time_ns()))
+        # The first claim waits on the row; the second, sent meanwhile, found the row short
+        # of the first and waits for the first's outcome (or is still being signed or sent:
+        # each way, it must come out the same).
+        await claim_waiting(pools[0])
+        signed += await append_originated(other, NODE, KEY, envelopes(5, "q"), time.time_ns(), "q")
+    pipelined = [await first, await second]
+    assert [e.sequence_id for e in pipelined[0]] == list(range(9, 49))
+    assert [e.sequence_id for e in pipelined[1]] == list(range(49, 89))
+    assert (process.fast_appends, process.fast_misses, process.locked_appends) == (1, 2, 2)
+    signed += pipelined[0] + pipelined[1]
+    signed += await process.append(envelopes(2, "d"), time.time_ns())
+    assert process.fast_appends == 2
+    await stored_as_signed(pools[0], signed)
+    for pool in pools:
+        await pool.close()
+
+
+async def test_two_processes_each_with_batches_in_flight_share_one_sequence(
+    database: str,
+) -> None:
+    """Two sequencers on one database (two processes of one node), each appending several
+    batches at once, round after round: nothing refused, ids gap-free, each process's
+    batches in its call order, the log tree as the envelopes make it."""
+    pools = [await asyncpg.create_pool(database, min_size=1, max_size=6) for _ in range(2)]
+    await claim_database(pools[0], NODE, KEY.public_key)
+    sequencers = [Sequencer(pool, NODE, KEY, f"s{i}") for i, pool in enumerate(pools)]
+    for sequencer in sequencers:
+        await sequencer.prime()
+
+    async def rounds(sequencer: Sequencer, name: str) -> list[IndexedEnvelope]:
+        out: list[IndexedEnvelope] = []
+        for r in range(6):
+            sizes = [1, 40, 3, 35][: 2 + r % 3]
+            batches = [envelopes(n, f"{name}{r}-{b}-") for b, n in enumerate(sizes)]
+            done = await asyncio.gather(*(sequencer.append(b, time.time_ns()) for b in batches))
+            ids = [e.sequence_id for batch in done for e in batch]
+            assert ids == sorted(ids), "a process's batches are stored in its call order"
+            out += [e for batch in done for e in batch]
+        return out
+
+    results = await asyncio.gather(*(rounds(s, f"p{i}") for i, s in enumerate(sequencers)))
+    await stored_as_signed(pools[0], results[0] + results[1])
+    assert sum(s.fast_misses for s in sequencers) > 0  # the processes did overtake each other
     for pool in pools:
         await pool.close()
