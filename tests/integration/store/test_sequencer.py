@@ -107,12 +107,22 @@ async def test_database_of_another_node_is_refused(database: str) -> None:
     await pool.close()
 
 
-async def test_racing_sequencers_fall_back_to_locking_and_stay_gap_free(database: str) -> None:
-    pools = [await asyncpg.create_pool(database, min_size=2, max_size=4) for _ in range(2)]
+async def _two_processes(
+    database: str, min_size: int, max_size: int, prefix: str
+) -> tuple[list[asyncpg.Pool], list[Sequencer]]:
+    """Two pools (two processes of one node) on one claimed database, a primed sequencer each."""
+    pools = [
+        await asyncpg.create_pool(database, min_size=min_size, max_size=max_size) for _ in range(2)
+    ]
     await claim_database(pools[0], NODE, KEY.public_key)
-    sequencers = [Sequencer(pool, NODE, KEY, f"p{i}") for i, pool in enumerate(pools)]
+    sequencers = [Sequencer(pool, NODE, KEY, f"{prefix}{i}") for i, pool in enumerate(pools)]
     for sequencer in sequencers:
         await sequencer.prime()
+    return pools, sequencers
+
+
+async def test_racing_sequencers_fall_back_to_locking_and_stay_gap_free(database: str) -> None:
+    pools, sequencers = await _two_processes(database, 2, 4, "p")
 
     async def run(sequencer: Sequencer, rounds: int) -> list[int]:
         ids: list[int] = []
@@ -358,11 +368,7 @@ async def test_two_processes_each_with_batches_in_flight_share_one_sequence(
     """Two sequencers on one database (two processes of one node), each appending several
     batches at once, round after round: nothing refused, ids gap-free, each process's
     batches in its call order, the log tree as the envelopes make it."""
-    pools = [await asyncpg.create_pool(database, min_size=1, max_size=6) for _ in range(2)]
-    await claim_database(pools[0], NODE, KEY.public_key)
-    sequencers = [Sequencer(pool, NODE, KEY, f"s{i}") for i, pool in enumerate(pools)]
-    for sequencer in sequencers:
-        await sequencer.prime()
+    pools, sequencers = await _two_processes(database, 1, 6, "s")
 
     async def rounds(sequencer: Sequencer, name: str) -> list[IndexedEnvelope]:
         out: list[IndexedEnvelope] = []
