@@ -130,18 +130,26 @@ class LocalBuckets:
         bucket.tokens -= charge.cost
 
 
-# Caller and payer pairs whose single-envelope charges are kept (then forgotten at once).
-MAX_KEPT_PAIRS = 10_000
+# Callers and payers whose bucket names (and scaled limits) are kept, then forgotten at once.
+MAX_KEPT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
-class _SingleCharges:
-    caller_envelopes: str
-    caller_bytes: str
-    payer_envelopes: str
-    payer_bytes: str
-    caller_count: Limit
-    caller_size: Limit
+class _Buckets:
+    """A publisher's two buckets: their names and limits, built once per caller or payer
+    (most publishes carry one envelope: building them per request was a measurable share of
+    a single publish's Python, docs/benchmarks.md, issue 14)."""
+
+    envelopes: str
+    bytes: str
+    per_envelope: Limit
+    per_byte: Limit
+
+    def charges(self, count: int, size: int) -> tuple[Charge, Charge]:
+        return (
+            Charge(self.envelopes, Kind.ENVELOPES, count, self.per_envelope),
+            Charge(self.bytes, Kind.BYTES, size, self.per_byte),
+        )
 
 
 class ApiLimits:
@@ -154,7 +162,7 @@ class ApiLimits:
         self.policy = policy
         self._buckets = buckets
         self._slots: SubscriptionSlots = slots if slots is not None else LocalSlots()
-        self._singles: dict[tuple[Caller, bytes], _SingleCharges] = {}
+        self._publishers: dict[Caller | bytes, _Buckets] = {}
 
     def _multiplier(self, caller: Caller) -> float:
         if caller.node_id is not None:
@@ -172,83 +180,48 @@ class ApiLimits:
         if refused is not None:
             raise refused
 
-    def _single(self, caller: Caller, payer: bytes) -> _SingleCharges:
-        """The buckets one envelope of `payer` from `caller` draws from, kept per pair."""
-        found = self._singles.get((caller, payer))
+    def _publisher(self, who: Caller | bytes) -> _Buckets:
+        """The publish buckets of a caller, or of a payer (its address)."""
+        found = self._publishers.get(who)
         if found is None:
-            if len(self._singles) >= MAX_KEPT_PAIRS:
-                self._singles.clear()
+            if len(self._publishers) >= MAX_KEPT:
+                self._publishers.clear()
             policy = self.policy
-            caller_at, payer_at = f"publish:{caller.subject}", f"publish:payer:0x{payer.hex()}"
-            found = self._singles[(caller, payer)] = _SingleCharges(
-                f"{caller_at}:envelopes",
-                f"{caller_at}:bytes",
-                f"{payer_at}:envelopes",
-                f"{payer_at}:bytes",
-                self._for(caller, policy.publish_ip_envelopes),
-                self._for(caller, policy.publish_ip_bytes),
+            if isinstance(who, bytes):
+                name = f"publish:payer:0x{who.hex()}"
+                count, size = policy.publish_envelopes, policy.publish_bytes
+            else:
+                name = f"publish:{who.subject}"
+                count = self._for(who, policy.publish_ip_envelopes)
+                size = self._for(who, policy.publish_ip_bytes)
+            found = self._publishers[who] = _Buckets(
+                f"{name}:envelopes", f"{name}:bytes", count, size
             )
         return found
 
     async def publish(self, caller: Caller, envelopes: Sequence[ValidPayerEnvelope]) -> None:
-        """Charges the whole request, or raises LimitExceeded having stored nothing."""
+        """Charges the whole request, or raises LimitExceeded having stored nothing: the
+        caller's buckets, then each payer's in address order."""
         policy = self.policy
-        if len(envelopes) == 1 and policy.enabled:
-            # One envelope (most publishes): the same charges in the same order as below,
-            # with the bucket names and scaled limits kept rather than built each time.
-            envelope = envelopes[0]
+        per_payer: dict[bytes, list[int]] = {}
+        for envelope in envelopes:
             payer = envelope.payer_address
             if payer in policy.denied_payers:
                 raise LimitExceeded(Kind.DENIED, f"payer 0x{payer.hex()}", 0)
-            if payer in policy.allowed_payers:
-                return
-            single = self._single(caller, payer)
-            size = len(envelope.raw)
-            await self._charge(
-                (
-                    Charge(single.caller_envelopes, Kind.ENVELOPES, 1, single.caller_count),
-                    Charge(single.caller_bytes, Kind.BYTES, size, single.caller_size),
-                    Charge(single.payer_envelopes, Kind.ENVELOPES, 1, policy.publish_envelopes),
-                    Charge(single.payer_bytes, Kind.BYTES, size, policy.publish_bytes),
-                )
-            )
+            if payer not in policy.allowed_payers:
+                count_size = per_payer.get(payer)
+                if count_size is None:
+                    count_size = per_payer[payer] = [0, 0]
+                count_size[0] += 1
+                count_size[1] += len(envelope.raw)
+        if not per_payer or not policy.enabled:
             return
-        for envelope in envelopes:
-            if envelope.payer_address in policy.denied_payers:
-                raise LimitExceeded(Kind.DENIED, f"payer 0x{envelope.payer_address.hex()}", 0)
-        charged = [e for e in envelopes if e.payer_address not in policy.allowed_payers]
-        if not charged:
-            return
-        per_payer: dict[bytes, list[int]] = {}
-        for envelope in charged:
-            count_size = per_payer.setdefault(envelope.payer_address, [0, 0])
-            count_size[0] += 1
-            count_size[1] += len(envelope.raw)
-        charges = self._volume(
-            f"publish:{caller.subject}",
-            len(charged),
-            sum(len(e.raw) for e in charged),
-            self._for(caller, policy.publish_ip_envelopes),
-            self._for(caller, policy.publish_ip_bytes),
-        )
+        count = sum(count for count, _ in per_payer.values())
+        size = sum(size for _, size in per_payer.values())
+        charges = [*self._publisher(caller).charges(count, size)]
         for payer, (count, size) in sorted(per_payer.items()):
-            charges += self._volume(
-                f"publish:payer:0x{payer.hex()}",
-                count,
-                size,
-                policy.publish_envelopes,
-                policy.publish_bytes,
-            )
+            charges += self._publisher(payer).charges(count, size)
         await self._charge(charges)
-
-    @staticmethod
-    def _volume(
-        name: str, count: int, size: int, per_count: Limit, per_byte: Limit
-    ) -> list[Charge]:
-        return [
-            Charge(f"{name}:envelopes", Kind.ENVELOPES, count, per_count),
-            Charge(f"{name}:bytes", Kind.BYTES, size, per_byte),
-        ]
 
     async def query(self, caller: Caller) -> None:
         who = caller.subject

@@ -1,5 +1,5 @@
-"""ApiLimits.publish: which buckets a publish draws from, for one envelope (the kept charges)
-and for several."""
+"""ApiLimits.publish: which buckets a publish draws from, for one envelope (the kept bucket
+names) and for several, of one payer or of several."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from tests.unit.usecases.fakes import NODE, PAYER, payer_envelope
-from xnode.core.crypto import address_of
-from xnode.core.envelopes import ValidPayerEnvelope, validate_payer_envelope
+from tests.unit.usecases.fakes import GROUP, NODE, PAYER, payer_envelope
+from xnode.client.node import group_message_envelope
+from xnode.core.crypto import SigningKey, address_of
+from xnode.core.envelopes import ValidPayerEnvelope, build_payer_envelope, validate_payer_envelope
 from xnode.core.limits import Charge, Kind, Limit, LimitExceeded
 from xnode.usecases.limits import ApiLimits, Caller, LimitPolicy
 
@@ -63,6 +64,31 @@ async def test_one_envelope_draws_the_caller_and_payer_buckets_like_several_do()
         _expected("ip:10.0.0.1", 1, len(other.raw), 1.0),
         _expected("ip:10.0.0.1", 2, len(one.raw) + len(other.raw), 1.0),
     ]
+
+
+async def test_several_payers_charge_the_caller_the_total_then_each_payer_in_address_order() -> (
+    None
+):
+    other_payer = SigningKey.generate()
+    theirs = validate_payer_envelope(
+        build_payer_envelope(group_message_envelope(GROUP, b"theirs", None), other_payer, NODE),
+        NODE,
+    )
+    ours = [_valid(b"m0"), _valid(b"m1")]
+    buckets = Recorded()
+    await ApiLimits(POLICY, buckets).publish(Caller("10.0.0.1"), [ours[0], theirs, ours[1]])
+    sizes = {
+        PAYER_KEY: len(ours[0].raw) + len(ours[1].raw),
+        f"publish:payer:0x{address_of(other_payer.public_key).hex()}": len(theirs.raw),
+    }
+    counts = {PAYER_KEY: 2}
+    expected = _expected("ip:10.0.0.1", 3, sum(sizes.values()), 1.0)[:2]
+    for key in sorted(sizes):  # address order: the same hex digits, the same order
+        expected += [
+            Charge(f"{key}:envelopes", Kind.ENVELOPES, counts.get(key, 1), COUNT),
+            Charge(f"{key}:bytes", Kind.BYTES, sizes[key], SIZE),
+        ]
+    assert buckets.charges == [expected]
 
 
 @pytest.mark.parametrize("count", [1, 2])
