@@ -131,10 +131,21 @@ def h2load(
 
 
 def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
+    """Its child processes, whichever of its threads started them."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return children
+
+
+def _descendants(pid: int) -> list[int]:
+    """Its children and theirs: the workers, and e.g. the processes of a fork server that a
+    worker's thread started (their CPU is the node's too)."""
+    children = _children(pid)
+    return children + [grandchild for child in children for grandchild in _descendants(child)]
 
 
 def cpu_seconds(pids: list[int], reaped_of: Sequence[int] = ()) -> float:
@@ -164,8 +175,8 @@ class NodeRun:
 
     def cpu(self) -> tuple[float, float]:
         """CPU seconds so far of the node (supervisor and workers) and of Postgres."""
-        node = cpu_seconds([self.proc.pid, *_children(self.proc.pid)])
-        pg = cpu_seconds([self.postmaster, *_children(self.postmaster)], [self.postmaster])
+        node = cpu_seconds([self.proc.pid, *_descendants(self.proc.pid)])
+        pg = cpu_seconds([self.postmaster, *_descendants(self.postmaster)], [self.postmaster])
         return node, pg
 
     def workers(self) -> list[int]:

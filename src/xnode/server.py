@@ -8,6 +8,7 @@ import os
 import signal
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Executor
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,7 @@ from xnode.observability.metrics import (
     resident_memory,
     serve_metrics,
 )
+from xnode.replication.ingest import BulkVerifiers, start_bulk
 from xnode.replication.ports import MisbehaviorRecorder
 from xnode.replication.unfiled import UnfiledReports
 from xnode.replication.worker import ReplicationConfig, ReplicationWorker
@@ -315,10 +317,27 @@ async def start_node(settings: Settings, role: WorkerRole = SOLE) -> Node:
     return node
 
 
+async def _signing_process(role: WorkerRole, stack: StopSteps) -> Executor | None:
+    """The first of several workers signs every worker's batches, in a process of its own
+    (usecases.crypto_threads): a process of the same kind as replication's bulk verifiers,
+    started by the fork server, that dies with this one. Stopped last, after the final
+    commits; without it the batches are signed in the crypto threads."""
+    if not (role.shares_ports and role.primary):
+        return None
+    process = BulkVerifiers(1)
+    stack.callback(process.shutdown)
+    try:
+        await asyncio.to_thread(start_bulk, process, 1)
+    except Exception as exc:  # e.g. no fork server: sign in threads, as one worker does
+        log.error("signing_process_unavailable", error=repr(exc), fallback="crypto threads")
+        return None
+    return process
+
+
 async def _start(
     settings: Settings, key: SigningKey, tls: NodeTls, stack: StopSteps, role: WorkerRole
 ) -> Node:
-    crypto_threads.configure(settings.crypto_thread_count())
+    crypto_threads.configure(settings.crypto_thread_count(), await _signing_process(role, stack))
     chain = await _connect_chain(settings)
     if chain is not None:
         stack.push_async_callback(chain.close)

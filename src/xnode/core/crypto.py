@@ -134,3 +134,14 @@ class SigningKey:
 
     def hex(self) -> str:
         return self.secret.hex()
+
+
+_signers: dict[bytes, SigningKey] = {}
+
+
+def sign_digests(secret: bytes, digests: bytes) -> bytes:
+    """The 65-byte signatures of the 32-byte digests laid end to end, in order."""
+    key = _signers.get(secret)
+    if key is None:
+        key = _signers[secret] = SigningKey(secret)
+    return b"".join(key.sign(digests[i : i + 32]) for i in range(0, len(digests), 32))

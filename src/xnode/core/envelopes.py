@@ -336,16 +336,9 @@ class IndexedEnvelope:
         )  # fmt: skip
 
 
-def originate(
-    payer: Originable,
-    node_id: int,
-    sequence_id: int,
-    originator_ns: int,
-    key: SigningKey,
-    fees: Fees = NO_FEES,
-    with_leaf: bool = True,
-) -> IndexedEnvelope:
-    """`with_leaf` False: no log leaf hash (a node not committing its log)."""
+def unsigned_originator(
+    payer: Originable, node_id: int, sequence_id: int, originator_ns: int, fees: Fees = NO_FEES
+) -> tuple[bytes, int]:
     expiry = payer.expiry(originator_ns)
     unsigned = envelopes_pb2.UnsignedOriginatorEnvelope(
         originator_node_id=node_id,
@@ -356,7 +349,20 @@ def originate(
         congestion_fee_picodollars=fees.congestion,
         expiry_unixtime=expiry,
     ).SerializeToString()
-    signature = key.sign(originator_digest(unsigned))
+    return unsigned, expiry
+
+
+def signed_originator(
+    payer: Originable,
+    node_id: int,
+    sequence_id: int,
+    originator_ns: int,
+    unsigned: bytes,
+    expiry: int,
+    signature: bytes,
+    fees: Fees = NO_FEES,
+    with_leaf: bool = True,
+) -> IndexedEnvelope:
     raw = envelopes_pb2.OriginatorEnvelope(
         unsigned_originator_envelope=unsigned,
         originator_signature=signature_pb2.RecoverableEcdsaSignature(bytes=signature),
@@ -372,6 +378,23 @@ def originate(
         leaf_hash(unsigned) if with_leaf else b"",
         base_fee=fees.base,
         congestion_fee=fees.congestion,
+    )
+
+
+def originate(
+    payer: Originable,
+    node_id: int,
+    sequence_id: int,
+    originator_ns: int,
+    key: SigningKey,
+    fees: Fees = NO_FEES,
+    with_leaf: bool = True,
+) -> IndexedEnvelope:
+    """`with_leaf` False: no log leaf hash (a node not committing its log)."""
+    unsigned, expiry = unsigned_originator(payer, node_id, sequence_id, originator_ns, fees)
+    signature = key.sign(originator_digest(unsigned))
+    return signed_originator(
+        payer, node_id, sequence_id, originator_ns, unsigned, expiry, signature, fees, with_leaf
     )
 
 

@@ -17,13 +17,23 @@ from collections.abc import Sequence
 import asyncpg
 
 from xnode.core.checkpoints import envelope_leaf, has_log
-from xnode.core.crypto import SigningKey
-from xnode.core.envelopes import IndexedEnvelope, Originable, originate
+from xnode.core.crypto import SIGNATURE_LENGTH, SigningKey, originator_digest, sign_digests
+from xnode.core.envelopes import (
+    IndexedEnvelope,
+    Originable,
+    originate,
+    signed_originator,
+    unsigned_originator,
+)
 from xnode.core.fees import FeeSchedule, Pricing
 from xnode.core.merkle import Frontier
 from xnode.store.logs import STORED_MIN_LEVEL, extend_tree, node_columns
 from xnode.store.notifications import NOTIFY_CHANNEL
-from xnode.usecases.crypto_threads import in_crypto_thread
+from xnode.usecases.crypto_threads import (
+    has_signing_process,
+    in_crypto_thread,
+    in_signing_process,
+)
 
 _READ_CLOCK = "SELECT sequence_id, last_ns FROM vector_clock WHERE originator_node_id = $1"
 _LOCK_CLOCK = _READ_CLOCK + " FOR UPDATE"
@@ -153,9 +163,28 @@ async def _sign(
             frontier.completed = frontier.extend([e.leaf for e in signed], STORED_MIN_LEVEL)
         return signed
 
-    if len(batch) >= THREAD_SIGNING_MIN:
+    if len(batch) < THREAD_SIGNING_MIN:
+        return sign_all()
+    if not has_signing_process():
         return await in_crypto_thread(sign_all)
-    return sign_all()
+    # The envelopes are built here and only their digests signed in the process.
+    first_id = last_seq + 1
+    unsigned = [
+        unsigned_originator(payer, node_id, first_id + i, stamps[i], fees[i])
+        for i, payer in enumerate(batch)
+    ]
+    digests = b"".join(originator_digest(envelope) for envelope, _ in unsigned)
+    signatures = await in_signing_process(sign_digests, key.secret, digests)
+    signed = [
+        signed_originator(
+            payer, node_id, first_id + i, stamps[i], *unsigned[i],
+            signatures[i * SIGNATURE_LENGTH : (i + 1) * SIGNATURE_LENGTH], fees[i], logged,
+        )
+        for i, payer in enumerate(batch)
+    ]  # fmt: skip
+    if frontier is not None:
+        frontier.completed = frontier.extend([e.leaf for e in signed], STORED_MIN_LEVEL)
+    return signed
 
 
 def _joined_leaves(signed: list[IndexedEnvelope]) -> bytes:

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from tests.e2e.replication.conftest import eventually
@@ -136,11 +137,25 @@ async def test_a_killed_worker_is_started_again(
     assert node.terminate(60) == 0, node.output()[-3000:]
 
 
+def _descendants(pid: int) -> list[int]:
+    children = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return children + [grandchild for child in children for grandchild in _descendants(child)]
+
+
 async def test_a_killed_supervisor_takes_its_workers_down(
     spawn_node: Any, database: str, node_spec: Any
 ) -> None:
     node = await _spawn_workers(spawn_node, database, node_spec)
     pids = _events(node.output(), "node_workers_serving")[0]["pids"]
+    # The processes under the workers too: the first one's signing process, the fork server
+    # and the replication verifiers. They die with their worker (xnode.replication.lifeline).
+    under = [child for pid in pids.values() for child in _descendants(pid)]
+    assert under, "no process under the workers: the first should have a signing process"
     node.kill()
 
     def gone(pid: int) -> bool:
@@ -151,6 +166,6 @@ async def test_a_killed_supervisor_takes_its_workers_down(
             return True
 
     async def workers_gone() -> bool:
-        return all(gone(pid) for pid in pids.values())
+        return all(gone(pid) for pid in [*pids.values(), *under])
 
     await eventually(workers_gone, within_s=60)

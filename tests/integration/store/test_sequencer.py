@@ -16,13 +16,17 @@ from xnode.core.envelopes import (
     IndexedEnvelope,
     ValidPayerEnvelope,
     build_payer_envelope,
+    originate,
     validate_payer_envelope,
 )
+from xnode.core.fees import Fees
 from xnode.core.merkle import Frontier
 from xnode.core.reconciliation import fingerprint_part
+from xnode.replication.ingest import BulkVerifiers, start_bulk
 from xnode.store.identity import WrongNodeError, claim_database
 from xnode.store.logs import STORED_MIN_LEVEL
-from xnode.store.sequencer import Sequencer, append_originated
+from xnode.store.sequencer import THREAD_SIGNING_MIN, Sequencer, append_originated
+from xnode.usecases import crypto_threads
 
 NODE = 100
 KEY = SigningKey.generate()
@@ -386,3 +390,36 @@ async def test_two_processes_each_with_batches_in_flight_share_one_sequence(
     assert sum(s.fast_misses for s in sequencers) > 0  # the processes did overtake each other
     for pool in pools:
         await pool.close()
+
+
+async def test_batches_signed_in_a_signing_process_are_those_signed_here(database: str) -> None:
+    """The sequencer of several workers signs in a process of its own (usecases.crypto_threads):
+    the stored envelopes and leaves are byte for byte what signing in this process gives."""
+    pool = await asyncpg.create_pool(database, min_size=1, max_size=2)
+    await claim_database(pool, NODE, KEY.public_key)
+    sequencer = Sequencer(pool, NODE, KEY, "process")
+    await sequencer.prime()
+    process = BulkVerifiers(1)
+    batches = [envelopes(THREAD_SIGNING_MIN, "p"), envelopes(THREAD_SIGNING_MIN + 9, "q")]
+    try:
+        start_bulk(process, 1)
+        crypto_threads.configure(1, process)
+        signed = [e for b in batches for e in await sequencer.append(b, time.time_ns())]
+    finally:
+        crypto_threads.configure(1)
+        process.shutdown()
+    here = [
+        originate(
+            payer, NODE, e.sequence_id, e.originator_ns, KEY, Fees(e.base_fee, e.congestion_fee)
+        )
+        for payer, e in zip([p for b in batches for p in b], signed, strict=True)
+    ]
+    assert [e.raw for e in signed] == [e.raw for e in here]
+    assert [e.leaf for e in signed] == [e.leaf for e in here]
+    assert [seq for seq, _ in await stored(pool)] == list(range(1, len(here) + 1))
+    raws = await pool.fetch(
+        "SELECT envelope FROM originator_envelopes ORDER BY originator_sequence_id"
+    )
+    assert [bytes(r[0]) for r in raws] == [e.raw for e in here]
+    assert sequencer.fast_appends == 2
+    await pool.close()

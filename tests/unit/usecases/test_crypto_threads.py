@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from xnode.core.crypto import SigningKey, keccak256, sign_digests
+from xnode.replication.ingest import BulkVerifiers, start_bulk
 from xnode.usecases import crypto_threads
 
 
@@ -26,3 +28,21 @@ def test_calls_run_in_the_configured_threads() -> None:
         return set(await asyncio.gather(*calls))
 
     assert asyncio.run(names()) == {"crypto_0"}
+
+
+def test_signing_falls_back_to_the_threads_once_the_process_is_lost() -> None:
+    key, digests = SigningKey.generate(), keccak256(b"a") + keccak256(b"b")
+    expected = key.sign(digests[:32]) + key.sign(digests[32:])
+    process = BulkVerifiers(1)
+    try:
+        start_bulk(process, 1)
+        crypto_threads.configure(1, process)
+        signed = crypto_threads.in_signing_process(sign_digests, key.secret, digests)
+        assert asyncio.run(signed) == expected  # in the process
+        process._lifeline.cut()  # it exits, as when it is killed
+        signed = crypto_threads.in_signing_process(sign_digests, key.secret, digests)
+        assert asyncio.run(signed) == expected  # in a thread
+        assert not crypto_threads.has_signing_process()
+    finally:
+        crypto_threads.configure(1)
+        process.shutdown(wait=False, cancel_futures=True)
