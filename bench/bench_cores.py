@@ -38,6 +38,7 @@ from xnode.core.envelopes import build_payer_envelope
 from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.devnet import wait_serving
 from xnode.devtools.postgres import PgCluster, free_port, start_cluster
+from xnode.devtools.processes import child_pids, descendant_pids
 from xnode.store.migrate import upgrade_to_head
 
 NODE = 100
@@ -130,24 +131,6 @@ def h2load(
 # --- the node -------------------------------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    """Its child processes, whichever of its threads started them."""
-    children = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            children += [int(p) for p in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return children
-
-
-def _descendants(pid: int) -> list[int]:
-    """Its children and theirs: the workers, and e.g. the processes of a fork server that a
-    worker's thread started (their CPU is the node's too)."""
-    children = _children(pid)
-    return children + [grandchild for child in children for grandchild in _descendants(child)]
-
-
 def cpu_seconds(pids: list[int], reaped_of: Sequence[int] = ()) -> float:
     """user + system CPU of these live processes, plus what `reaped_of` collected from
     children that exited (fields 14-17 of /proc/PID/stat, in clock ticks)."""
@@ -175,8 +158,8 @@ class NodeRun:
 
     def cpu(self) -> tuple[float, float]:
         """CPU seconds so far of the node (supervisor and workers) and of Postgres."""
-        node = cpu_seconds([self.proc.pid, *_descendants(self.proc.pid)])
-        pg = cpu_seconds([self.postmaster, *_descendants(self.postmaster)], [self.postmaster])
+        node = cpu_seconds([self.proc.pid, *descendant_pids(self.proc.pid)])
+        pg = cpu_seconds([self.postmaster, *descendant_pids(self.postmaster)], [self.postmaster])
         return node, pg
 
     def workers(self) -> list[int]:
@@ -184,7 +167,7 @@ class NodeRun:
         children, such as multiprocessing's resource tracker, do not serve)."""
         if self.worker_count == 1:
             return [self.proc.pid]
-        return _children(self.proc.pid)
+        return child_pids(self.proc.pid)
 
     def named_workers(self) -> dict[int, str]:
         """pid -> "w<index>", from the supervisor's worker_started events."""

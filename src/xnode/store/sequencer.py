@@ -21,7 +21,6 @@ from xnode.core.crypto import SIGNATURE_LENGTH, SigningKey, originator_digest, s
 from xnode.core.envelopes import (
     IndexedEnvelope,
     Originable,
-    originate,
     signed_originator,
     unsigned_originator,
 )
@@ -154,37 +153,42 @@ async def _sign(
     stamps = _timestamps(len(batch), last_ns, now_ns)
     fees = pricing.batch([(len(p.raw), p.retention_days) for p in batch], now_ns)
 
-    def sign_all() -> list[IndexedEnvelope]:
-        signed = [
-            originate(payer, node_id, last_seq + 1 + i, stamps[i], key, fees[i], logged)
+    first_id = last_seq + 1
+
+    def unsigned_all() -> list[tuple[bytes, int]]:
+        return [
+            unsigned_originator(payer, node_id, first_id + i, stamps[i], fees[i])
             for i, payer in enumerate(batch)
         ]
+
+    def signed_all(
+        unsigned: list[tuple[bytes, int]], signatures: list[bytes]
+    ) -> list[IndexedEnvelope]:
+        signed = [
+            signed_originator(
+                payer, node_id, first_id + i, stamps[i], *unsigned[i], signatures[i], fees[i],
+                logged,
+            )
+            for i, payer in enumerate(batch)
+        ]  # fmt: skip
         if frontier is not None:
             frontier.completed = frontier.extend([e.leaf for e in signed], STORED_MIN_LEVEL)
         return signed
+
+    def sign_all() -> list[IndexedEnvelope]:
+        unsigned = unsigned_all()
+        return signed_all(unsigned, [key.sign(originator_digest(u)) for u, _ in unsigned])
 
     if len(batch) < THREAD_SIGNING_MIN:
         return sign_all()
     if not has_signing_process():
         return await in_crypto_thread(sign_all)
     # The envelopes are built here and only their digests signed in the process.
-    first_id = last_seq + 1
-    unsigned = [
-        unsigned_originator(payer, node_id, first_id + i, stamps[i], fees[i])
-        for i, payer in enumerate(batch)
-    ]
+    unsigned = unsigned_all()
     digests = b"".join(originator_digest(envelope) for envelope, _ in unsigned)
-    signatures = await in_signing_process(sign_digests, key.secret, digests)
-    signed = [
-        signed_originator(
-            payer, node_id, first_id + i, stamps[i], *unsigned[i],
-            signatures[i * SIGNATURE_LENGTH : (i + 1) * SIGNATURE_LENGTH], fees[i], logged,
-        )
-        for i, payer in enumerate(batch)
-    ]  # fmt: skip
-    if frontier is not None:
-        frontier.completed = frontier.extend([e.leaf for e in signed], STORED_MIN_LEVEL)
-    return signed
+    joined = await in_signing_process(sign_digests, key.secret, digests)
+    size = SIGNATURE_LENGTH
+    return signed_all(unsigned, [joined[i : i + size] for i in range(0, len(joined), size)])
 
 
 def _joined_leaves(signed: list[IndexedEnvelope]) -> bytes:

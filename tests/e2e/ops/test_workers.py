@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 from tests.e2e.replication.conftest import eventually
@@ -19,6 +18,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import parse_originator_envelope
 from xnode.devtools.postgres import free_port
+from xnode.devtools.processes import descendant_pids
 
 GROUP = b"\x57" * 16
 PAYER = SigningKey.generate()
@@ -137,16 +137,6 @@ async def test_a_killed_worker_is_started_again(
     assert node.terminate(60) == 0, node.output()[-3000:]
 
 
-def _descendants(pid: int) -> list[int]:
-    children = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            children += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return children + [grandchild for child in children for grandchild in _descendants(child)]
-
-
 async def test_a_killed_supervisor_takes_its_workers_down(
     spawn_node: Any, database: str, node_spec: Any
 ) -> None:
@@ -154,7 +144,7 @@ async def test_a_killed_supervisor_takes_its_workers_down(
     pids = _events(node.output(), "node_workers_serving")[0]["pids"]
     # The processes under the workers too: the first one's signing process, the fork server
     # and the replication verifiers. They die with their worker (xnode.replication.lifeline).
-    under = [child for pid in pids.values() for child in _descendants(pid)]
+    under = [child for pid in pids.values() for child in descendant_pids(pid)]
     assert under, "no process under the workers: the first should have a signing process"
     node.kill()
 
