@@ -9,7 +9,7 @@ import pytest
 
 from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope
 from xnode.core.errors import Reason, Rejected
-from xnode.usecases.originator import Originator
+from xnode.usecases.originator import GATHER_MIN, GATHER_PATIENCE, Originator
 
 
 class FakeLog:
@@ -138,7 +138,7 @@ async def test_few_waiting_envelopes_wait_for_the_batch_in_flight() -> None:
     async def on_committed(envelopes: list[IndexedEnvelope]) -> None:
         return None
 
-    originator = Originator(append, on_committed, pipeline_min=10)
+    originator = Originator(append, on_committed, pipeline_min=10, gather_turns=0)
     originator.start()
     first = asyncio.ensure_future(originator.publish(_envelopes(1)))
     await asyncio.sleep(0)  # the first batch starts alone
@@ -147,3 +147,68 @@ async def test_few_waiting_envelopes_wait_for_the_batch_in_flight() -> None:
     await originator.close()
     assert overlap == 1
     assert sizes == [1, 5]
+
+
+async def _one_per_turn(originator: Originator, count: int) -> list[asyncio.Future[object]]:
+    """Publishes arriving as grpc hands them over: one more each loop turn."""
+    published: list[asyncio.Future[object]] = []
+    for _ in range(count):
+        published.append(asyncio.ensure_future(originator.publish(_envelopes(1))))
+        await asyncio.sleep(0)
+    return published
+
+
+async def test_publishes_arriving_turn_by_turn_are_gathered_into_one_group() -> None:
+    log = FakeLog()
+    originator = Originator(log.append, log.on_committed)
+    originator.start()
+    await asyncio.gather(*await _one_per_turn(originator, GATHER_MIN - 2))
+    await originator.close()
+    assert log.batches == [GATHER_MIN - 2]
+
+
+async def test_gathering_stops_once_gather_min_envelopes_wait() -> None:
+    log = FakeLog()
+    originator = Originator(log.append, log.on_committed)
+    originator.start()
+    await asyncio.gather(*await _one_per_turn(originator, 3 * GATHER_MIN))
+    await originator.close()
+    assert GATHER_MIN <= log.batches[0] <= GATHER_MIN + 1
+    assert sum(log.batches) == 3 * GATHER_MIN
+
+
+async def test_gathering_ends_after_gather_turns_however_many_arrive() -> None:
+    log = FakeLog()
+    originator = Originator(log.append, log.on_committed, gather_turns=5)
+    originator.start()
+    await asyncio.gather(*await _one_per_turn(originator, GATHER_MIN - 2))
+    await originator.close()
+    assert log.batches[0] <= 7
+
+
+async def test_a_lone_publish_waits_only_a_few_idle_turns() -> None:
+    turns = 0
+    appended_at: list[int] = []
+
+    async def tick() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    async def append(batch: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
+        appended_at.append(turns)
+        return [IndexedEnvelope(100, 1, 0, b"t", 0, None, b"x")]
+
+    async def on_committed(envelopes: list[IndexedEnvelope]) -> None:
+        return None
+
+    ticker = asyncio.create_task(tick())
+    originator = Originator(append, on_committed)
+    originator.start()
+    await asyncio.sleep(0)
+    published_at = turns
+    await originator.publish(_envelopes(1))
+    await originator.close()
+    ticker.cancel()
+    assert GATHER_PATIENCE <= appended_at[0] - published_at <= GATHER_PATIENCE + 3
