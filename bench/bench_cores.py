@@ -2,7 +2,7 @@
 C thread) sends pre-built gRPC requests to `xnode run --workers N` for N = 1, 2; every figure is
 printed beside its ceiling from the same run.
 
-    .venv/bin/python bench/bench_cores.py [--workers 1,2] [--singles 20000] [--batches 400]
+    .venv/bin/python bench/bench_cores.py [--workers 1,2] [--singles 20000] [--batches 400] [--lone 2000]
 
 Each publish run prints every worker's share of a core.
 
@@ -104,6 +104,7 @@ class H2Result:
     succeeded: int
     failed: int
     seconds: float
+    mean_ms: float = 0.0  # h2load's "time for request" mean
 
     @property
     def rate(self) -> float:
@@ -125,7 +126,10 @@ def h2load(
     if counts is None or finished is None:
         raise SystemExit(f"cannot read h2load's output:\n{out}")
     seconds = float(finished[1]) / (1000 if finished[2] == "ms" else 1)
-    return H2Result(int(counts[1]), int(counts[2]), seconds)
+    mean = re.search(r"time for request: +\S+ +\S+ +([\d.]+)(m?s|us)", out)
+    scale = {"s": 1000, "ms": 1, "us": 0.001}
+    mean_ms = float(mean[1]) * scale[mean[2]] if mean else 0.0
+    return H2Result(int(counts[1]), int(counts[2]), seconds, mean_ms)
 
 
 # --- the node -------------------------------------------------------------------------------
@@ -254,11 +258,12 @@ class Rate:
     per_second: float = 0.0
     node_us: float = 0.0
     postgres_us: float = 0.0
+    mean_ms: float = 0.0  # per request
 
     def __str__(self) -> str:
         return (
             f"{self.per_second:9,.0f}/s   CPU per envelope: node {self.node_us:,.0f} us, "
-            f"Postgres {self.postgres_us:,.0f} us"
+            f"Postgres {self.postgres_us:,.0f} us; mean {self.mean_ms:.2f} ms per request"
         )
 
 
@@ -296,6 +301,7 @@ def publish_run(
         result.rate * each,
         (node_after - node_cpu) * 1e6 / envelopes,
         (pg_after - pg_cpu) * 1e6 / envelopes,
+        result.mean_ms,
     )
 
 
@@ -324,6 +330,9 @@ def measure(node: NodeRun, bodies: dict[str, Path], args: argparse.Namespace) ->
         publish_run(node, bodies["single"], 1000, 1, SINGLES_IN_FLIGHT)  # warm-up
         figures.singles = publish_run(node, bodies["single"], args.singles, 1, SINGLES_IN_FLIGHT)
         print(f"    single publishes            {figures.singles}   {load()}")
+        # One at a time: the latency a lone client sees (the group commit must not hold it).
+        lone = publish_run(node, bodies["single"], args.lone, 1, (1, 1))
+        print(f"    single publishes, 1 in flight {lone}   {load()}")
         figures.batches = publish_run(node, bodies["batch"], args.batches, 100, BATCHES_IN_FLIGHT)
         print(f"    batches of 100 (envelopes)  {figures.batches}   {load()}")
     finally:
@@ -358,6 +367,7 @@ def main() -> None:
     parser.add_argument("--health", type=int, default=40_000, help="Health/Check requests")
     parser.add_argument("--singles", type=int, default=20_000, help="single publishes")
     parser.add_argument("--batches", type=int, default=400, help="publishes of 100 envelopes")
+    parser.add_argument("--lone", type=int, default=2000, help="single publishes, 1 in flight")
     args = parser.parse_args()
     if shutil.which("h2load") is None:
         raise SystemExit("h2load is missing: apt-get install -y nghttp2-client")
