@@ -2,7 +2,8 @@
 C thread) sends pre-built gRPC requests to `xnode run --workers N` for N = 1, 2; every figure is
 printed beside its ceiling from the same run.
 
-    .venv/bin/python bench/bench_cores.py [--workers 1,2] [--singles 20000] [--batches 400] [--lone 2000]
+    .venv/bin/python bench/bench_cores.py [--workers 1,2] [--singles 20000] [--batches 400]
+        [--lone 2000]
 
 Each publish run prints every worker's share of a core.
 
