@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -184,6 +185,22 @@ async def test_gathering_ends_after_gather_turns_however_many_arrive() -> None:
     await asyncio.gather(*await _one_per_turn(originator, GATHER_MIN - 2))
     await originator.close()
     assert log.batches[0] <= 7
+
+
+async def test_gathering_ends_after_gather_seconds_when_turns_are_slow() -> None:
+    """A loop busy with other calls: each turn takes 1 ms, a publish arrives every turn."""
+    log = FakeLog()
+    originator = Originator(log.append, log.on_committed, gather_seconds=0.005)
+    originator.start()
+    published: list[asyncio.Future[object]] = []
+    for _ in range(GATHER_MIN - 2):
+        published.append(asyncio.ensure_future(originator.publish(_envelopes(1))))
+        await asyncio.sleep(0)
+        time.sleep(0.001)  # noqa: ASYNC251 (deliberate: the rest of a busy turn blocks)
+    await asyncio.gather(*published)
+    await originator.close()
+    assert log.batches[0] <= 8
+    assert sum(log.batches) == GATHER_MIN - 2
 
 
 async def test_a_lone_publish_waits_only_a_few_idle_turns() -> None:
