@@ -146,12 +146,13 @@ class Originator:
         idle = 0
         loop = asyncio.get_running_loop()
         until = loop.time() + self._gather_seconds
+        waiting = self._waiting()
         for _ in range(self._gather_turns):
-            waiting = self._waiting()
             if waiting >= GATHER_MIN or self._closing or loop.time() > until:
                 return
             await asyncio.sleep(0)
-            idle = idle + 1 if self._waiting() == waiting else 0
+            before, waiting = waiting, self._waiting()  # counted once per turn
+            idle = idle + 1 if waiting == before else 0
             if idle > GATHER_PATIENCE:
                 return
 
