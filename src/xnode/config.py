@@ -392,7 +392,8 @@ def add_flags(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> Non
             "--" + name.replace("_", "-"),
             dest=name,
             default=None,
-            help=f"{info.description} [env {prefix}{name.upper()}]",
+            # argparse formats help with %, so a description's own % must be doubled.
+            help=f"{info.description} [env {prefix}{name.upper()}]".replace("%", "%%"),
         )
 
 
