@@ -65,7 +65,7 @@ async def stored_count(address: str, originator: int) -> int:
 async def test_get_nodes_lists_enabled_nodes_with_their_urls(
     network: Network, gateway_for: Any
 ) -> None:
-    gateway = await gateway_for()
+    gateway = await gateway_for(reads_through_gateway=False)
     assert await gateway.nodes() == {n: f"http://{a}" for n, a in network.addresses.items()}
     network.set_enabled(200, False)
     deadline = time.monotonic() + 15
