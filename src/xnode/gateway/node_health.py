@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator
 
 import grpc
 import structlog
@@ -62,6 +63,18 @@ class NodeHealth:
         if node_id in self._down:
             event.set()
         return event
+
+    @contextlib.contextmanager
+    def cut_when_down(self, node_id: int, call: grpc.aio.Call) -> Iterator[asyncio.Event]:
+        """Cancels `call` when `node_id` fails a check: a frozen node would never answer it.
+        The event yielded tells a cancellation for that reason from any other."""
+        down = self.went_down(node_id)
+        watcher = asyncio.ensure_future(down.wait())
+        watcher.add_done_callback(lambda done: done.cancelled() or call.cancel())
+        try:
+            yield down
+        finally:
+            watcher.cancel()
 
     def report_failure(self, node_id: int) -> None:
         """A call failed as if the node were down: tried last until a check says otherwise."""

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -89,17 +88,6 @@ class Reads:
             )
         ]
 
-    @contextmanager
-    def _cut_when_down(self, node_id: int, call: grpc.aio.Call) -> Iterator[asyncio.Event]:
-        """Cancels `call` when the node fails a health check: a frozen node never answers."""
-        down = self._health.went_down(node_id)
-        watcher = asyncio.ensure_future(down.wait())
-        watcher.add_done_callback(lambda done: done.cancelled() or call.cancel())
-        try:
-            yield down
-        finally:
-            watcher.cancel()
-
     def _failed(self, node_id: int, method: str, detail: str) -> NodeFailed:
         log.info("gateway_read_failed_over", node_id=node_id, method=method, error=detail)
         self._health.report_failure(node_id)
@@ -116,7 +104,7 @@ class Reads:
         remaining = context.time_remaining()
         timeout = self._timeout_s if remaining is None else min(remaining, self._timeout_s)
         call = channel.unary_unary(path, _identity, _identity)(request, timeout=timeout)
-        with self._cut_when_down(node.node_id, call) as down:
+        with self._health.cut_when_down(node.node_id, call) as down:
             try:
                 answer: bytes = await call
             except asyncio.CancelledError:
@@ -227,7 +215,7 @@ class Reads:
         except UnusableUrl as exc:
             raise NodeFailed(node.node_id, str(exc)) from None
         call = channel.unary_stream(path, _identity, _identity)(resumed.SerializeToString())
-        with self._cut_when_down(node.node_id, call) as down:
+        with self._health.cut_when_down(node.node_id, call) as down:
             try:
                 async for frame in call:
                     accepted, failed = checks.envelopes(envelopes_of(frame))

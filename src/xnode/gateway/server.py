@@ -131,10 +131,14 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
 
     registry.on_change(registry_changed)
     await registry.start()
+    health_of_nodes = NodeHealth(
+        registry, channels, settings.node_check_seconds, settings.node_check_timeout_seconds
+    )
     publisher = Publisher(
         registry,
         key,
         channels,
+        health_of_nodes,
         settings.publish_timeout_seconds,
         settings.message_retention_days,
         settings.chain_visibility_seconds,
@@ -164,9 +168,6 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
     read_url = settings.read_url_for(address, served is not None)
     payer = payer_handlers(PayerService(registry, publisher, clients, read_url=read_url))
     server.add_generic_rpc_handlers([payer])
-    health_of_nodes = NodeHealth(
-        registry, channels, settings.node_check_seconds, settings.node_check_timeout_seconds
-    )
     reads = Reads(
         registry,
         channels,

@@ -85,12 +85,12 @@ class GatewaySettings(BaseSettings):
         "failover; false: the nodes' own URLs (a client then reads from one node for good)",
     )
     node_check_seconds: float = Field(
-        1.0,
+        0.5,
         description="How often every node is health-checked (reads move off failing ones)",
         gt=0,
     )
     node_check_timeout_seconds: float = Field(
-        2.0, description="A node that does not answer a health check this fast is down", gt=0
+        1.5, description="A node that does not answer a health check this fast is down", gt=0
     )
     read_timeout_seconds: float = Field(
         30.0, description="Longest wait for one node's answer to a read before the next", gt=0

@@ -120,6 +120,49 @@ async def test_a_frozen_node_is_left_within_a_health_check(
         await frozen.stop(None)
 
 
+async def test_a_publish_to_a_node_that_freezes_goes_to_the_next_one(
+    start_node: Any, network: Network, gateway_for: Any
+) -> None:
+    """Node 300 takes the publish and freezes: once it fails its health check the publish
+    is sent to the next preferred node instead of waiting out the freeze."""
+    await start_node(**network.settings(100))
+    await start_node(**network.settings(200))
+    frozen, taken = asyncio.Event(), asyncio.Event()
+
+    async def health(request: bytes, context: Any) -> bytes:
+        if frozen.is_set():
+            await asyncio.Event().wait()
+        return SERVING.SerializeToString()
+
+    async def take(request: bytes, context: Any) -> bytes:
+        taken.set()
+        await asyncio.Event().wait()
+        return b""
+
+    unary = grpc.unary_unary_rpc_method_handler(
+        take, request_deserializer=bytes, response_serializer=bytes
+    )
+    node = await serve_replication_methods(
+        {"PublishPayerEnvelopes": unary},
+        network.addresses[300],
+        health=health,
+        service="xmtp.xmtpv4.message_api.PublishApi",
+    )
+    try:
+        gateway = await gateway_for(node_check_seconds=0.2, node_check_timeout_seconds=1.0)
+        group, topic = topic_preferring(network, 300)
+        publish = asyncio.create_task(gateway.publish([group_message_envelope(group, b"x")]))
+        await asyncio.wait_for(taken.wait(), 10)
+        frozen.set()
+        started = time.monotonic()
+        (answer,) = await asyncio.wait_for(publish, 10)
+        assert time.monotonic() - started < 5.0
+        got = parse_originator_envelope(answer.SerializeToString())
+        assert got.originator_node_id == order_for(network, topic)[1]
+    finally:
+        await node.stop(None)
+
+
 async def test_a_forged_answer_is_not_passed_on(
     start_node: Any, network: Network, gateway_for: Any
 ) -> None:
