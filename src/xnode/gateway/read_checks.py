@@ -22,12 +22,13 @@ from xnode.core.cursors import Cursor
 
 
 class AnswerChecks:
-    """The checks of one read: the registry's keys, what was asked, and per originator what
-    was passed on so far (a resumed stream continues from there)."""
+    """The checks of one read: the registry's keys as they are now (a stream outlives
+    registry changes), what was asked, and per originator what was passed on so far (a
+    resumed stream continues from there)."""
 
     def __init__(
         self,
-        keys: Mapping[int, bytes],
+        keys: Callable[[], Mapping[int, bytes]],
         query: api.EnvelopesQuery,
         start: Cursor,
         clock_ns: Callable[[], int],
@@ -44,7 +45,7 @@ class AnswerChecks:
 
     def envelope(self, raw: bytes) -> None:
         """Raises EnvelopeCheckFailed; accepted, it moves the cursor."""
-        env = check_received(raw, self._keys, self._topics)
+        env = check_received(raw, self._keys(), self._topics)
         if self._originators and env.originator_node_id not in self._originators:
             raise AadMismatch(
                 f"originator {env.originator_node_id} was not asked for",

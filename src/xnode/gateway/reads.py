@@ -147,7 +147,7 @@ class Reads:
         start = await _cursor(parsed.query, context)
 
         def check(answer: bytes) -> None:
-            checks = AnswerChecks(self._keys(), parsed.query, start, self._clock_ns)
+            checks = AnswerChecks(self._keys, parsed.query, start, self._clock_ns)
             for raw in envelopes_of(answer):
                 checks.envelope(raw)
 
@@ -177,7 +177,7 @@ class Reads:
     ) -> AsyncIterator[bytes]:
         parsed = await _decode(api.SubscribeEnvelopesRequest, request, context)
         checks = AnswerChecks(
-            self._keys(), parsed.query, await _cursor(parsed.query, context), self._clock_ns
+            self._keys, parsed.query, await _cursor(parsed.query, context), self._clock_ns
         )
         key = parsed.query.topics[0] if parsed.query.topics else b""
         backoff = Backoff(0.05, 1.0)
