@@ -31,6 +31,7 @@ from xnode.core.registry import NodeEntry
 from xnode.gateway.channels import NodeChannels, UnusableUrl
 from xnode.gateway.node_health import NodeHealth
 from xnode.gateway.read_checks import AnswerChecks, check_newest, envelopes_of
+from xnode.observability.metrics import GATEWAY_READ_FAILOVERS
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -38,6 +39,8 @@ log = structlog.get_logger(__name__)
 READ_SERVICES = ("xmtp.xmtpv4.message_api.ReplicationApi", "xmtp.xmtpv4.message_api.QueryApi")
 Context = grpc.aio.ServicerContext[Any, Any]
 Check = Callable[[bytes], None]
+SUBSCRIBE = "SubscribeEnvelopes"
+HEALTH = "health_check"  # the cause of a failover when a node fails its health check
 
 
 class NodeFailed(Exception):
@@ -88,10 +91,22 @@ class Reads:
             )
         ]
 
-    def _failed(self, node_id: int, method: str, detail: str) -> NodeFailed:
+    def _failed(self, node_id: int, method: str, cause: str, detail: str) -> NodeFailed:
         log.info("gateway_read_failed_over", node_id=node_id, method=method, error=detail)
+        GATEWAY_READ_FAILOVERS.labels(method, str(node_id), cause).inc()
         self._health.report_failure(node_id)
         return NodeFailed(node_id, detail)
+
+    def _refused(self, node_id: int, method: str, exc: EnvelopeCheckFailed) -> NodeFailed:
+        """The node's answer broke a rule of XIP-49 3.3.4: not passed on, the next answers."""
+        log.warning("gateway_answer_refused", node_id=node_id, method=method, error=str(exc))
+        GATEWAY_READ_FAILOVERS.labels(method, str(node_id), "check_failed").inc()
+        self._health.report_failure(node_id)
+        return NodeFailed(node_id, f"answer failed a check: {exc}")
+
+    def _call_failed(self, node_id: int, method: str, exc: grpc.aio.AioRpcError) -> NodeFailed:
+        detail = f"{exc.code().name}: {exc.details()}"
+        return self._failed(node_id, method, exc.code().name, detail)
 
     async def _unary_from(
         self, node: NodeEntry, path: str, request: bytes, check: Check, context: Context
@@ -110,21 +125,18 @@ class Reads:
             except asyncio.CancelledError:
                 if not down.is_set():
                     raise
-                raise self._failed(node.node_id, method, "failed its health check") from None
+                raise self._failed(
+                    node.node_id, method, HEALTH, "failed its health check"
+                ) from None
             except grpc.aio.AioRpcError as exc:
                 if exc.code() not in FAILOVER_CODES:
                     # The request's own fault: every node would say so. Its words go back.
                     await context.abort(exc.code(), exc.details() or "")
-                detail = f"{exc.code().name}: {exc.details()}"
-                raise self._failed(node.node_id, method, detail) from None
+                raise self._call_failed(node.node_id, method, exc) from None
         try:
             check(answer)
         except EnvelopeCheckFailed as exc:
-            log.warning(
-                "gateway_answer_refused", node_id=node.node_id, method=method, error=str(exc)
-            )
-            self._health.report_failure(node.node_id)
-            raise NodeFailed(node.node_id, f"answer failed a check: {exc}") from None
+            raise self._refused(node.node_id, method, exc) from None
         return answer
 
     async def unary(
@@ -222,28 +234,19 @@ class Reads:
                     if accepted or not frame:
                         yield wire.repeated(1, accepted)
                     if failed is not None:
-                        log.warning(
-                            "gateway_answer_refused",
-                            node_id=node.node_id,
-                            method="SubscribeEnvelopes",
-                            error=str(failed),
-                        )
-                        self._health.report_failure(node.node_id)
-                        raise NodeFailed(node.node_id, str(failed))
+                        raise self._refused(node.node_id, SUBSCRIBE, failed)
             except asyncio.CancelledError:
                 if not down.is_set():
                     raise
                 detail = "failed its health check"
-                raise self._failed(node.node_id, "SubscribeEnvelopes", detail) from None
+                raise self._failed(node.node_id, SUBSCRIBE, HEALTH, detail) from None
             except grpc.aio.AioRpcError as exc:
                 if exc.code() not in FAILOVER_CODES:
                     await context.abort(exc.code(), exc.details() or "")
-                raise self._failed(
-                    node.node_id, "SubscribeEnvelopes", f"{exc.code().name}: {exc.details()}"
-                ) from None
+                raise self._call_failed(node.node_id, SUBSCRIBE, exc) from None
             finally:
                 call.cancel()
-        raise self._failed(node.node_id, "SubscribeEnvelopes", "the node ended the stream")
+        raise self._failed(node.node_id, SUBSCRIBE, "ended", "the node ended the stream")
 
 
 async def _decode(kind: Any, request: bytes, context: Context) -> Any:

@@ -216,3 +216,9 @@ REPAIR_ROUND_TRIPS = Counter(
     "Fingerprint round trips of anti-entropy repair, by peer",
     ["peer"],
 )
+GATEWAY_READ_FAILOVERS = Counter(
+    "xnode_gateway_read_failovers_total",
+    "Reads the gateway took off a node and sent to the next one, by method, node and cause "
+    "(a status code, health_check, check_failed, ended)",
+    ["method", "node", "cause"],
+)

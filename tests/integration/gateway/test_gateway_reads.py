@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2
+from prometheus_client import REGISTRY
 
 from tests.conftest import Network
 from tests.fake_peer import serve_replication_methods
@@ -26,6 +27,11 @@ from xnode.core.envelopes import parse_originator_envelope
 from xnode.core.topics import Topic, TopicKind
 
 SERVING = health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
+
+
+def failovers(method: str, node: int, cause: str) -> float:
+    labels = {"method": method, "node": str(node), "cause": cause}
+    return REGISTRY.get_sample_value("xnode_gateway_read_failovers_total", labels) or 0.0
 
 
 def topic_preferring(network: Network, node_id: int) -> tuple[bytes, bytes]:
@@ -111,10 +117,12 @@ async def test_a_frozen_node_is_left_within_a_health_check(
     try:
         gateway = await gateway_for(node_check_seconds=0.2, node_check_timeout_seconds=1.0)
         _, topic = topic_preferring(network, 300)
+        before = failovers("QueryEnvelopes", 300, "health_check")
         started = time.monotonic()
         answer = await reads_stub(gateway).QueryEnvelopes(query(topic), timeout=10)
         assert list(answer.envelopes) == []
         assert time.monotonic() - started < 5.0
+        assert failovers("QueryEnvelopes", 300, "health_check") == before + 1
     finally:
         never.set()
         await frozen.stop(None)
@@ -201,8 +209,10 @@ async def test_a_forged_answer_is_not_passed_on(
             (stored,) = await honest.publish_group_messages(
                 gateway.payer, 100, group, [b"the truth"]
             )
+        before = failovers("QueryEnvelopes", 300, "check_failed")
         answer = await reads_stub(gateway).QueryEnvelopes(query(topic), timeout=10)
         assert asked, "the lying node was never asked: the test proves nothing"
+        assert failovers("QueryEnvelopes", 300, "check_failed") == before + 1
         assert [e.SerializeToString() for e in answer.envelopes] == [stored.SerializeToString()]
     finally:
         await liar.stop(None)
