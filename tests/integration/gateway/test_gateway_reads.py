@@ -277,3 +277,34 @@ async def test_bad_requests_get_a_precise_status(
         await reads_stub(gateway).QueryEnvelopes(too_many, timeout=10)
     # The node's own refusal, with its words: every node would refuse it alike.
     assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT, err.value
+
+
+async def test_a_stream_resumes_on_another_gateway_from_the_clients_cursor(
+    start_node: Any, network: Network, gateway_for: Any
+) -> None:
+    """Two gateways behind one address hold nothing a client needs: a stream on the first,
+    which then stops, goes on through the second from the cursor the client saw."""
+    await start_all(start_node, network)
+    first = await gateway_for(read_url="http://gateways.example:5040")
+    second = await gateway_for(read_url="http://gateways.example:5040")
+    group, topic = topic_preferring(network, 200)
+    published = await first.publish([group_message_envelope(group, b"%d" % i) for i in range(3)])
+    request = api.SubscribeEnvelopesRequest(query=api.EnvelopesQuery(topics=[topic]))
+    received: list[bytes] = []
+    stream = reads_stub(first).SubscribeEnvelopes(request)
+    async for response in stream:
+        received.extend(e.SerializeToString() for e in response.envelopes)
+        if len(received) >= 3:
+            break
+    stream.cancel()
+    await first.gateway.stop()
+    published += await second.publish([group_message_envelope(group, b"%d" % i) for i in range(3)])
+    seen = parse_originator_envelope(received[-1])
+    request.query.last_seen.node_id_to_sequence_id[seen.originator_node_id] = seen.sequence_id
+    resumed = reads_stub(second).SubscribeEnvelopes(request)
+    async for response in resumed:
+        received.extend(e.SerializeToString() for e in response.envelopes)
+        if len(received) >= 6:
+            break
+    resumed.cancel()
+    assert received == [p.SerializeToString() for p in published]
