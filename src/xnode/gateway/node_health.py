@@ -64,17 +64,12 @@ class NodeHealth:
             event.set()
         return event
 
-    @contextlib.contextmanager
-    def cut_when_down(self, node_id: int, call: grpc.aio.Call) -> Iterator[asyncio.Event]:
+    def cut_when_down(
+        self, node_id: int, call: grpc.aio.Call
+    ) -> contextlib.AbstractContextManager[asyncio.Event]:
         """Cancels `call` when `node_id` fails a check: a frozen node would never answer it.
         The event yielded tells a cancellation for that reason from any other."""
-        down = self.went_down(node_id)
-        watcher = asyncio.ensure_future(down.wait())
-        watcher.add_done_callback(lambda done: done.cancelled() or call.cancel())
-        try:
-            yield down
-        finally:
-            watcher.cancel()
+        return cut_when(self.went_down(node_id), call)
 
     def report_failure(self, node_id: int) -> None:
         """A call failed as if the node were down: tried last until a check says otherwise."""
@@ -118,3 +113,14 @@ class NodeHealth:
             self._down.add(node_id)
             log.warning("gateway_node_down", node_id=node_id, error=failure)
         self.went_down(node_id).set()
+
+
+@contextlib.contextmanager
+def cut_when(event: asyncio.Event, call: grpc.aio.Call) -> Iterator[asyncio.Event]:
+    """Cancels `call` once `event` is set, while in the block; yields the event."""
+    watcher = asyncio.ensure_future(event.wait())
+    watcher.add_done_callback(lambda done: done.cancelled() or call.cancel())
+    try:
+        yield event
+    finally:
+        watcher.cancel()

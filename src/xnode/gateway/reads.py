@@ -29,7 +29,7 @@ from xnode.core.errors import Rejected
 from xnode.core.originator_selection import available_nodes, failover_order
 from xnode.core.registry import NodeEntry
 from xnode.gateway.channels import NodeChannels, UnusableUrl
-from xnode.gateway.node_health import NodeHealth
+from xnode.gateway.node_health import NodeHealth, cut_when
 from xnode.gateway.read_checks import AnswerChecks, check_newest, envelopes_of
 from xnode.observability.metrics import GATEWAY_READ_FAILOVERS
 from xnode.usecases.registry_source import RegistrySource
@@ -40,6 +40,7 @@ READ_SERVICES = ("xmtp.xmtpv4.message_api.ReplicationApi", "xmtp.xmtpv4.message_
 Context = grpc.aio.ServicerContext[Any, Any]
 Check = Callable[[bytes], None]
 SUBSCRIBE = "SubscribeEnvelopes"
+CLOSING = "the gateway is shutting down; resubscribe from your cursor"
 HEALTH = "health_check"  # the cause of a failover when a node fails its health check
 
 
@@ -74,6 +75,12 @@ class Reads:
         self._timeout_s = timeout_s
         self._failover_s = failover_s
         self._clock_ns = clock_ns
+        self._closing = asyncio.Event()
+
+    def close(self) -> None:
+        """Ends every stream UNAVAILABLE now (the gateway stops): the clients resubscribe
+        from their cursors, through another gateway behind the same address."""
+        self._closing.set()
 
     def _keys(self) -> dict[int, bytes]:
         # Disabled nodes too: what they originated while enabled stays theirs.
@@ -194,7 +201,7 @@ class Reads:
         key = parsed.query.topics[0] if parsed.query.topics else b""
         backoff = Backoff(0.05, 1.0)
         give_up = time.monotonic() + self._failover_s
-        while True:
+        while not self._closing.is_set():
             for node in self._order(key):
                 try:
                     async for frame in self._stream_from(node, path, parsed, checks, context):
@@ -209,6 +216,7 @@ class Reads:
                     "no node takes the subscription; resubscribe from your cursor later",
                 )
             await asyncio.sleep(backoff.next_delay())
+        await context.abort(grpc.StatusCode.UNAVAILABLE, CLOSING)
 
     async def _stream_from(
         self,
@@ -227,7 +235,7 @@ class Reads:
         except UnusableUrl as exc:
             raise NodeFailed(node.node_id, str(exc)) from None
         call = channel.unary_stream(path, _identity, _identity)(resumed.SerializeToString())
-        with self._health.cut_when_down(node.node_id, call) as down:
+        with self._health.cut_when_down(node.node_id, call) as down, cut_when(self._closing, call):
             try:
                 async for frame in call:
                     accepted, failed = checks.envelopes(envelopes_of(frame))
@@ -236,6 +244,8 @@ class Reads:
                     if failed is not None:
                         raise self._refused(node.node_id, SUBSCRIBE, failed)
             except asyncio.CancelledError:
+                if self._closing.is_set():
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, CLOSING)
                 if not down.is_set():
                     raise
                 detail = "failed its health check"

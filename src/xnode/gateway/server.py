@@ -57,6 +57,7 @@ class Gateway:
     usage: UsageLog | None = None  # what it paid for, per client and day
     metrics: MetricsServer | None = None
     node_health: NodeHealth | None = None
+    reads: Reads | None = None
 
     @property
     def http_address(self) -> str | None:
@@ -65,6 +66,8 @@ class Gateway:
     async def stop(self) -> None:
         log.info("gateway_stopping", address=self.address)
         self.health.enter_graceful_shutdown()
+        if self.reads is not None:
+            self.reads.close()  # streams never end on their own: they would hold the grace
         if self.http is not None:
             await self.http.stop()
         await self.server.stop(self.grace_s)  # in-flight publishes finish within the grace
@@ -232,6 +235,7 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
         clients.usage,
         metrics,
         health_of_nodes,
+        reads,
     )
 
 

@@ -308,3 +308,27 @@ async def test_a_stream_resumes_on_another_gateway_from_the_clients_cursor(
             break
     resumed.cancel()
     assert received == [p.SerializeToString() for p in published]
+
+
+async def test_a_stopping_gateway_ends_its_streams_unavailable_at_once(
+    start_node: Any, network: Network, gateway_for: Any
+) -> None:
+    await start_all(start_node, network)
+    gateway = await gateway_for(shutdown_grace_seconds=20.0)
+    group, topic = topic_preferring(network, 100)
+    await gateway.publish([group_message_envelope(group, b"x")])
+    stream = reads_stub(gateway).SubscribeEnvelopes(
+        api.SubscribeEnvelopesRequest(query=api.EnvelopesQuery(topics=[topic]))
+    )
+    first = await stream.read()
+    assert len(first.envelopes) == 1
+    started = time.monotonic()
+    stopping = asyncio.create_task(gateway.gateway.stop())
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        while True:
+            if await stream.read() is grpc.aio.EOF:
+                raise AssertionError("the stream ended OK: the client would not resubscribe")
+    assert err.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert "resubscribe from your cursor" in (err.value.details() or "")
+    await stopping
+    assert time.monotonic() - started < 10.0  # not the 20 s grace
