@@ -114,7 +114,7 @@ class Publisher:
         else:
             planned = self._plan_all(raws, nodes)
         answers = await self._send_runs(planned)
-        await wait_visible(self._channels, nodes, answers, self._visibility_s)
+        await wait_visible(self._channels, self._health, nodes, answers, self._visibility_s)
         return answers
 
     def _plan_all(self, raws: Sequence[bytes], nodes: list[NodeEntry]) -> list[_Planned]:

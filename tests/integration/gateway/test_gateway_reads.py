@@ -1,6 +1,8 @@
 """Reads through the gateway (gateway/reads.py) in front of in-process nodes: GetNodes names
 the gateway, reads fail over from a stopped, a frozen or a lying node, a stream resumes on
-another node from its cursor with nothing lost or repeated, bad requests are refused."""
+another node (or gateway) from its cursor with nothing lost or repeated, bad requests are
+refused; and what the health checks change for publishes: a publish or a wait for a chain
+payload leaves a node that freezes."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from tests.conftest import Network
 from tests.fake_peer import serve_replication_methods
 from tests.integration.gateway.test_gateway import group_id, order_for, start_all
 from tests.integration.logs.helpers import eventually
+from tests.unit.gateway.test_visibility import envelope as chain_envelope
 from xmtp.identity.associations import signature_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
@@ -24,7 +27,12 @@ from xmtp.xmtpv4.message_api import message_api_pb2_grpc
 from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey, originator_digest
 from xnode.core.envelopes import parse_originator_envelope
+from xnode.core.registry import Registry
 from xnode.core.topics import Topic, TopicKind
+from xnode.gateway.channels import NodeChannels
+from xnode.gateway.node_health import NodeHealth
+from xnode.gateway.visibility import wait_visible
+from xnode.usecases.registry_source import WatchedRegistry
 
 SERVING = health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
 
@@ -332,3 +340,46 @@ async def test_a_stopping_gateway_ends_its_streams_unavailable_at_once(
     assert "resubscribe from your cursor" in (err.value.details() or "")
     await stopping
     assert time.monotonic() - started < 10.0  # not the 20 s grace
+
+
+async def test_the_wait_for_a_chain_payload_leaves_a_node_that_freezes(network: Network) -> None:
+    """Node 300 has not indexed the payload yet, then freezes: the gateway stops waiting for
+    it once it fails its health check, not at chain_visibility_seconds."""
+    frozen, asked = asyncio.Event(), asyncio.Event()
+
+    async def health(request: bytes, context: Any) -> bytes:
+        if frozen.is_set():
+            await asyncio.Event().wait()
+        return SERVING.SerializeToString()
+
+    async def behind(request: bytes, context: Any) -> bytes:
+        asked.set()
+        if frozen.is_set():
+            await asyncio.Event().wait()
+        return b""  # an empty QueryEnvelopesResponse: not indexed yet
+
+    unary = grpc.unary_unary_rpc_method_handler(
+        behind, request_deserializer=bytes, response_serializer=bytes
+    )
+    node = await serve_replication_methods(
+        {"QueryEnvelopes": unary},
+        network.addresses[300],
+        health=health,
+        service="xmtp.xmtpv4.message_api.QueryApi",
+    )
+    entry = Registry.from_json(network.spec.nodes_file.read_text()).nodes[300]
+    channels = NodeChannels(1 << 20, 5.0)
+    checks = NodeHealth(WatchedRegistry(Registry([entry])), channels, 0.2, 1.0)
+    checks.start()
+    try:
+        answers = [chain_envelope(1, 4, chain=True)]
+        waiting = asyncio.create_task(wait_visible(channels, checks, [entry], answers, 30.0))
+        await asyncio.wait_for(asked.wait(), 10)
+        frozen.set()
+        started = time.monotonic()
+        await asyncio.wait_for(waiting, 10)
+        assert time.monotonic() - started < 5.0
+    finally:
+        await checks.stop()
+        await channels.close()
+        await node.stop(None)
