@@ -31,8 +31,8 @@ test-fast: setup
 	$(PY) -m pytest -q tests/unit
 
 lint: setup
-	$(VENV)/bin/ruff check src tests bench spark_jobs migrations
-	$(VENV)/bin/ruff format --check src tests bench spark_jobs migrations
+	$(VENV)/bin/ruff check src tests bench spark_jobs migrations examples
+	$(VENV)/bin/ruff format --check src tests bench spark_jobs migrations examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
