@@ -138,9 +138,8 @@ class Settings(BaseSettings):
         None, description="PEM CA that https:// peers' certificates must chain to (default: system)"
     )
     migrate_on_start: bool = Field(True, description="Apply database migrations at start-up")
-    # Default: one per core. With one sequencer per node (usecases.forwarding), 2 workers on
-    # 2 cores publish singles at 1.49x and batches at 1.54x one worker (docs/benchmarks.md,
-    # issue 14).
+    # Default: one per core. With one sequencer per node (usecases.forwarding), each added
+    # worker adds throughput (docs/benchmarks.md, "Measurements behind choices in the code").
     workers: int = Field(
         0,
         description="Serving processes sharing the node's ports, database and key "
@@ -200,8 +199,9 @@ class Settings(BaseSettings):
         " they exit with the node, even one killed with SIGKILL; 0: threads only",
         ge=0,
     )
-    # A checkpoint costs ~1.5 ms of CPU (docs/benchmarks.md): every 1,000 envelopes that was
-    # ~2% of a fast node's publish CPU; below ~2,000 env/s the 5 s timer comes first anyway.
+    # Checkpoints are spaced so that signing them stays a small share of a fast node's publish
+    # CPU, and a slow node still gets one every few seconds from the timer
+    # (docs/benchmarks.md, "Measurements behind choices in the code").
     log_commit_enabled: bool = Field(
         True,
         description="Commit this node's own log as it publishes (leaf hashes, tree, signed"

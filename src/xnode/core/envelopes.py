@@ -36,7 +36,7 @@ _NO_CURSOR = Cursor()
 def cursor_from_proto(message: envelopes_pb2.Cursor, where: str = "cursor") -> Cursor:
     """`where` names the field for the client (e.g. `query.last_seen`)."""
     entries = message.node_id_to_sequence_id
-    if not entries:  # most depend on nothing: one shared Cursor, no map views (2-4 us)
+    if not entries:  # most depend on nothing: one shared Cursor, no map views to build
         return _NO_CURSOR
     if len(entries) > MAX_CURSOR_ENTRIES:
         raise Rejected(
@@ -268,8 +268,8 @@ def validate_payer_envelope(
 def received_payer(payer: envelopes_pb2.PayerEnvelope, node_id: int) -> tuple[bytes, bytes, int]:
     """(topic, payer address, retention days) of a payer envelope another originator signed,
     under the same rules and reasons as validate_payer_envelope. Verifying envelopes received
-    from peers needs no more: no ValidPayerEnvelope and no second serialization, ~2 us less
-    per envelope of a repair or catch-up (issue 9)."""
+    from peers needs no more: no ValidPayerEnvelope and no second serialization, which a
+    repair or catch-up would pay per envelope."""
     client = _payer_rules(payer, node_id, None)[0]
     # Topic.parse accepted these bytes: they are the topic's raw form
     return client.aad.target_topic, _payer_address(payer), payer.message_retention_days
@@ -324,8 +324,8 @@ class IndexedEnvelope:
 
     def __reduce__(self) -> tuple[type[IndexedEnvelope], tuple[int | bytes | None, ...]]:
         # Verified envelopes come back from the verifying processes pickled: the constructor
-        # with the fields unpickles about 3x faster than a slots dataclass' generic state
-        # (which calls dataclasses.fields() per object).
+        # with the fields unpickles faster than a slots dataclass' generic state (which calls
+        # dataclasses.fields() per object).
         return (
             IndexedEnvelope,
             (
@@ -402,7 +402,7 @@ def originate(
 class ReceivedEnvelope:
     """An OriginatorEnvelope read from elsewhere (a peer, the store, a client tool). Not
     frozen: a frozen dataclass' __init__ sets each of its 11 fields through
-    object.__setattr__, ~1 us more per envelope received from a peer (issue 9); it holds a
+    object.__setattr__, paid per envelope received from a peer; it holds a
     protobuf message, so it was never hashable anyway. Treat it as read-only."""
 
     raw: bytes

@@ -1,4 +1,4 @@
-"""Evidence that proves itself (issue 9 part 5): whether a safety report's envelopes prove
+"""Evidence that proves itself: whether a safety report's envelopes prove
 its claim to a third party holding only the registry keys.
 
 Used by the node (client reports that prove nothing are refused) and by the council's
