@@ -150,7 +150,7 @@ class Settings(BaseSettings):
         0,
         description="Threads per serving process recovering and signing publishes' signatures "
         "off the event loop; 0: the cores this process may run on divided by the workers (at "
-        "least 1). More threads than that only wait for the GIL (docs/benchmarks.md, issue 14)",
+        "least 1). More threads than that only wait for the GIL (docs/benchmarks.md)",
         ge=0,
     )
     db_pool_size: int = Field(16, description="Most Postgres connections per process", gt=1)

@@ -5,12 +5,15 @@ reference is the one `xnode settings` prints. (Blocks are run in tests/e2e/test_
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import io
 import re
 import subprocess
 import sys
+import tokenize
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,9 @@ from xnode.config import settings_table
 BLOCKS = all_blocks()
 PYTHONS = {"python", "python3", ".venv/bin/python", sys.executable}
 README_MOST_LINES = 300
+CODE = ["src/xnode", "bench", "spark_jobs", "migrations"]
+ISSUE_NUMBER = re.compile(r"\b[Ii]ssues? ?#?\d+")
+OUTSIDE = re.compile(r"\.\./shared|wire-facts")
 
 
 def _xnode_error(argv: list[str]) -> str | None:
@@ -148,3 +154,46 @@ def test_docs_point_at_nothing_outside_the_repository() -> None:
         if "../shared" in line or "wire-facts" in line
     ]
     assert not outside, outside
+
+
+def _comment_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The lines of a Python file's comments and docstrings, numbered."""
+    text = path.read_text()
+    lines = text.splitlines()
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.start[0], token.string
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                for n in range(first.lineno, (first.end_lineno or first.lineno) + 1):
+                    yield n, lines[n - 1]
+
+
+def _code_comments() -> Iterator[tuple[str, str]]:
+    for folder in CODE:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for n, line in _comment_lines(path):
+                yield f"{path.relative_to(ROOT)}:{n}", line
+    for path in sorted((ROOT / "proto").rglob("*.proto")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if line.lstrip().startswith("//"):
+                yield f"{path.relative_to(ROOT)}:{n}", line
+
+
+def test_code_comments_cite_no_issue_numbers_and_nothing_outside_the_repository() -> None:
+    # Issue numbers mean nothing to a reader of the code; measurements belong in
+    # docs/benchmarks.md, where they are dated.
+    found = [
+        f"{where}: {line.strip()}"
+        for where, line in _code_comments()
+        if ISSUE_NUMBER.search(line) or OUTSIDE.search(line)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_comment_scan_sees_comments_and_docstrings(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text('"""Doc (issue 9)."""\n\nx = 1  # see wire-facts\n')
+    assert [n for n, _ in _comment_lines(source)] == [3, 1]
