@@ -1,6 +1,6 @@
 """Settings: `XNODE_*` environment variables, overridden by matching CLI flags.
 
-Each field below is one row of the README's settings table (`--listen-address` is
+Each field below is one row of the settings table (docs/configuration.md) (`--listen-address` is
 `XNODE_LISTEN_ADDRESS`, and so on).
 """
 
@@ -216,7 +216,7 @@ class Settings(BaseSettings):
     )
 
     fee_envelope_picodollars: int = Field(
-        0, description="Base fee per envelope, picodollars (XIP 3.2.1; see Fees)", ge=0
+        0, description="Base fee per envelope, picodollars (XIP 3.2.1; docs/protocol.md)", ge=0
     )
     fee_byte_day_picodollars: int = Field(
         0, description="Base fee per payer-envelope byte per retention day, picodollars", ge=0
@@ -429,7 +429,7 @@ def key_from(secret: SecretStr | None, path: Path | None) -> SigningKey | None:
 
 
 def settings_table() -> str:
-    """The README's settings table, generated so it cannot drift from the code."""
+    """The settings table of docs/configuration.md, generated so it cannot drift from the code."""
     rows = ["| env var | flag | default | meaning |", "|---|---|---|---|"]
     for name, info in Settings.model_fields.items():
         default = info.default if info.default not in (None, "") else "(unset)"

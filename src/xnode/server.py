@@ -705,7 +705,7 @@ def metrics_tls(tls: ServerTls | None) -> MetricsTls | None:
 
 
 def _node_gauges(parts: NodeParts) -> list[ScrapedGauge]:
-    """What the dashboard reads from the node itself when it scrapes (see README Metrics)."""
+    """What the dashboard reads from the node itself when it scrapes (docs/operations.md)."""
     state, pool = parts.state, parts.store.pool
 
     def clock() -> list[tuple[Sequence[str], float]]:

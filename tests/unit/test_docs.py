@@ -61,9 +61,19 @@ def _python_error(args: list[str]) -> str | None:
         if not (ROOT / script).is_file():
             return f"{script}: no such file in the repository"
         how = (script,)
-    usage = _help_of(how)
-    unknown = [f for f in flags if f.startswith("--") and f.split("=")[0] not in usage]
+    wanted = [f.split("=")[0] for f in flags if f.startswith("--")]
+    # A flag its own file declares needs no interpreter started; others ask its --help.
+    source = _source_of(how)
+    unknown = [f for f in wanted if f'"{f}"' not in source]
+    if unknown:
+        usage = _help_of(how)
+        unknown = [f for f in unknown if f not in usage]
     return f"{' '.join(how)}: no flag {unknown}" if unknown else None
+
+
+def _source_of(how: tuple[str, ...]) -> str:
+    path = ROOT / (how[1].replace(".", "/") + ".py" if how[0] == "-m" else how[0])
+    return path.read_text() if path.is_file() else ""
 
 
 @functools.cache
