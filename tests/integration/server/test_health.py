@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -13,6 +11,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
+from tests.waiting import eventually_value
 from xnode.devtools.postgres import PgCluster
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -40,10 +39,9 @@ async def _statuses(address: str, services: list[str]) -> dict[str, int]:
 
 
 async def _wait_for(address: str, expected: dict[str, int], within_s: float) -> None:
-    deadline = time.monotonic() + within_s
-    while (got := await _statuses(address, list(expected))) != expected:
-        assert time.monotonic() < deadline, f"health {got}, expected {expected}"
-        await asyncio.sleep(0.2)
+    await eventually_value(
+        lambda: _statuses(address, list(expected)), expected.__eq__, within_s, f"health {expected}"
+    )
 
 
 async def _allow_connections(pg_cluster: PgCluster, dsn: str, allow: bool) -> None:
