@@ -32,8 +32,15 @@ ED25519_SUITES = frozenset({1, 3})
 LEAF_SOURCE_KEY_PACKAGE = 1
 CREDENTIAL_BASIC = 1
 CREDENTIAL_X509 = 2
-# Clocks differ: a lifetime starting this far in the future is still accepted.
+# Clocks differ: a lifetime starting this far after the time it is judged at is still
+# accepted.
 LIFETIME_SKEW_S = 3600
+# Verifiers judge a key package at its envelope's signed timestamp, which the originator
+# stamps a moment after its own check at publish (later still if its clock stepped back, as
+# stamps never go back): at publish a lifetime must last this much longer, and a verifier
+# accepts one that ended up to this much before the stamp. Either margin alone covers an
+# honest originator; both together leave it twice the room.
+STAMP_GRACE_S = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +95,10 @@ def _signature_key(reader: Reader) -> bytes:
     return key
 
 
-def parse_key_package(data: bytes, now_s: int) -> KeyPackage:
-    """The checked key package; raises MlsError naming the field that is wrong."""
+def parse_key_package(data: bytes, at_s: int, until_s: int | None = None) -> KeyPackage:
+    """The checked key package; raises MlsError naming the field that is wrong. Its lifetime
+    must have begun by `at_s` (give or take LIFETIME_SKEW_S) and last until `until_s`
+    (default `at_s`); see judged_at and originated_at for the two ways of choosing them."""
     reader = Reader(data)
     version = reader.uint(2)
     if version != MLS10:
@@ -115,9 +124,11 @@ def parse_key_package(data: bytes, now_s: int) -> KeyPackage:
     package_tbs = data[: reader.position]
     package_signature = _field(reader, "signature")
     reader.done("key package")
-    if not not_before - LIFETIME_SKEW_S <= now_s <= not_after:
+    until = at_s if until_s is None else until_s
+    if not (not_before - LIFETIME_SKEW_S <= at_s and until <= not_after):
         raise MlsError(
-            f"leaf_node.lifetime: {not_before}..{not_after} does not include now ({now_s})"
+            f"leaf_node.lifetime: {not_before}..{not_after} does not hold over "
+            f"{at_s}..{until} (unix seconds)"
         )
     _verify(signature_key, b"LeafNodeTBS", leaf_tbs, leaf_signature, "leaf_node.signature")
     _verify(signature_key, b"KeyPackageTBS", package_tbs, package_signature, "signature")
