@@ -98,7 +98,7 @@ def _signature_key(reader: Reader) -> bytes:
 def parse_key_package(data: bytes, at_s: int, until_s: int | None = None) -> KeyPackage:
     """The checked key package; raises MlsError naming the field that is wrong. Its lifetime
     must have begun by `at_s` (give or take LIFETIME_SKEW_S) and last until `until_s`
-    (default `at_s`); see judged_at and originated_at for the two ways of choosing them."""
+    (default `at_s`): core.envelopes chooses both, at publish and for envelopes received."""
     reader = Reader(data)
     version = reader.uint(2)
     if version != MLS10:
@@ -125,11 +125,13 @@ def parse_key_package(data: bytes, at_s: int, until_s: int | None = None) -> Key
     package_signature = _field(reader, "signature")
     reader.done("key package")
     until = at_s if until_s is None else until_s
-    if not (not_before - LIFETIME_SKEW_S <= at_s and until <= not_after):
+    if not_before - LIFETIME_SKEW_S > at_s:
         raise MlsError(
-            f"leaf_node.lifetime: {not_before}..{not_after} does not hold over "
-            f"{at_s}..{until} (unix seconds)"
+            f"leaf_node.lifetime: begins at {not_before}, more than {LIFETIME_SKEW_S} s after "
+            f"{at_s}, the time it is judged at (unix seconds)"
         )
+    if until > not_after:
+        raise MlsError(f"leaf_node.lifetime: ends at {not_after}, before {until} (unix seconds)")
     _verify(signature_key, b"LeafNodeTBS", leaf_tbs, leaf_signature, "leaf_node.signature")
     _verify(signature_key, b"KeyPackageTBS", package_tbs, package_signature, "signature")
     return KeyPackage(suite, init_key, signature_key, identity, not_before, not_after)
