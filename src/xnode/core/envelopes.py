@@ -24,7 +24,7 @@ from xnode.core.crypto import (
 from xnode.core.cursors import Cursor, out_of_range
 from xnode.core.errors import Reason, Rejected
 from xnode.core.fees import NO_FEES, Fees
-from xnode.core.key_packages import STAMP_GRACE_S, parse_key_package
+from xnode.core.key_packages import LIFETIME_SKEW_S, STAMP_GRACE_S, parse_key_package
 from xnode.core.merkle import leaf_hash
 from xnode.core.mls import FramingHeader, MlsError, parse_group_message
 from xnode.core.retention import expiry_unixtime
@@ -284,10 +284,10 @@ def received_payer(
 
     Judged at the envelope's own signed time, never at the verifier's clock, so every node
     reaches the same verdict on any day (a key package valid when originated stays valid in
-    a catch-up or an audit months later); the originator checked a moment before stamping,
-    hence STAMP_GRACE_S of slack after a lifetime's end."""
+    a catch-up or an audit months later); the originator checked before stamping, hence
+    LIFETIME_SKEW_S of slack after a lifetime's end as before its start."""
     at_s = originator_ns // NS_PER_SECOND
-    client = _payer_rules(payer, node_id, at_s, at_s - STAMP_GRACE_S)[0]
+    client = _payer_rules(payer, node_id, at_s, at_s - LIFETIME_SKEW_S)[0]
     # Topic.parse accepted these bytes: they are the topic's raw form
     return client.aad.target_topic, _payer_address(payer), payer.message_retention_days
 

@@ -33,13 +33,12 @@ LEAF_SOURCE_KEY_PACKAGE = 1
 CREDENTIAL_BASIC = 1
 CREDENTIAL_X509 = 2
 # Clocks differ: a lifetime starting this far after the time it is judged at is still
-# accepted.
+# accepted. Verifiers judge at the envelope's signed timestamp, which the originator stamps
+# after its own check at publish (a moment later, or more if its clock stepped back: stamps
+# never go back), so they also accept a lifetime that ended this long before the stamp.
 LIFETIME_SKEW_S = 3600
-# Verifiers judge a key package at its envelope's signed timestamp, which the originator
-# stamps a moment after its own check at publish (later still if its clock stepped back, as
-# stamps never go back): at publish a lifetime must last this much longer, and a verifier
-# accepts one that ended up to this much before the stamp. Either margin alone covers an
-# honest originator; both together leave it twice the room.
+# At publish a lifetime must last this much longer than now: a key package about to expire
+# is refused before it is stamped, not accepted by the originator and refused by verifiers.
 STAMP_GRACE_S = 300
 
 

@@ -16,7 +16,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
 from xnode.core.errors import Rejected
 from xnode.core.evidence import why_unproven
-from xnode.core.key_packages import STAMP_GRACE_S
+from xnode.core.key_packages import LIFETIME_SKEW_S, STAMP_GRACE_S
 from xnode.core.verification import InvalidEnvelope, RejectReason, verify_envelope
 
 NODE = 100
@@ -79,7 +79,7 @@ def test_what_an_originator_accepts_at_publish_no_verifier_refuses() -> None:
     now = int(time.time())
     made = now - LIFETIME_S + STAMP_GRACE_S  # ends exactly STAMP_GRACE_S from now
     validate_payer_envelope(key_package_payer(made), NODE, now)
-    stamped_late = originated(made, now + 2 * STAMP_GRACE_S)
+    stamped_late = originated(made, now + STAMP_GRACE_S + LIFETIME_SKEW_S)
     assert not isinstance(verify_envelope(stamped_late, KEYS, NODE), InvalidEnvelope)
 
 
@@ -92,7 +92,7 @@ def test_at_publish_a_key_package_about_to_expire_is_refused() -> None:
 
 def test_verifiers_refuse_a_key_package_past_its_end_beyond_the_grace() -> None:
     then = int(time.time()) - 200 * DAY_S
-    made = then - LIFETIME_S - STAMP_GRACE_S - 1
+    made = then - LIFETIME_S - LIFETIME_SKEW_S - 1
     verdict = verify_envelope(originated(made, then), KEYS, NODE)
     assert isinstance(verdict, InvalidEnvelope)
     assert "leaf_node.lifetime" in verdict.detail
