@@ -56,6 +56,7 @@ from xnode.observability.metrics import (
     resident_memory,
     serve_metrics,
 )
+from xnode.replication.chain_copies import PeerChainCopies
 from xnode.replication.ingest import BulkVerifiers, start_bulk
 from xnode.replication.ports import MisbehaviorRecorder
 from xnode.replication.unfiled import UnfiledReports
@@ -362,6 +363,7 @@ async def _start(
             state.stored,
             _forgetting(identity, state.rewound),
             state.vector_clock,
+            _chain_vouchers(settings, registry, tls, stack),
         )
         await _start_chain(chain_parts, stack)
     if registry is not None:
@@ -515,6 +517,18 @@ def _log_appends(sequencer: Sequencer) -> None:
         locked=sequencer.locked_appends,
         fast_misses=sequencer.fast_misses,
     )
+
+
+def _chain_vouchers(
+    settings: Settings, registry: RegistrySource | None, tls: NodeTls, stack: AsyncExitStack
+) -> PeerChainCopies | None:
+    """A read-only node serves registered nodes' proofs of the chain payloads it indexes
+    (its own key is in no registry, and clients check the proof's signer against it)."""
+    if not settings.read_only or registry is None:
+        return None
+    copies = PeerChainCopies(registry, ReplicationConfig.from_settings(settings, tls.peers))
+    stack.push_async_callback(copies.close)
+    return copies
 
 
 async def _open_database(

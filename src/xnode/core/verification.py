@@ -88,7 +88,9 @@ def verify_envelope(
             f"not by originator {origin}'s registry key",
         )
     try:
-        topic, payer_address, retention_days = received_payer(env.payer_envelope, origin)
+        topic, payer_address, retention_days = received_payer(
+            env.payer_envelope, origin, env.originator_ns
+        )
     except Rejected as exc:
         return InvalidEnvelope(
             raw,

@@ -17,18 +17,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tests.conftest import Network
 from tests.statuses import trailers
 from tests.waiting import eventually
-from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
 from xnode.api.errors import CURSOR_TRAILER
-from xnode.client.node import NodeClient, group_message_envelope
+from xnode.client.node import NodeClient, group_message_envelope, key_package_envelope
 from xnode.core import wire
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import parse_originator_envelope
-from xnode.core.key_packages import encode_key_package, installation_key_of
 from xnode.core.originator_selection import available_nodes, failover_order
 from xnode.core.registry import Registry
-from xnode.core.topics import Topic, TopicKind
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
@@ -44,15 +41,7 @@ def order_for(network: Network, topic: bytes) -> list[int]:
 
 def key_package(installation: bytes) -> envelopes_pb2.ClientEnvelope:
     """A key package on `installation`'s topic, signed with it (an Ed25519 seed)."""
-    package = encode_key_package(installation, int(time.time()) - 60)
-    return envelopes_pb2.ClientEnvelope(
-        aad=envelopes_pb2.AuthenticatedData(
-            target_topic=Topic(TopicKind.KEY_PACKAGES, installation_key_of(installation)).raw
-        ),
-        upload_key_package=mls_pb2.UploadKeyPackageRequest(
-            key_package=mls_pb2.KeyPackageUpload(key_package_tls_serialized=package)
-        ),
-    )
+    return key_package_envelope(installation, int(time.time()) - 60)
 
 
 async def start_all(start_node: Any, network: Network) -> dict[int, Any]:
