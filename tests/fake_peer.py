@@ -20,7 +20,7 @@ async def serve_subscribe_originators(subscribe: Subscribe, address: str) -> grp
 
 
 async def serve_replication_methods(
-    handlers: dict[str, grpc.RpcMethodHandler],
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]],
     address: str,
     health: Callable[[bytes, Any], Awaitable[bytes]] | None = None,
     service: str = "xmtp.xmtpv4.message_api.ReplicationApi",

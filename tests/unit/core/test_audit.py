@@ -69,7 +69,8 @@ def replay(
 RAWS = [envelope(i) for i in range(1, 9)]
 LEAVES = [leaf(r) for r in RAWS]
 CHAIN = checkpoints(LEAVES, [3, 8])
-ROWS = [(i + 1, LEAVES[i], RAWS[i]) for i in range(8)]
+Row = tuple[int, bytes | None, bytes | None]
+ROWS: list[Row] = [(i + 1, LEAVES[i], RAWS[i]) for i in range(8)]
 
 
 def test_a_clean_history_with_expired_envelopes_is_clean() -> None:
