@@ -6,6 +6,7 @@ logs that the chain payloads were indexed from."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ class AuditError(RuntimeError):
 class AuditOptions:
     chain: bool = True  # check chain payloads against the contracts' logs when configured
     show_progress: bool = True
+    now_unix: int | None = None  # when expiry is judged (None: now)
 
 
 async def audit_node(settings: Settings, options: AuditOptions = AuditOptions()) -> Verdict:
@@ -56,7 +58,8 @@ async def audit_node(settings: Settings, options: AuditOptions = AuditOptions())
         verdict = Verdict()
         try:
             async with AuditSource(conn).snapshot() as source:
-                await _audit_logs(source, keys, verdict, options.show_progress)
+                now = options.now_unix if options.now_unix is not None else int(time.time())
+                await _audit_logs(source, keys, verdict, options.show_progress, now)
                 async for c in source.conflicts():
                     audit_conflict(
                         c.originator_node_id, c.sequence_id, c.versions, c.log_raw, keys, verdict
@@ -69,7 +72,7 @@ async def audit_node(settings: Settings, options: AuditOptions = AuditOptions())
 
 
 async def _audit_logs(
-    source: AuditSource, keys: RegistryKeys, verdict: Verdict, show: bool
+    source: AuditSource, keys: RegistryKeys, verdict: Verdict, show: bool, now_unix: int
 ) -> None:
     with _Progress(await source.row_count(), show) as advance:
         for originator in await source.originators():
@@ -79,9 +82,10 @@ async def _audit_logs(
                 await source.checkpoints(originator),
                 await source.forked(originator),
                 verdict,
+                now_unix,
             )
-            async for sequence_id, leaf, raw in source.rows(originator):
-                audit.row(sequence_id, leaf, raw)
+            async for sequence_id, leaf, raw, expiry in source.rows(originator):
+                audit.row(sequence_id, leaf, raw, expiry)
                 advance()
             audit.finish()
 
