@@ -208,7 +208,8 @@ AUTH_REFUSED = Counter(
 REPAIR_ENVELOPES = Counter(
     "xnode_repair_envelopes_total",
     "Envelopes anti-entropy repair dealt with, by originator and outcome (stored, expired,"
-    " rejected, unproven, fork)",
+    " lost: held here as a leaf only before its committed expiry and asked for, restored:"
+    " of those, fetched and stored; rejected, unproven, fork)",
     ["originator", "outcome"],
 )
 REPAIR_ROUND_TRIPS = Counter(

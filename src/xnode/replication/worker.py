@@ -271,6 +271,7 @@ class ReplicationWorker:
                 self._repair_peers,
                 config.repair_s,
                 ForkSync(forks, store, fork_intake) if forks is not None else None,
+                own=node_id,
             )
             if logs is not None and config.repair_s > 0
             else None
