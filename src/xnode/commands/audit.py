@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+import asyncpg
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -30,8 +31,10 @@ from xnode.core.audit import (
 )
 from xnode.core.chain_payloads import ChainEvent, MalformedPayload
 from xnode.export.writer import ExportError
+from xnode.replication.scrub import PassCount, Scrub
 from xnode.store.audit import AuditSource
 from xnode.store.export import ExportSource, ExportSourceError
+from xnode.store.scrub import ScrubStore
 
 CHAIN_PAGE_BLOCKS = 2000
 
@@ -47,14 +50,31 @@ class AuditOptions:
     now_unix: int | None = None  # when expiry is judged (None: now)
 
 
+async def _registry_keys(settings: Settings, conn: asyncpg.Connection) -> dict[int, bytes]:
+    try:
+        node_id, public_key = await ExportSource(conn).node_identity()
+        entries = await registry_entries(settings, node_id, public_key)
+    except (ExportSourceError, ExportError) as exc:
+        raise AuditError(str(exc)) from None
+    return {e.node_id: e.public_key for e in entries}
+
+
+async def scrub_node(settings: Settings) -> PassCount:
+    """`xnode audit --repair`: one scrub pass over the whole store, now (replication.scrub):
+    envelopes whose bytes their leaf does not commit to (or whose signature is not their
+    originator's) are withdrawn, so they are no longer served; they and the losses are
+    fetched again from peers by the node's repair."""
+    async with connection(settings.database_dsn, AuditError) as conn:
+        keys = await _registry_keys(settings, conn)
+        try:
+            return await Scrub(ScrubStore(conn), 0, keys=lambda: keys).one_pass()
+        except DATABASE_ERRORS as exc:
+            raise AuditError(f"the database failed during the repair: {exc}") from None
+
+
 async def audit_node(settings: Settings, options: AuditOptions = AuditOptions()) -> Verdict:
     async with connection(settings.database_dsn, AuditError) as conn:
-        try:
-            node_id, public_key = await ExportSource(conn).node_identity()
-            entries = await registry_entries(settings, node_id, public_key)
-        except (ExportSourceError, ExportError) as exc:
-            raise AuditError(str(exc)) from None
-        keys: RegistryKeys = {e.node_id: (e.public_key,) for e in entries}
+        keys: RegistryKeys = {n: (k,) for n, k in (await _registry_keys(settings, conn)).items()}
         verdict = Verdict()
         try:
             async with AuditSource(conn).snapshot() as source:

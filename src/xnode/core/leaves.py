@@ -16,11 +16,19 @@ leaf commits to none, so under format 1 nothing is provably expired."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import StrEnum
+
 from google.protobuf.message import DecodeError
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.core import merkle
-from xnode.core.crypto import keccak256
+from xnode.core.crypto import (
+    SignatureError,
+    keccak256,
+    originator_digest,
+    recover_public_key,
+)
 from xnode.core.retention import is_expired
 
 FORMAT_V1 = 1
@@ -65,7 +73,54 @@ def leaf_matches(leaf: bytes, raw_originator_envelope: bytes) -> bool:
     return leaf in (leaf_v2(content, expiry), leaf_v1(content))
 
 
+def _signer(raw_originator_envelope: bytes) -> bytes | None:
+    envelope = envelopes_pb2.OriginatorEnvelope.FromString(raw_originator_envelope)
+    try:
+        return recover_public_key(
+            envelope.originator_signature.bytes,
+            originator_digest(envelope.unsigned_originator_envelope),
+        )
+    except SignatureError:
+        return None
+
+
 def provably_expired(committed_expiry: int | None, now_unix: int) -> bool:
     """Whether a leaf held without its envelope may be: only a format 2 leaf (its committed
     expiry known, None for format 1) whose expiry has passed."""
     return committed_expiry is not None and is_expired(committed_expiry, now_unix)
+
+
+class Held(StrEnum):
+    """What a node holds for one leaf of a log, judged at some time (the scrub, audits)."""
+
+    MATCHES = "matches"  # the envelope the leaf commits to
+    MISMATCH = "mismatch"  # stored bytes the leaf does not commit to: never to be served
+    LOST = "lost"  # no envelope, and the leaf's committed expiry is ahead
+    EXPIRED = "expired"  # no envelope, provably expired
+    FORMAT_1 = "format_1"  # no envelope, a format 1 leaf: nothing provable either way
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLeaf:
+    """One leaf a node holds, with its envelope when it holds that too."""
+
+    originator_node_id: int
+    sequence_id: int
+    leaf: bytes
+    committed_expiry: int | None  # None: a format 1 leaf
+    raw: bytes | None  # None: no envelope held
+
+    def judge(self, now_unix: int, originator_key: bytes | None = None) -> Held:
+        """`originator_key`: when given, the envelope's originator signature must recover
+        to it too (the leaf commits to the signed content, not to the signature's bytes)."""
+        if self.raw is not None:
+            if not leaf_matches(self.leaf, self.raw):
+                return Held.MISMATCH
+            if originator_key is not None and _signer(self.raw) != originator_key:
+                return Held.MISMATCH
+            return Held.MATCHES
+        if self.committed_expiry is None:
+            return Held.FORMAT_1
+        if provably_expired(self.committed_expiry, now_unix):
+            return Held.EXPIRED
+        return Held.LOST

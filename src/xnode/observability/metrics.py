@@ -212,6 +212,14 @@ REPAIR_ENVELOPES = Counter(
     " of those, fetched and stored; rejected, unproven, fork)",
     ["originator", "outcome"],
 )
+SCRUB_ENVELOPES = Counter(
+    "xnode_scrub_leaves_total",
+    "Leaves the scrub checked, by what was held for each (matches, mismatch: stored bytes"
+    " the leaf does not commit to, withdrawn; lost: no envelope before the leaf's committed"
+    " expiry, handed to repair; expired; format_1: no envelope, nothing provable)",
+    ["outcome"],
+)
+SCRUB_PASSES = Counter("xnode_scrub_passes_total", "Passes the scrub finished over every leaf")
 REPAIR_ROUND_TRIPS = Counter(
     "xnode_repair_round_trips_total",
     "Fingerprint round trips of anti-entropy repair, by peer",

@@ -199,7 +199,7 @@ class Repair:
         self._stored = stored
         self._originator_log = originator_log
         self._on_fork = on_fork
-        self._losses = LossFinder(logs, now_unix)
+        self.losses = LossFinder(logs, now_unix)
 
     async def _fingerprints(
         self, peer: RepairPeer, originator: int, asking: Sequence[SequenceRange]
@@ -273,7 +273,7 @@ class Repair:
     async def restore_lost(self, peer: RepairPeer, originator: int, outcome: Outcome) -> None:
         """Fetches the next losses of the originator's log here from the peer, each checked
         against the leaf held here (and the checkpoint held here, as any repair)."""
-        lost = await self._losses.next(originator)
+        lost = await self.losses.next(originator)
         if not lost:
             return
         part = Outcome()

@@ -33,6 +33,12 @@ class LossFinder:
         self._next: dict[int, int] = {}
         self._pending: dict[int, list[int]] = {}
 
+    def add(self, originator: int, sequence_ids: list[int]) -> None:
+        """Losses found elsewhere (the scrub): asked for at the next repair."""
+        pending = self._pending.setdefault(originator, [])
+        pending += [s for s in sequence_ids if s not in set(pending)]
+        del pending[MAX_LOST:]
+
     async def next(self, originator: int) -> dict[int, bytes]:
         """The losses to fetch now: sequence id -> the leaf held here (what the fetched
         envelope must match)."""

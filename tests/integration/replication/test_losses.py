@@ -48,10 +48,12 @@ async def _delete_envelopes(dsn: str, originator: int, first: int, last: int) ->
     return int(status.split()[-1])
 
 
-async def _published(network: Network, start_node: Any, count: int) -> tuple[Any, list[bytes]]:
+async def _published(
+    network: Network, start_node: Any, count: int, settings: dict[str, Any] = FAST
+) -> tuple[Any, list[bytes]]:
     """Nodes 100, 200, 300 running; `count` envelopes published to 100, all three holding
     them and 100's checkpoint over them."""
-    nodes = [await start_node(**network.settings(n, **FAST)) for n in (100, 200, 300)]
+    nodes = [await start_node(**network.settings(n, **settings)) for n in (100, 200, 300)]
     sent = await publish(nodes[0].address, 100, [GROUP] * count)
     key = network.spec.keys[100].public_key
     for node in nodes:
