@@ -68,6 +68,7 @@ BULK_MIN = 1000
 # A differing range where this node lacks at most this many ids is settled by naming them
 # (core.reconciliation.Session.name_max): fetched at once, no listing, no descent.
 NAME_MAX = 4096
+FIRST_PASS_S = 10.0  # after start, the first repair pass waits at most this long
 
 
 class RepairPeer(Protocol):
@@ -635,9 +636,12 @@ class AntiEntropy:
             bound.info("fork_sync_done", sent=synced.sent, waiting=synced.waiting)
 
     async def _run(self) -> None:
+        # The first pass comes soon after start, not a whole interval later: a node that
+        # lost rows, or was restored from a backup, is whole again within a minute.
+        await asyncio.sleep(min(self._interval_s, FIRST_PASS_S))
         while True:
-            await asyncio.sleep(self._interval_s)
             await self.run_once()
+            await asyncio.sleep(self._interval_s)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="anti-entropy")

@@ -75,6 +75,7 @@ class Scrub:
         self._started = time.monotonic()
         self._task: asyncio.Task[None] | None = None
         self.passes = 0
+        self.checked = 0  # leaves, since it was made
 
     def _page_size(self) -> int:
         if self._per_second <= 0:
@@ -92,6 +93,7 @@ class Scrub:
                 lost.setdefault(row.originator_node_id, []).append(row.sequence_id)
             self._count.held[held] += 1
             SCRUB_ENVELOPES.labels(held.value).inc()
+        self.checked += len(rows)
         if self._on_lost is not None:
             for originator, ids in lost.items():
                 self._on_lost(originator, ids)

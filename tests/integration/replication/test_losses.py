@@ -69,11 +69,16 @@ async def _published(
 
 
 async def _lost_then_healed(
-    network: Network, start_node: Any, node: Any, node_id: int, sent: list[bytes]
+    network: Network,
+    start_node: Any,
+    node: Any,
+    node_id: int,
+    sent: list[bytes],
+    node_settings: dict[str, Any] = FAST,
 ) -> None:
     """Stops `node`, deletes 101 envelopes of originator 100 from its database, audits it
     (a loss of 101), restarts it and waits until it holds everything and audits clean."""
-    settings = Settings(**network.settings(node_id, **FAST))
+    settings = Settings(**network.settings(node_id, **node_settings))
     await node.stop()
     assert await _delete_envelopes(network.dsns[node_id], 100, 150, 250) == 101
     before = await audit_node(settings, QUIET)
@@ -81,7 +86,7 @@ async def _lost_then_healed(
     assert "CLEAN" not in before.describe()
     restored = metric("xnode_repair_envelopes_total", originator="100", outcome="restored")
     started = time.monotonic()
-    again = await start_node(**network.settings(node_id, **FAST))
+    again = await start_node(**network.settings(node_id, **node_settings))
 
     async def healed() -> bool:
         return await stored(again.address, 100) == sent
@@ -99,6 +104,14 @@ async def test_envelopes_lost_from_a_replica_are_a_loss_and_are_fetched_back(
 ) -> None:
     nodes, sent = await _published(network, start_node, 400)
     await _lost_then_healed(network, start_node, nodes[1], 200, sent)
+
+
+async def test_at_the_default_repair_interval_a_restarted_node_heals_within_a_minute(
+    start_node: Any, network: Network
+) -> None:
+    defaults = {k: v for k, v in FAST.items() if k != "replication_repair_seconds"}
+    nodes, sent = await _published(network, start_node, 400, defaults)
+    await _lost_then_healed(network, start_node, nodes[1], 200, sent, defaults)
 
 
 async def test_an_originator_that_lost_its_own_envelopes_fetches_them_from_peers(
