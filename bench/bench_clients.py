@@ -1,4 +1,4 @@
-"""Client benchmarks (issue 10) on a devnet (`xnode devnet --nodes 3`: anvil, three nodes,
+"""Client benchmarks on a devnet (`xnode devnet --nodes 3`: anvil, three nodes,
 the gateway), started and stopped by this script.
 
     PYTHONPATH=src .venv/bin/python bench/bench_clients.py [--messages 200] [--seconds 10]
@@ -76,7 +76,7 @@ def start_devnet(state: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
         stdout=log,
         stderr=log,
         start_new_session=True,
-        # The nodes' API limits (issue 11) and the gateway's per-client limits are off: this
+        # The nodes' API limits and the gateway's per-client limits are off: this
         # measures the paths, not the limits.
         env={
             **os.environ,

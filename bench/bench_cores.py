@@ -1,4 +1,4 @@
-"""Worker processes under honest load (issue 14 part 3): `h2load` (Debian's nghttp2-client, one
+"""Worker processes under honest load: `h2load` (Debian's nghttp2-client, one
 C thread) sends pre-built gRPC requests to `xnode run --workers N` for N = 1, 2; every figure is
 printed beside its ceiling from the same run.
 

@@ -1,4 +1,4 @@
-"""Audit replay over exports (issue 9 part 7): `xnode audit`'s checks (xnode.core.audit) for
+"""Audit replay over exports: `xnode audit`'s checks (xnode.core.audit) for
 histories too large for one machine.
 
 Input: `xnode export --with-payloads --with-logs` directories (docs/export-format.md). Each

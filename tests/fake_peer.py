@@ -20,7 +20,7 @@ async def serve_subscribe_originators(subscribe: Subscribe, address: str) -> grp
 
 
 async def serve_replication_methods(
-    handlers: dict[str, grpc.RpcMethodHandler], address: str
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]], address: str
 ) -> grpc.aio.Server:
     """A started server at `address` answering these ReplicationApi methods only (handlers
     made with grpc.unary_unary_rpc_method_handler and friends, on bytes)."""

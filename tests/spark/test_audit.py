@@ -74,8 +74,8 @@ def write_export(root: Path, tamper: bool = False) -> Path:
     leaf_rows = {o: list(enumerate(ls, start=1)) for o, ls in leaves.items()}
     if tamper:
         fifteen = envelopes[15 - 1 - 5]
+        assert fifteen.payload is not None
         raw = fifteen.payload
-        assert raw is not None
         flipped = raw[:-10] + bytes([raw[-10] ^ 1]) + raw[-9:]
         envelopes[15 - 1 - 5] = g.Envelope(100, 15, NS + 15, payload=flipped)
         envelopes = [e for e in envelopes if (e.originator, e.sequence_id) != (100, 25)]

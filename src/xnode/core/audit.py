@@ -1,4 +1,4 @@
-"""Audit replay (issue 9 part 7): re-checks a node's whole stored history, row by row.
+"""Audit replay: re-checks a node's whole stored history, row by row.
 
 Pure and streaming: an adapter feeds each originator's rows in sequence order (the envelope
 and / or its leaf hash), that originator's stored checkpoints and forked sequence ids, and the

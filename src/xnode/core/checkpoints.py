@@ -1,4 +1,4 @@
-"""Signed checkpoints: an originator's commitment to its whole log (issue 9).
+"""Signed checkpoints: an originator's commitment to its whole log.
 
 A checkpoint names the originator, the tree size (its last sequence id), the root of the
 RFC 9162 tree over its envelopes' leaf hashes (xnode.core.merkle), the originator's time and

@@ -1,4 +1,4 @@
-"""Proof of publication (issue 9 part 7): one envelope, the originator's signed checkpoint and
+"""Proof of publication: one envelope, the originator's signed checkpoint and
 the inclusion proof of the envelope's leaf in that checkpoint's tree.
 
 Anyone holding only the originator's public key (from the registry) can check it offline: the

@@ -69,13 +69,13 @@ def verify_envelope(
         return InvalidEnvelope(
             raw, RejectReason.UNKNOWN_ORIGINATOR, f"originator {origin} is not in the registry"
         )
-    # Recovered and compared, not verified against the known key (issue 9 asked): ECDSA
+    # Recovered and compared, not verified against the known key: ECDSA
     # verification ignores the recovery id v, and with the other v the same (r, s) recovers
     # to another key. Clients recover, so an envelope whose v a relay flipped must be refused
     # (and it would differ in bytes from the originator's: a fork nobody signed). Verifying
-    # (~34 us) then checking v needs the nonce point R, which libsecp256k1's API does not
-    # expose: recomputing it is another scalar multiplication, dearer than the recovery
-    # (~41 us) it would replace. The recovered key also names the signer in the refusal.
+    # then checking v needs the nonce point R, which libsecp256k1's API does not expose:
+    # recomputing it is another scalar multiplication, dearer than the recovery it would
+    # replace. The recovered key also names the signer in the refusal.
     try:
         signer = env.signer_public_key()
     except SignatureError as exc:
@@ -88,7 +88,9 @@ def verify_envelope(
             f"not by originator {origin}'s registry key",
         )
     try:
-        topic, payer_address, retention_days = received_payer(env.payer_envelope, origin)
+        topic, payer_address, retention_days = received_payer(
+            env.payer_envelope, origin, env.originator_ns
+        )
     except Rejected as exc:
         return InvalidEnvelope(
             raw,
@@ -159,7 +161,7 @@ def order_problem(
     whoever relays them. `committed` is the originator's watermark: the tree size of its
     newest signed checkpoint known here. Sequence ids up to it were published (the originator
     signed a root over them), so a gap within them is envelopes expired or pruned, not a
-    fault (issue 9)."""
+    fault."""
     if env.originator_ns > now_ns + MAX_FUTURE_NS:
         ahead_s = (env.originator_ns - now_ns) / 1e9
         return f"sequence id {env.sequence_id} is timestamped {ahead_s:.0f} s in the future"

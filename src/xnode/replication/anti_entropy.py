@@ -1,4 +1,4 @@
-"""Repair from any peer (issue 9): per originator and peer, range-based reconciliation of the
+"""Repair from any peer: per originator and peer, range-based reconciliation of the
 committed logs (core.reconciliation.Session over LogApi fingerprints and leaves), then the
 envelopes missing here fetched from that peer, checked and stored through the originator's
 OriginatorLog like any replicated batch (idempotent; the tree grows when a gap fills).

@@ -130,8 +130,8 @@ ORDER BY 1
 """
 # Sequence ids of the ranges with no leaf held: only tiles without a stored subtree (so
 # missing a leaf, or from before subtrees were kept past gaps) are looked into, leaf by leaf.
-# Per range: index range scans and a small EXCEPT (a NOT EXISTS probe per tile and id cost
-# ~6 us each; one join over all ranges misestimated into a hash of 65,536 batches).
+# Per range: index range scans and a small EXCEPT (a NOT EXISTS probe per tile and id was
+# slow, and one join over all ranges was misestimated into a hash of many batches).
 _ABSENT = """
 SELECT i.s FROM unnest($2::bigint[], $3::bigint[]) AS r(first_id, last_id)
 CROSS JOIN LATERAL (

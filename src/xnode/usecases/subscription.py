@@ -8,7 +8,7 @@ Fanout delivers each originator's envelopes in order, so nothing is skipped at t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -74,7 +74,7 @@ class Subscription:
         self._closed = True
         self._listener.offer([])
 
-    async def deliveries(self) -> AsyncIterator[Delivery]:
+    async def deliveries(self) -> AsyncGenerator[Delivery, None]:
         self._fanout.register(self._listener)
         try:
             while not self._closed:

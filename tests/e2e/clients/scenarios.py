@@ -12,6 +12,7 @@ import xmtp_bindings.xmtpv3 as xmtp
 from tests.e2e.clients.network_view import NetworkView
 from tests.e2e.clients.node_sdk_user import NodeSdkUser
 from tests.e2e.clients.xmtp_users import User, group_options, list_options, new_user, until
+from xmtp.identity.associations import association_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.client.node import NodeClient
 from xnode.core.constants import IDENTITY_UPDATES_ORIGINATOR
@@ -69,7 +70,11 @@ async def every_node_knows_inbox(network: NetworkView, address: str, inbox_id: s
     for node_id, node_address in network.live_addresses().items():
         async with NodeClient(node_address) as client:
             request = api.GetInboxIdsRequest(
-                requests=[api.GetInboxIdsRequest.Request(identifier=address, identifier_kind=1)]
+                requests=[
+                    api.GetInboxIdsRequest.Request(
+                        identifier=address, identifier_kind=association_pb2.IDENTIFIER_KIND_ETHEREUM
+                    )
+                ]
             )
             reply = await client.replication.GetInboxIds(request, timeout=10)
         assert reply.responses[0].inbox_id == inbox_id, f"node {node_id}"

@@ -77,7 +77,7 @@ def texts(messages: list[Any]) -> list[str]:
     return out
 
 
-class MessageStream(xmtp.FfiMessageCallback):  # type: ignore[misc]
+class MessageStream(xmtp.FfiMessageCallback):
     """Collects streamed messages; called from the library's threads."""
 
     def __init__(self) -> None:

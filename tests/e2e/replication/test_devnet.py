@@ -21,7 +21,6 @@ import grpc
 import pytest
 from web3 import Web3
 
-from tests.e2e.replication.conftest import eventually
 from tests.identity_signers import Inbox
 from tests.integration.chain.helpers import (
     canonical_payloads,
@@ -32,6 +31,7 @@ from tests.integration.chain.helpers import (
     publish,
     signed_update_envelope,
 )
+from tests.waiting import eventually
 from xmtp.xmtpv4.payer_api import payer_api_pb2, payer_api_pb2_grpc
 from xnode.chain import abi
 from xnode.chain.contracts import NODE_REGISTRY, contract_at

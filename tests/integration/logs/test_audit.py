@@ -11,7 +11,7 @@ import asyncpg
 
 from tests.conftest import NodeSpec, node_settings
 from tests.integration.export.helpers import Item, group, publish, received_row, run_cli_async
-from tests.integration.logs.helpers import checkpoint_at, log_api
+from tests.integration.logs.helpers import FAST_CHECKPOINTS, checkpoint_at, log_api
 from xnode.commands.audit import AuditOptions, audit_node
 from xnode.config import Settings
 from xnode.core.audit import FaultKind, Verdict
@@ -23,13 +23,12 @@ from xnode.store.forks import resolve_fork
 from xnode_api.logs.v1 import logs_pb2
 
 GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
-FAST = {"log_checkpoint_envelopes": 10, "log_checkpoint_seconds": 0.2}
 QUIET = AuditOptions(show_progress=False)
 
 
 async def _node_history(start_node: Any, database: str, node_spec: NodeSpec) -> Settings:
     """A node that published 40 envelopes with checkpoints up to 40, then stopped."""
-    settings = node_settings(database, node_spec, **FAST)
+    settings = node_settings(database, node_spec, **FAST_CHECKPOINTS)
     node = await start_node(**settings)
     await publish(node.address, 100, [GROUP] * 40)
     async with log_api(node.address) as api:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from xnode.client.node import group_message_envelope
 from xnode.core import merkle
@@ -55,9 +56,12 @@ def checkpoints(leaves: list[bytes], sizes: list[int]) -> list[Checkpoint]:
     return chain
 
 
+Row = tuple[int, bytes | None, bytes | None]
+RowWithExpiry = tuple[int, bytes | None, bytes | None, int | None]
+
+
 def replay(
-    rows: list[tuple[int, bytes | None, bytes | None]]
-    | list[tuple[int, bytes | None, bytes | None, int | None]],
+    rows: Sequence[Row | RowWithExpiry],
     signed: list[bytes],
     forked: tuple[int, ...] = (),
     now: int = 0,
@@ -73,12 +77,15 @@ def replay(
 RAWS = [envelope(i) for i in range(1, 9)]
 LEAVES = [leaf(r) for r in RAWS]
 CHAIN = checkpoints(LEAVES, [3, 8])
-ROWS = [(i + 1, LEAVES[i], RAWS[i]) for i in range(8)]
+ROWS: list[Row] = [(i + 1, LEAVES[i], RAWS[i]) for i in range(8)]
 
 
-def without_envelopes(upto: int) -> list[tuple[int, bytes | None, bytes | None, int | None]]:
+def without_envelopes(upto: int) -> list[RowWithExpiry]:
     """ROWS with the envelopes of sequence ids 1..upto gone, their leaves' expiry kept."""
-    return [(s, lf, None if s <= upto else raw, expiry(raw)) for s, lf, raw in ROWS]
+    return [
+        (s, LEAVES[s - 1], None if s <= upto else RAWS[s - 1], expiry(RAWS[s - 1]))
+        for s in range(1, 9)
+    ]
 
 
 def test_a_clean_history_with_expired_envelopes_is_clean() -> None:
@@ -99,7 +106,9 @@ def test_a_leaf_without_its_envelope_before_its_committed_expiry_is_a_loss() -> 
 
 def test_format_1_leaves_keep_their_old_rule_and_still_match_their_envelopes() -> None:
     v1 = [envelope_leaf(raw, FORMAT_V1) for raw in RAWS]
-    rows = [(s, v1[s - 1], None if s <= 2 else raw, None) for s, _, raw in ROWS]
+    rows: list[RowWithExpiry] = [
+        (s, v1[s - 1], None if s <= 2 else RAWS[s - 1], None) for s in range(1, 9)
+    ]
     v1_chain = checkpoints(v1, [3, 8])
     verdict = replay(rows, [c.signed for c in v1_chain])
     assert verdict.clean, verdict.describe()

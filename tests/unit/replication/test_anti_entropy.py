@@ -20,6 +20,7 @@ from xnode.core.checkpoints import Checkpoint, sign_checkpoint
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, build_payer_envelope, originate
 from xnode.core.envelopes import validate_payer_envelope as valid_payer
+from xnode.core.forks import ForkResolution
 from xnode.core.reconciliation import Fingerprint, SequenceRange
 from xnode.core.verification import InvalidEnvelope, Position, Verdict
 from xnode.replication import anti_entropy
@@ -117,8 +118,10 @@ class Store:
     async def newest_per_originator(self) -> dict[int, Position]:
         return {}
 
-    async def stored_envelopes(self, originator: int, ids: Sequence[int]) -> dict[int, bytes]:
-        return {s: self.rows[s] for s in ids if s in self.rows}
+    async def stored_envelopes(
+        self, originator: int, sequence_ids: Sequence[int]
+    ) -> dict[int, bytes]:
+        return {s: self.rows[s] for s in sequence_ids if s in self.rows}
 
     async def insert_received(
         self, envelopes: Sequence[IndexedEnvelope], notice_token: str
@@ -129,6 +132,11 @@ class Store:
             self.side.held_leaves[e.sequence_id] = e.leaf or b""
             self.side.held[e.sequence_id] = e.raw
         return [(NODE, e.sequence_id) for e in new]
+
+    async def resolve_forks(
+        self, envelopes: Sequence[IndexedEnvelope]
+    ) -> list[ForkResolution | None]:
+        raise AssertionError("no forks in these tests")
 
 
 class Reports:
