@@ -183,6 +183,13 @@ class Settings(BaseSettings):
         description="Before serving publishes, fetch this node's own envelopes that peers hold "
         "beyond its database (after a restore from backup) and sequence past them",
     )
+    scrub_envelopes_per_second: float = Field(
+        120.0,
+        description="Scrub: re-check this many stored envelopes per second against their log"
+        " leaves; one that does not match is withdrawn and, like a missing one, fetched again"
+        " from peers by repair (0: off). The default goes through 10 million envelopes a day",
+        ge=0,
+    )
     replication_repair_seconds: float = Field(
         60.0,
         description="Anti-entropy repair: compare every originator's log with every peer's"

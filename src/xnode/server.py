@@ -74,6 +74,7 @@ from xnode.store.misbehavior import MisbehaviorLog, MisbehaviorStore
 from xnode.store.notifications import CommitListener
 from xnode.store.probe import PostgresProbe
 from xnode.store.replication import ReplicationStore
+from xnode.store.scrub import ScrubStore
 from xnode.store.sequencer import Sequencer
 from xnode.store.subscription_slots import SharedSubscriptionSlots
 from xnode.tls import ClientTls, ServerTls, TlsConfigError
@@ -390,6 +391,7 @@ async def _start(
             own_store=own_store,
             logs=logs,
             forks=ForkStore(pool),
+            scrub=ScrubStore(pool),
         )
         stack.push_step(replication.stop, "ReplicationWorker.stop", replication.force_stop)
     originator = None

@@ -25,7 +25,7 @@ from xnode.core.cursors import Cursor, out_of_range
 from xnode.core.errors import Reason, Rejected
 from xnode.core.fees import NO_FEES, Fees
 from xnode.core.key_packages import LIFETIME_SKEW_S, STAMP_GRACE_S, parse_key_package
-from xnode.core.merkle import leaf_hash
+from xnode.core.leaves import leaf_v2
 from xnode.core.mls import FramingHeader, MlsError, parse_group_message
 from xnode.core.retention import expiry_unixtime
 from xnode.core.topics import KIND_OF_PAYLOAD, Topic, TopicError
@@ -328,7 +328,7 @@ class IndexedEnvelope:
     expiry: int
     payer_address: bytes | None
     raw: bytes
-    # merkle.leaf_hash of the signed content (xnode.core.checkpoints), when already computed
+    # the log leaf (xnode.core.leaves, format 2), when already computed
     leaf: bytes = field(default=b"", compare=False)
     # The fees the originator signed (fields 5 and 6), picodollars; usage accounting sums them
     base_fee: int = 0
@@ -392,7 +392,7 @@ def signed_originator(
         expiry,
         payer.payer_address,
         raw,
-        leaf_hash(unsigned) if with_leaf else b"",
+        leaf_v2(unsigned, expiry) if with_leaf else b"",
         base_fee=fees.base,
         congestion_fee=fees.congestion,
     )

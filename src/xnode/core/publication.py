@@ -133,7 +133,8 @@ def verify_publication(proof: PublicationProof, public_key: bytes) -> Checkpoint
     if checkpoint.originator_node_id != parsed.originator_node_id:
         raise ProofInvalid("the checkpoint commits another originator's log")
     try:
-        check_inclusion(checkpoint, parsed.sequence_id, envelope_leaf(proof.envelope), proof.proof)
+        leaf = envelope_leaf(proof.envelope, checkpoint.leaf_format)
+        check_inclusion(checkpoint, parsed.sequence_id, leaf, proof.proof)
     except merkle.ProofError as exc:
         raise ProofInvalid(f"inclusion: {exc}") from None
     return checkpoint

@@ -18,7 +18,7 @@ from xnode.core.crypto import SignatureError
 from xnode.core.envelopes import IndexedEnvelope, parse_originator_envelope, received_payer
 from xnode.core.errors import Rejected
 from xnode.core.fees import FeeSchedule
-from xnode.core.merkle import leaf_hash
+from xnode.core.leaves import leaf_v2
 from xnode.core.retention import DEFAULT_RETENTION_SECONDS
 
 MAX_FUTURE_NS = 5 * 60 * NS_PER_SECOND
@@ -118,7 +118,7 @@ def verify_envelope(
         env.expiry,
         payer_address,
         raw,
-        leaf_hash(env.unsigned_raw),  # in the verifying thread, off the event loop
+        leaf_v2(env.unsigned_raw, env.expiry),  # in the verifying thread, off the event loop
         base_fee=env.fees.base,
         congestion_fee=env.fees.congestion,
     )

@@ -208,9 +208,18 @@ AUTH_REFUSED = Counter(
 REPAIR_ENVELOPES = Counter(
     "xnode_repair_envelopes_total",
     "Envelopes anti-entropy repair dealt with, by originator and outcome (stored, expired,"
-    " rejected, unproven, fork)",
+    " lost: held here as a leaf only before its committed expiry and asked for, restored:"
+    " of those, fetched and stored; rejected, unproven, fork)",
     ["originator", "outcome"],
 )
+SCRUB_ENVELOPES = Counter(
+    "xnode_scrub_leaves_total",
+    "Leaves the scrub checked, by what was held for each (matches, mismatch: stored bytes"
+    " the leaf does not commit to, withdrawn; lost: no envelope before the leaf's committed"
+    " expiry, handed to repair; expired; format_1: no envelope, nothing provable)",
+    ["outcome"],
+)
+SCRUB_PASSES = Counter("xnode_scrub_passes_total", "Passes the scrub finished over every leaf")
 REPAIR_ROUND_TRIPS = Counter(
     "xnode_repair_round_trips_total",
     "Fingerprint round trips of anti-entropy repair, by peer",

@@ -64,11 +64,13 @@ def _leaf_rows(joined: str) -> str:
     """This node's log leaves (xnode.store.logs), written with the envelopes: sequence ids
     are the envelopes' (from $2), leaf hashes come joined in one bytea (32 bytes each; an array
     costs the driver per element to encode) and each fingerprint is its hash's first
-    8 bytes as a signed bigint (core.reconciliation.fingerprint_part)."""
+    8 bytes as a signed bigint (core.reconciliation.fingerprint_part); the expiry each
+    format 2 leaf commits to is the envelope's."""
     leaf = f"substr({joined}::bytea, r.i::int * 32 - 31, 32)"
     fingerprint = f"('x' || encode(substr({leaf}, 1, 8), 'hex'))::bit(64)::bigint"
+    expiry = "coalesce(($5::bigint[])[r.i], 0)"  # the leaf's committed expiry ($5: NULL = 0)
     rows = "generate_series(1, cardinality($7::bytea[])) AS r(i)"
-    return f"SELECT $10, $2::bigint + r.i - 1, {leaf}, {fingerprint} FROM {rows}"
+    return f"SELECT $10, $2::bigint + r.i - 1, {leaf}, {fingerprint}, {expiry} FROM {rows}"
 
 
 # If the row moved on (another process appended), `claimed` is empty and nothing is inserted.

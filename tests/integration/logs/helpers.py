@@ -9,9 +9,7 @@ from typing import Any
 import grpc
 
 from tests.waiting import eventually
-from xnode.core.checkpoints import Checkpoint, verify_checkpoint
-from xnode.core.envelopes import parse_originator_envelope
-from xnode.core.merkle import leaf_hash
+from xnode.core.checkpoints import Checkpoint, envelope_leaf, verify_checkpoint
 from xnode_api.logs.v1 import logs_pb2 as pb
 from xnode_api.logs.v1 import logs_pb2_grpc
 
@@ -26,8 +24,8 @@ async def log_api(address: str) -> AsyncIterator[logs_pb2_grpc.LogApiStub]:
 
 
 def leaves_of(raws: list[bytes]) -> list[bytes]:
-    """The leaf hashes of signed OriginatorEnvelopes: their signed-over content."""
-    return [leaf_hash(parse_originator_envelope(r).unsigned_raw) for r in raws]
+    """The leaves of signed OriginatorEnvelopes (format 2: content and expiry)."""
+    return [envelope_leaf(r) for r in raws]
 
 
 async def checkpoints(
