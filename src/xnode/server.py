@@ -596,7 +596,11 @@ async def _serve(
     stack.push_async_callback(slots.close)
     limits = ApiLimits(settings.limit_policy(), SharedBuckets(parts.store.pool), slots)
     subscribe = Subscribe(
-        store, parts.state.fanout, keepalive_s=settings.keepalive_seconds, limits=limits
+        store,
+        parts.state.fanout,
+        keepalive_s=settings.keepalive_seconds,
+        limits=limits,
+        max_lag_s=settings.subscription_max_lag_seconds,
     )
     admission = Admission()
     publish = Publish(

@@ -1,5 +1,10 @@
 """Live delivery: committed envelopes are pushed to matching subscribers, per originator in
-sequence order with no gap (a gap is filled from the store before anything after it)."""
+sequence order with no gap (a gap is filled from the store before anything after it).
+
+A commit's envelopes reach every listener of a topic (or an originator) as one shared `Batch`,
+framed once however many streams carry it. A listener's batches wait in its backlog until its
+stream takes them all as one frame; a listener whose oldest waiting batch is older than its
+lag limit has fallen behind and is told so (its subscription decides what that means)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from xnode.core import wire
 from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import StoredEnvelope
@@ -16,32 +22,81 @@ from xnode.core.retention import is_expired
 
 FetchRange = Callable[[int, int, int], Awaitable[list[StoredEnvelope]]]
 
-LIVE_QUEUE_BATCHES = 256
+MAX_LAG_S = 5.0
 K = TypeVar("K", bytes, int)
+
+
+class Batch:
+    """Envelopes delivered together, in sequence order per originator. `framed` is their
+    encoding as repeated field 1 (what every subscribe response carries), built once and
+    shared by every stream that sends this batch."""
+
+    __slots__ = ("_framed", "envelopes")
+
+    def __init__(self, envelopes: list[StoredEnvelope]) -> None:
+        self.envelopes = envelopes
+        self._framed: bytes | None = None
+
+    def __len__(self) -> int:
+        return len(self.envelopes)
+
+    @property
+    def framed(self) -> bytes:
+        if self._framed is None:
+            self._framed = wire.repeated(1, (e.raw for e in self.envelopes))
+        return self._framed
 
 
 @dataclass(eq=False)
 class Listener:
-    """One subscription's live inbox. On overflow it is marked lagged and emptied; the
-    subscription then catches up from the store, so a slow reader loses nothing."""
+    """One subscription's live inbox: the batches its stream has not taken yet. Once the
+    oldest of them has waited longer than `max_lag_s` the listener has fallen behind: its
+    backlog is dropped and nothing more is kept for it until the subscription catches up
+    from the store or ends."""
 
     topics: frozenset[bytes] = frozenset()
     originators: frozenset[int] = frozenset()
-    queue: asyncio.Queue[list[StoredEnvelope]] = field(
-        default_factory=lambda: asyncio.Queue(LIVE_QUEUE_BATCHES)
-    )
-    lagged: bool = False
+    max_lag_s: float = MAX_LAG_S
+    fell_behind: bool = False
+    backlog: list[Batch] = field(default_factory=list)
+    oldest_s: float = 0.0  # when the first batch of the backlog arrived (monotonic)
+    lag_s: float = 0.0  # how far behind it was when it fell behind
+    waiting: int = 0  # envelopes in the backlog
+    # Told at once, while its stream may still be stuck in a write that never completes.
+    on_fell_behind: Callable[[float], None] | None = None
+    _ready: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def offer(self, batch: list[StoredEnvelope]) -> None:
-        if self.lagged:
+    def offer(self, batch: Batch, now_s: float) -> None:
+        if self.fell_behind:
             return
-        try:
-            self.queue.put_nowait(batch)
-        except asyncio.QueueFull:
-            self.lagged = True
-            while not self.queue.empty():
-                self.queue.get_nowait()
-            self.queue.put_nowait([])  # wakes the reader so it notices the lag
+        if not self.backlog:
+            self.oldest_s = now_s
+        elif now_s - self.oldest_s > self.max_lag_s:
+            self.fell_behind, self.lag_s = True, now_s - self.oldest_s
+            self.backlog, self.waiting = [], 0
+            self._ready.set()  # wakes the reader so it notices
+            if self.on_fell_behind is not None:
+                self.on_fell_behind(self.lag_s)
+            return
+        self.backlog.append(batch)
+        self.waiting += len(batch)
+        self._ready.set()
+
+    def take(self) -> list[Batch]:
+        """Every batch waiting, oldest first: one frame for all of them."""
+        taken, self.backlog, self.waiting = self.backlog, [], 0
+        self._ready.clear()
+        return taken
+
+    def wake(self) -> None:
+        self._ready.set()
+
+    async def ready(self) -> None:
+        await self._ready.wait()
+
+    def caught_up(self) -> None:
+        """The subscription reads from the store again: live delivery starts afresh."""
+        self.fell_behind = False
 
 
 class Fanout:
@@ -123,13 +178,47 @@ class Fanout:
         if not envelopes:
             return
         now = self._clock.now_s()
-        per_listener: dict[Listener, list[StoredEnvelope]] = {}
+        by_topic: dict[bytes, list[StoredEnvelope]] = {}
+        by_originator: dict[int, list[StoredEnvelope]] = {}
         for env in envelopes:
             if is_expired(env.expiry, now):
                 continue  # as queries do: an expired envelope is never served
-            for listener in self._by_topic.get(env.topic, ()):
-                per_listener.setdefault(listener, []).append(env)
-            for listener in self._by_originator.get(env.originator_node_id, ()):
-                per_listener.setdefault(listener, []).append(env)
-        for listener, batch in per_listener.items():
-            listener.offer(batch)
+            if env.topic in self._by_topic:
+                by_topic.setdefault(env.topic, []).append(env)
+            if env.originator_node_id in self._by_originator:
+                by_originator.setdefault(env.originator_node_id, []).append(env)
+        per_listener: dict[Listener, list[Batch]] = {}
+        _share(self._by_topic, by_topic, per_listener)
+        _share(self._by_originator, by_originator, per_listener)
+        arrived = self._clock.monotonic_s()
+        for listener, batches in per_listener.items():
+            listener.offer(batches[0] if len(batches) == 1 else _merged(batches), arrived)
+
+
+def _share(
+    index: dict[K, set[Listener]],
+    matched: dict[K, list[StoredEnvelope]],
+    per_listener: dict[Listener, list[Batch]],
+) -> None:
+    """One batch per key, the same object for every listener of that key."""
+    for key, envelopes in matched.items():
+        batch = Batch(envelopes)
+        for listener in index[key]:
+            per_listener.setdefault(listener, []).append(batch)
+
+
+def _merged(batches: list[Batch]) -> Batch:
+    """One listener's share of a dispatch that reached it through several topics or
+    originators: each envelope once, in the dispatch's order (sequence order per originator)."""
+    seen: set[tuple[int, int]] = set()
+    ordered = sorted(
+        (e for b in batches for e in b.envelopes),
+        key=lambda e: (e.originator_node_id, e.sequence_id),
+    )
+    unique = []
+    for env in ordered:
+        key = (env.originator_node_id, env.sequence_id)
+        if key not in seen:
+            seen.add(key)
+            unique.append(env)
+    return Batch(unique)
