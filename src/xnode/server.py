@@ -345,7 +345,12 @@ async def _start(
     node_id = resolve_node_id(settings, key, registry)
     pool = await _open_database(settings, node_id, key, stack)
     store = EnvelopeStore(pool)
-    state = NodeState(node_id, await store.vector_clock(), store.originator_range)
+    state = NodeState(
+        node_id,
+        await store.vector_clock(),
+        store.originator_range,
+        batch_interval_s=settings.subscription_batch_seconds,
+    )
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     logs = LogStore(pool)
     chain_parts = None

@@ -23,6 +23,10 @@ from xnode.core.retention import is_expired
 FetchRange = Callable[[int, int, int], Awaitable[list[StoredEnvelope]]]
 
 MAX_LAG_S = 5.0
+BATCH_INTERVAL_S = 0.05
+# A commit that reaches this many streams makes the next ones within the batch interval wait
+# for it: below it, every commit is offered at once (a lone subscriber's latency is untouched).
+MANY_STREAMS = 100
 K = TypeVar("K", bytes, int)
 
 
@@ -65,6 +69,10 @@ class Listener:
     # Told at once, while its stream may still be stuck in a write that never completes.
     on_fell_behind: Callable[[float], None] | None = None
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
+    single_key: bool = field(init=False)  # one topic or one originator: one batch a commit
+
+    def __post_init__(self) -> None:
+        self.single_key = len(self.topics) + len(self.originators) == 1
 
     def offer(self, batch: Batch, now_s: float) -> None:
         if self.fell_behind:
@@ -101,14 +109,26 @@ class Listener:
 
 class Fanout:
     def __init__(
-        self, fetch_range: FetchRange, delivered: Cursor, clock: Clock = SYSTEM_CLOCK
+        self,
+        fetch_range: FetchRange,
+        delivered: Cursor,
+        clock: Clock = SYSTEM_CLOCK,
+        batch_interval_s: float = BATCH_INTERVAL_S,
     ) -> None:
+        """`batch_interval_s`: after a commit that reached many streams, the next commits
+        wait until this long after it and reach the streams together (each stream writes one
+        frame for them: a frame costs far more than the envelopes in it)."""
         self._fetch_range = fetch_range
         self._clock = clock
         self._delivered = delivered.to_dict()
         self._by_topic: dict[bytes, set[Listener]] = defaultdict(set)
         self._by_originator: dict[int, set[Listener]] = defaultdict(set)
         self._lock = asyncio.Lock()
+        self._interval_s = batch_interval_s
+        self._waiting: list[StoredEnvelope] = []  # for the next flush
+        self._flush_due: asyncio.TimerHandle | None = None
+        self._last_flush_s = float("-inf")
+        self._busy = False  # the last flush reached many streams
 
     @property
     def listener_count(self) -> int:
@@ -177,6 +197,22 @@ class Fanout:
     def _dispatch(self, envelopes: list[StoredEnvelope]) -> None:
         if not envelopes:
             return
+        self._waiting += envelopes
+        if self._flush_due is not None:
+            return  # joins the flush already planned
+        wait_s = self._last_flush_s + self._interval_s - self._clock.monotonic_s()
+        if self._busy and wait_s > 0:
+            self._flush_due = asyncio.get_running_loop().call_later(wait_s, self._flush)
+        else:
+            self._flush()
+
+    def _flush(self) -> None:
+        envelopes, self._waiting, self._flush_due = self._waiting, [], None
+        self._last_flush_s = self._clock.monotonic_s()
+        self._busy = self._offer(envelopes) >= MANY_STREAMS
+
+    def _offer(self, envelopes: list[StoredEnvelope]) -> int:
+        """Offers the envelopes to their listeners; how many offers that took."""
         now = self._clock.now_s()
         by_topic: dict[bytes, list[StoredEnvelope]] = {}
         by_originator: dict[int, list[StoredEnvelope]] = {}
@@ -187,24 +223,35 @@ class Fanout:
                 by_topic.setdefault(env.topic, []).append(env)
             if env.originator_node_id in self._by_originator:
                 by_originator.setdefault(env.originator_node_id, []).append(env)
-        per_listener: dict[Listener, list[Batch]] = {}
-        _share(self._by_topic, by_topic, per_listener)
-        _share(self._by_originator, by_originator, per_listener)
         arrived = self._clock.monotonic_s()
-        for listener, batches in per_listener.items():
+        several: dict[Listener, list[Batch]] = {}
+        offers = _share(self._by_topic, by_topic, arrived, several)
+        offers += _share(self._by_originator, by_originator, arrived, several)
+        for listener, batches in several.items():
             listener.offer(batches[0] if len(batches) == 1 else _merged(batches), arrived)
+        return offers
 
 
 def _share(
     index: dict[K, set[Listener]],
     matched: dict[K, list[StoredEnvelope]],
-    per_listener: dict[Listener, list[Batch]],
-) -> None:
-    """One batch per key, the same object for every listener of that key."""
+    arrived: float,
+    several: dict[Listener, list[Batch]],
+) -> int:
+    """One batch per key, the same object for every listener of that key: offered at once
+    to a listener of one key; gathered in `several` for one of more keys, which may match
+    the same envelope twice."""
+    offers = 0
     for key, envelopes in matched.items():
         batch = Batch(envelopes)
-        for listener in index[key]:
-            per_listener.setdefault(listener, []).append(batch)
+        listeners = index[key]
+        offers += len(listeners)
+        for listener in listeners:
+            if listener.single_key:
+                listener.offer(batch, arrived)
+            else:
+                several.setdefault(listener, []).append(batch)
+    return offers
 
 
 def _merged(batches: list[Batch]) -> Batch:

@@ -8,6 +8,7 @@ the client resubscribes from its cursor."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack
 
 import structlog
 
@@ -101,37 +102,31 @@ class Subscribe:
         LimitExceeded before the first delivery when the caller is over its limits."""
         if self._closed:
             raise Rejected(Reason.UNAVAILABLE, DRAINING)
-        if self._limits is None:
-            async for delivery in self._deliver(groups, method):
-                yield delivery
-            return
-        await self._limits.subscribe(caller)
-        async with self._limits.subscription(caller):
-            async for delivery in self._deliver(groups, method):
-                yield delivery
-
-    async def _deliver(self, groups: list[EnvelopeQuery], method: str) -> AsyncIterator[Delivery]:
-        subscription = Subscription(
-            groups,
-            self._store.query,
-            self._fanout,
-            keepalive_s=self._keepalive_s,
-            max_lag_s=self._max_lag_s,
-            on_fell_behind=_report_fell_behind(method),
-        )
-        self._open.add(subscription)
-        gauge = OPEN_SUBSCRIPTIONS.labels(method)
-        delivered = SUBSCRIPTION_DELIVERIES.labels(method)
-        gauge.inc()
-        try:
-            async for delivery in subscription.deliveries():
-                if delivery.batches:
-                    delivered.inc(delivery.count)
-                yield delivery
-        except FellBehind as exc:
-            raise _ended(exc) from None
-        finally:
-            gauge.dec()
-            self._open.discard(subscription)
+        async with AsyncExitStack() as held:  # not a generator inside: one level per delivery
+            if self._limits is not None:
+                await self._limits.subscribe(caller)
+                await held.enter_async_context(self._limits.subscription(caller))
+            subscription = Subscription(
+                groups,
+                self._store.query,
+                self._fanout,
+                keepalive_s=self._keepalive_s,
+                max_lag_s=self._max_lag_s,
+                on_fell_behind=_report_fell_behind(method),
+            )
+            self._open.add(subscription)
+            gauge = OPEN_SUBSCRIPTIONS.labels(method)
+            delivered = SUBSCRIPTION_DELIVERIES.labels(method)
+            gauge.inc()
+            try:
+                async for delivery in subscription.deliveries():
+                    if delivery.batches:
+                        delivered.inc(delivery.count)
+                    yield delivery
+            except FellBehind as exc:
+                raise _ended(exc) from None
+            finally:
+                gauge.dec()
+                self._open.discard(subscription)
         SUBSCRIPTIONS_ENDED.labels(method, "draining").inc()
         raise Rejected(Reason.UNAVAILABLE, DRAINING)

@@ -72,6 +72,33 @@ class _Group:
                 tops[env.originator_node_id] = env.sequence_id
 
 
+class _Keepalive:
+    """Wakes an idle listener for a keepalive: one timer per stream, ticking every half
+    period, rather than one per wait (a cost on every delivery). A stream that sent nothing
+    since the tick before gets one, so none is silent for more than the period."""
+
+    def __init__(self, listener: Listener, period_s: float) -> None:
+        self._listener = listener
+        self._half = period_s / 2
+        self._loop = asyncio.get_running_loop()
+        self._handle = self._loop.call_later(self._half, self._tick)
+        self._active = True  # sent something since the last tick
+        self.due = False
+
+    def _tick(self) -> None:
+        if not self._active:
+            self.due = True
+            self._listener.wake()
+        self._active = False
+        self._handle = self._loop.call_later(self._half, self._tick)
+
+    def sent(self) -> None:
+        self._active, self.due = True, False
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
 class Subscription:
     def __init__(
         self,
@@ -147,22 +174,20 @@ class Subscription:
 
     async def _follow_live(self) -> AsyncIterator[Delivery]:
         listener = self._listener
-        while True:
-            try:
-                # Not wait_for: on Python 3.11 it swallows a cancel that comes with a batch,
-                # and a closed subscription would then outlive its call.
-                async with asyncio.timeout(self._keepalive_s):
-                    await listener.ready()
-            except TimeoutError:
-                yield Delivery(Phase.KEEPALIVE, [])
-                continue
-            if self._closed:
-                return
-            if listener.fell_behind:
-                raise FellBehind(listener.lag_s, self.cursors)
-            fresh = [b for b in map(self._unseen, listener.take()) if b is not None]
-            if fresh:
-                yield Delivery(Phase.LIVE, fresh)
+        keepalive = _Keepalive(listener, self._keepalive_s)
+        try:
+            while True:
+                await listener.ready()
+                if self._closed:
+                    return
+                if listener.fell_behind:
+                    raise FellBehind(listener.lag_s, self.cursors)
+                fresh = [b for b in map(self._unseen, listener.take()) if b is not None]
+                if fresh or keepalive.due:
+                    keepalive.sent()
+                    yield Delivery(Phase.LIVE, fresh) if fresh else Delivery(Phase.KEEPALIVE, [])
+        finally:
+            keepalive.cancel()
 
     def _unseen(self, batch: Batch) -> Batch | None:
         """The batch, or what of it catch-up has not sent already (only around the switch)."""

@@ -3,6 +3,7 @@ batches taken as one delivery, and a live stream that falls behind ended with it
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -15,7 +16,7 @@ from xnode.core import wire
 from xnode.core.cursors import Cursor
 from xnode.core.errors import Reason, Rejected
 from xnode.core.query import EnvelopeQuery
-from xnode.usecases.fanout import Fanout, Listener
+from xnode.usecases.fanout import MANY_STREAMS, Fanout, Listener
 from xnode.usecases.subscribe import Subscribe
 from xnode.usecases.subscription import Delivery, FellBehind, Phase, Subscription
 
@@ -141,3 +142,31 @@ async def test_subscribe_ends_a_stream_that_fell_behind_unavailable_logged_and_c
     events = [e for e in logs if e["event"] == "subscription_fell_behind"]
     assert len(events) == 1
     assert events[0]["method"] == method and events[0]["cursors"] == [{100: 7}]
+
+
+async def test_after_a_commit_to_many_streams_the_next_ones_reach_them_together() -> None:
+    store = MemoryStore()
+    fanout = Fanout(store.fetch_range, Cursor(), batch_interval_s=0.05)
+    listeners = [Listener(topics=frozenset({TOPIC})) for _ in range(MANY_STREAMS)]
+    for listener in listeners:
+        fanout.register(listener)
+    await fanout.committed([store.add(100, 1)])
+    assert all(len(listener.take()) == 1 for listener in listeners)  # the first: at once
+    await fanout.committed([store.add(100, 2)])
+    await fanout.committed([store.add(100, 3)])
+    assert all(listener.take() == [] for listener in listeners)  # within the interval: held
+    async with asyncio.timeout(5):
+        await listeners[0].ready()
+    taken = [listener.take() for listener in listeners]
+    assert all(len(t) == 1 and t[0] is taken[0][0] for t in taken)  # one shared batch
+    assert [e.sequence_id for e in taken[0][0].envelopes] == [2, 3]
+
+
+async def test_commits_to_few_streams_are_offered_at_once() -> None:
+    store = MemoryStore()
+    fanout = Fanout(store.fetch_range, Cursor(), batch_interval_s=60)
+    listener = Listener(topics=frozenset({TOPIC}))
+    fanout.register(listener)
+    for seq in (1, 2, 3):
+        await fanout.committed([store.add(100, seq)])
+    assert [[e.sequence_id for e in b.envelopes] for b in listener.take()] == [[1], [2], [3]]
