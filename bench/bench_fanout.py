@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
 import uvloop
 from bench_cores import cpu_seconds, grpc_frame, require_h2load
 from bench_node import PAYER, percentile
@@ -97,18 +96,29 @@ SCENARIOS = {
 def subscribe_body(work: Path, index: int) -> Path:
     request = api.SubscribeEnvelopesRequest(query=api.EnvelopesQuery(topics=[topic(index)]))
     path = work / f"subscribe-{index}.bin"
-    path.write_bytes(grpc_frame(request.SerializeToString()))
+    if not path.exists():  # never rewritten: a running h2load maps it
+        path.write_bytes(grpc_frame(request.SerializeToString()))
     return path
 
 
-def start_h2load(address: str, body: Path, streams: int, seconds: float) -> subprocess.Popen[str]:
+def start_h2load(address: str, body: Path, streams: int, log: Path) -> subprocess.Popen[bytes]:
+    """h2load holding `streams` streams (100 a connection) until killed."""
     connections = max(1, streams // 100)
     command = [
         "h2load", f"http://{address}{SUBSCRIBE}", "-c", str(connections),
-        "-m", str(-(-streams // connections)), "-t", "1", "-d", str(body), "-D", str(int(seconds)),
+        "-m", str(-(-streams // connections)), "-t", "1", "-d", str(body), "-D", "3600",
         "-H", "content-type: application/grpc", "-H", "te: trailers",
     ]  # fmt: skip
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with log.open("wb") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+
+
+def running(loads: list[subprocess.Popen[bytes]], logs: list[Path]) -> bool:
+    """True, or SystemExit when one of them has stopped."""
+    for proc, log in zip(loads, logs, strict=True):
+        if proc.poll() is not None:
+            raise SystemExit(f"h2load exited ({proc.returncode}):\n{log.read_text()[-2000:]}")
+    return True
 
 
 # --- the measured servers -------------------------------------------------------------------
@@ -141,11 +151,11 @@ def metric(address: str, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
-async def until(check: Callable[[], bool], within_s: float, what: str) -> None:
+async def until(check: Callable[[], bool], within_s: float, what: Callable[[], str]) -> None:
     deadline = time.monotonic() + within_s
     while not check():
         if time.monotonic() > deadline:
-            raise SystemExit(f"not reached within {within_s:.0f} s: {what}")
+            raise SystemExit(f"not reached within {within_s:.0f} s: {what()}")
         await asyncio.sleep(0.2)
 
 
@@ -160,25 +170,29 @@ async def hold(request, context):
             yield await entry[1].get()
     finally:
         held.discard(entry)
-async def push(request, context):
-    # request: 4-byte length, the subscribe request whose streams get it, the frame
-    size = int.from_bytes(request[:4], "big")
-    key, frame = request[4:4 + size], request[4 + size:]
-    streams = [q for k, q in held if k == key]
-    for queue in streams:
-        queue.put_nowait(frame)
-    return str(len(held)).encode()
+async def commands():
+    # stdin lines: "<request hex> <frame hex>": the frame to every stream opened with that
+    # request; answers the streams held. An empty line only answers.
+    reader = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while line := await reader.readline():
+        key, _, frame = line.decode().strip().partition(" ")
+        if frame:
+            key, frame = bytes.fromhex(key), bytes.fromhex(frame)
+            for entry in [e for e in held if e[0] == key]:
+                entry[1].put_nowait(frame)
+        print(len(held), flush=True)
 async def main():
     server = grpc.aio.server()
     same = dict(request_deserializer=lambda b: b, response_serializer=lambda b: b)
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
         "xmtp.xmtpv4.message_api.ReplicationApi",
-        {"SubscribeEnvelopes": grpc.unary_stream_rpc_method_handler(hold, **same),
-         "Push": grpc.unary_unary_rpc_method_handler(push, **same)})])
+        {"SubscribeEnvelopes": grpc.unary_stream_rpc_method_handler(hold, **same)})])
     server.add_insecure_port(sys.argv[1])
     await server.start()
     print("ready", flush=True)
-    await server.wait_for_termination()
+    await commands()
 uvloop.run(main())
 """
 
@@ -194,6 +208,7 @@ class Figures:
     fell_behind: float = 0.0  # streams the node ended for falling behind
     latencies_ms: list[float] = field(default_factory=list)
     missing: int = 0  # envelopes a Python stream never got
+    answers_ms: list[float] = field(default_factory=list)  # publish, sent to answered
 
 
 # publish(i): sends message i (topic i % topics); returns when answered.
@@ -220,19 +235,43 @@ async def drive(
     publish: Publish,
     seconds: float,
     beside: int = 0,
-) -> tuple[Figures, list[subprocess.Popen[str]]]:
+) -> tuple[Figures, list[subprocess.Popen[bytes]]]:
     """Holds the streams, then publishes at the scenario's rate for `seconds`. `beside`:
     streams already open on every subscribed topic (the Python ones)."""
-    figures = Figures()
     before_kb = rss_kb(server.pid)
-    hold_s = 3600  # killed once measured
-    loads = []
+    loads, logs = [], []
     for process in range(scenario.processes):
         share = min(PER_PROCESS, scenario.streams - process * PER_PROCESS)
         body = subscribe_body(work, scenario.subscribed(process))
-        loads.append(start_h2load(server.address, body, share, hold_s))
+        logs.append(work / f"h2load-{process}.log")
+        loads.append(start_h2load(server.address, body, share, logs[-1]))
+    try:
+        alive = lambda: running(loads, logs)  # noqa: E731
+        figures = await _measure(scenario, server, publish, seconds, beside, before_kb, alive)
+        running(loads, logs)
+    except BaseException:
+        finish(loads)
+        raise
+    return figures, loads
+
+
+async def _measure(
+    scenario: Scenario,
+    server: Server,
+    publish: Publish,
+    seconds: float,
+    beside: int,
+    before_kb: int,
+    alive: Callable[[], bool],
+) -> Figures:
+    """`alive` is True, or raises when a load generator has stopped."""
+    figures = Figures()
     wanted = scenario.streams + beside
-    await until(lambda: server.open_streams() >= wanted, 60 + wanted / 50, f"{wanted} streams")
+    await until(
+        lambda: alive() and server.open_streams() >= wanted,
+        120 + wanted / 20,
+        lambda: f"{wanted} streams open (now {server.open_streams():,.0f})",
+    )
     figures.kb_per_stream = (rss_kb(server.pid) - before_kb) / scenario.streams
     await asyncio.sleep(1.0)  # the streams' caught-up frames out of the way
     cpu_before, delivered_before = cpu_seconds([server.pid]), server.delivered()
@@ -249,7 +288,13 @@ async def drive(
     figures.expected = sum(
         on[i % scenario.topics] + beside for i in range(count) if i % scenario.topics in on
     )
-    await until(lambda: server.delivered() - delivered_before >= figures.expected, 60, "delivered")
+    await until(
+        lambda: server.delivered() - delivered_before >= figures.expected,
+        60,
+        lambda: (
+            f"{figures.expected:,.0f} delivered (now {server.delivered() - delivered_before:,.0f})"
+        ),
+    )
     elapsed = time.perf_counter() - started
     figures.deliveries = server.delivered() - delivered_before
     figures.per_second = figures.deliveries / elapsed
@@ -257,10 +302,10 @@ async def drive(
         (cpu_seconds([server.pid]) - cpu_before) * 1e6 / max(1.0, figures.deliveries)
     )
     figures.still_open = server.open_streams()
-    return figures, loads
+    return figures
 
 
-def finish(loads: list[subprocess.Popen[str]]) -> None:
+def finish(loads: list[subprocess.Popen[bytes]]) -> None:
     """Ends the h2load processes (they print nothing when stopped early: the counts are the
     servers')."""
     for proc in loads:
@@ -291,17 +336,28 @@ class NodeServer(Server):
 
 
 class EmptyServer(Server):
-    """The ceiling: a bare grpc.aio server holding streams and pushing bytes to them."""
+    """The ceiling: a bare grpc.aio server holding streams and pushing bytes to them, told
+    what to push on its stdin."""
 
     def __init__(self) -> None:
         self.address = f"127.0.0.1:{free_port()}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", EMPTY_STREAMS, self.address], stdout=subprocess.PIPE
+            [sys.executable, "-c", EMPTY_STREAMS, self.address],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
         )
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == b"ready"
         self.pid = self.proc.pid
         self.held = 0.0
         self.pushed = 0.0
+        self._lock = asyncio.Lock()
+
+    async def command(self, line: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        async with self._lock:
+            self.proc.stdin.write(line.encode() + b"\n")
+            self.proc.stdin.flush()
+            self.held = float(await asyncio.to_thread(self.proc.stdout.readline))
 
     def open_streams(self) -> float:
         return self.held
@@ -318,34 +374,26 @@ async def ceiling(scenario: Scenario, work: Path, seconds: float, frame: bytes) 
     """The same streams, bytes and rate on the bare server."""
     server = EmptyServer()
     on = streams_on(scenario)
+
+    async def count_streams() -> None:
+        while True:
+            await server.command("")
+            await asyncio.sleep(0.5)
+
+    async def publish(i: int) -> None:
+        index = i % scenario.topics
+        if index in on:
+            request = subscribe_body(work, index).read_bytes()[5:]
+            await server.command(f"{request.hex()} {frame.hex()}")
+            server.pushed += on[index]
+
+    counting = asyncio.create_task(count_streams())
     try:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            push = channel.unary_unary(
-                "/xmtp.xmtpv4.message_api.ReplicationApi/Push",
-                request_serializer=lambda b: b,
-                response_deserializer=lambda b: b,
-            )
-            key = subscribe_body(work, 0).read_bytes()[5:]
-
-            async def count_streams() -> None:
-                while True:
-                    server.held = float(await push(len(key).to_bytes(4, "big") + key))
-                    await asyncio.sleep(0.5)
-
-            counting = asyncio.create_task(count_streams())
-
-            async def publish(i: int) -> None:
-                index = i % scenario.topics
-                if index in on:
-                    body = subscribe_body(work, index).read_bytes()[5:]
-                    await push(len(body).to_bytes(4, "big") + body + frame)
-                    server.pushed += on[index]
-
-            figures, loads = await drive(scenario, work, server, publish, seconds)
-            counting.cancel()
-            finish(loads)
-            return figures
+        figures, loads = await drive(scenario, work, server, publish, seconds)
+        finish(loads)
+        return figures
     finally:
+        counting.cancel()
         server.stop()
 
 
@@ -405,6 +453,7 @@ async def on_node(
         for i in range(count)
     ]
     sent: dict[int, float] = {}
+    answers_ms: list[float] = []
     hits = sum(1 for i in range(count) if i % scenario.topics in on)
     server = NodeServer(nodes, A, metrics)
     frame = b""
@@ -420,6 +469,7 @@ async def on_node(
                 started = time.perf_counter()
                 answered = await publisher.publish([messages[i]])
                 sent[sequence_id(answered[0])] = started
+                answers_ms.append((time.perf_counter() - started) * 1e3)
                 frame = frame or wire.field(1, answered[0].SerializeToString())
 
             fell_before = server.fell_behind()
@@ -434,6 +484,7 @@ async def on_node(
             figures.latencies_ms += [(at - sent[i]) * 1e3 for i, at in arrivals.items()]
         figures.missing += len(pending) * hits
         finish(loads)
+        figures.answers_ms = answers_ms
         return figures, frame
     finally:
         nodes.stop()
@@ -479,6 +530,12 @@ def report(scenario: Scenario, node: Figures, bare: Figures, frame_len: int) -> 
         (f"publish -> Python stream, p50 ({len(lat)} samples)", f"{p50:.1f} ms", "", ""),
         ("publish -> Python stream, p99", f"{p99:.1f} ms", "", "<= 100 ms"),
         ("envelopes the Python streams missed", f"{node.missing}", "", ""),
+        (
+            "publish answered (of the above), p50 / p99",
+            f"{percentile(node.answers_ms, 50):.1f} / {percentile(node.answers_ms, 99):.1f} ms",
+            "",
+            "",
+        ),
         (
             "streams open at the end / ended for falling behind",
             f"{node.still_open:,.0f} / {node.fell_behind:.0f}",
