@@ -145,9 +145,13 @@ def rss_kb(pid: int) -> int:
 
 
 def metric(address: str, name: str) -> float:
-    """The sum of a metric's samples on a node's metrics port."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
+    """The sum of a metric's samples on a node's metrics port; 0 when the node is too busy to
+    answer within 10 s (opening thousands of streams at once)."""
+    try:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+    except OSError:  # TimeoutError included
+        return 0.0
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
