@@ -65,7 +65,6 @@ class Listener:
     backlog: list[Batch] = field(default_factory=list)
     oldest_s: float = 0.0  # when the first batch of the backlog arrived (monotonic)
     lag_s: float = 0.0  # how far behind it was when it fell behind
-    waiting: int = 0  # envelopes in the backlog
     # Told at once, while its stream may still be stuck in a write that never completes.
     on_fell_behind: Callable[[float], None] | None = None
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -81,18 +80,17 @@ class Listener:
             self.oldest_s = now_s
         elif now_s - self.oldest_s > self.max_lag_s:
             self.fell_behind, self.lag_s = True, now_s - self.oldest_s
-            self.backlog, self.waiting = [], 0
+            self.backlog = []
             self._ready.set()  # wakes the reader so it notices
             if self.on_fell_behind is not None:
                 self.on_fell_behind(self.lag_s)
             return
         self.backlog.append(batch)
-        self.waiting += len(batch)
         self._ready.set()
 
     def take(self) -> list[Batch]:
         """Every batch waiting, oldest first: one frame for all of them."""
-        taken, self.backlog, self.waiting = self.backlog, [], 0
+        taken, self.backlog = self.backlog, []
         self._ready.clear()
         return taken
 
@@ -239,8 +237,8 @@ def _share(
     several: dict[Listener, list[Batch]],
 ) -> int:
     """One batch per key, the same object for every listener of that key: offered at once
-    to a listener of one key; gathered in `several` for one of more keys, which may match
-    the same envelope twice."""
+    to a listener of one key; gathered in `several` for a listener of several keys, which
+    may match the same envelope twice."""
     offers = 0
     for key, envelopes in matched.items():
         batch = Batch(envelopes)
@@ -256,7 +254,7 @@ def _share(
 
 def _merged(batches: list[Batch]) -> Batch:
     """One listener's share of a dispatch that reached it through several topics or
-    originators: each envelope once, in the dispatch's order (sequence order per originator)."""
+    originators: each envelope once, in sequence order per originator."""
     seen: set[tuple[int, int]] = set()
     ordered = sorted(
         (e for b in batches for e in b.envelopes),
