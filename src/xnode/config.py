@@ -109,6 +109,18 @@ class Settings(BaseSettings):
     keepalive_seconds: float = Field(
         30.0, description="Empty message on idle subscriptions every N seconds", gt=0
     )
+    subscription_batch_seconds: float = Field(
+        0.05,
+        description="After a commit delivered to 100 or more live streams, the next commits "
+        "within this long are delivered together, one frame per stream (0: each at once)",
+        ge=0,
+    )
+    subscription_max_lag_seconds: float = Field(
+        5.0,
+        description="A live subscription whose stream leaves envelopes waiting this long is "
+        "ended (UNAVAILABLE, with its cursor), for its client to resubscribe from there",
+        gt=0,
+    )
     max_message_mib: int = Field(25, description="Largest gRPC message, MiB", gt=0)
     shutdown_grace_seconds: float = Field(
         10.0,

@@ -347,7 +347,12 @@ async def _start(
     node_id = resolve_node_id(settings, key, registry)
     pool = await _open_database(settings, node_id, key, stack)
     store = EnvelopeStore(pool)
-    state = NodeState(node_id, await store.vector_clock(), store.originator_range)
+    state = NodeState(
+        node_id,
+        await store.vector_clock(),
+        store.originator_range,
+        batch_interval_s=settings.subscription_batch_seconds,
+    )
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     logs = LogStore(pool)
     chain_parts = None
@@ -612,7 +617,11 @@ async def _serve(
     stack.push_async_callback(slots.close)
     limits = ApiLimits(settings.limit_policy(), SharedBuckets(parts.store.pool), slots)
     subscribe = Subscribe(
-        store, parts.state.fanout, keepalive_s=settings.keepalive_seconds, limits=limits
+        store,
+        parts.state.fanout,
+        keepalive_s=settings.keepalive_seconds,
+        limits=limits,
+        max_lag_s=settings.subscription_max_lag_seconds,
     )
     admission = Admission()
     publish = Publish(

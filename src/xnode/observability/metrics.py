@@ -48,6 +48,17 @@ ENVELOPES_STORED = Counter(
     "xnode_envelopes_stored_total", "Envelopes stored, by originator", ["originator"]
 )
 OPEN_SUBSCRIPTIONS = Gauge("xnode_open_subscriptions", "Open subscription streams", ["method"])
+SUBSCRIPTION_DELIVERIES = Counter(
+    "xnode_subscription_deliveries_total",
+    "Envelopes handed to subscription streams (one per envelope and stream), by method",
+    ["method"],
+)
+SUBSCRIPTIONS_ENDED = Counter(
+    "xnode_subscriptions_ended_total",
+    "Subscription streams the node ended, by method and reason (fell_behind: the stream left"
+    " envelopes waiting too long; draining: the node stops)",
+    ["method", "reason"],
+)
 REQUEST_LATENCY = Histogram(
     "xnode_request_seconds",
     "Unary request latency, receipt to answer (refusals included), by API and method",

@@ -24,6 +24,22 @@ PAYER = SigningKey.generate()
 GROUP = b"g" * 16
 
 
+class FixedClock:
+    """A clock that moves only when a test sets `now` (whole seconds)."""
+
+    def __init__(self, now_s: int) -> None:
+        self.now = now_s
+
+    def now_ns(self) -> int:
+        return self.now * 1_000_000_000
+
+    def now_s(self) -> int:
+        return self.now
+
+    def monotonic_s(self) -> float:
+        return float(self.now)
+
+
 def payer_envelope(
     data: bytes, depends_on: Cursor | None = None, target: int = NODE
 ) -> envelopes_pb2.PayerEnvelope:
