@@ -1,4 +1,4 @@
-"""Live fan-out at saturation (issue 27): thousands of SubscribeEnvelopes streams held by h2load
+"""Live fan-out at saturation: thousands of SubscribeEnvelopes streams held by h2load
 (Debian's nghttp2-client, one C process per ~400 streams), a few Python streams beside them
 measuring publish -> delivery latency. Each figure is printed beside the empty-stream ceiling
 from the same run: a bare grpc.aio server (uvloop, as the node) holding the same streams and
