@@ -152,4 +152,18 @@ class Database:
         self._primary = primary
         for conn, host in list(self._opened.items()):
             if host != primary:
-                conn.terminate()  # no goodbye: the old host may be frozen
+                _cut(conn)
+
+
+def _cut(conn: asyncpg.Connection) -> None:
+    """Drops the connection's socket, as a lost network would: its query in flight fails
+    (ConnectionDoesNotExistError: UNAVAILABLE) and the pool replaces it when it is released.
+    No goodbye, since the old host may be frozen. Not Connection.terminate(): on a pool
+    connection in use that hands its holder back to the pool while its user still holds it,
+    and asyncpg then refuses the user's release (InternalClientError). asyncpg offers no
+    public way to fail a connection in use, hence its transport."""
+    transport = getattr(conn, "_transport", None)
+    if transport is not None:
+        transport.abort()
+    else:
+        conn.terminate()

@@ -59,3 +59,31 @@ async def test_no_host_taking_writes_is_a_connection_error(frozen_host: str) -> 
     with pytest.raises(NoPrimaryError) as raised:
         await asyncio.wait_for(database.connect(), 5)
     assert isinstance(raised.value, OSError)  # what the API answers UNAVAILABLE to
+
+
+async def test_a_pool_connection_in_use_is_cut_when_the_primary_moves(
+    pg_cluster: PgCluster,
+) -> None:
+    """Its query fails as on a lost network, its user releases it, and the pool goes on
+    with connections to the new primary (the same server under another name here)."""
+    port = pg_cluster.port
+    database = Database(f"postgresql://postgres@127.0.0.1:{port},localhost:{port}/postgres")
+    assert await database.find() == 0
+    pool = await asyncpg.create_pool(database.dsn, connect=database.connect, min_size=1)
+    try:
+        started = asyncio.Event()
+
+        async def hold() -> None:
+            async with pool.acquire() as conn:
+                started.set()
+                await conn.fetchval("SELECT pg_sleep(60)")
+
+        holder = asyncio.create_task(hold())
+        await asyncio.wait_for(started.wait(), 10)
+        database._follow(1)  # what find() does when another host takes writes
+        with pytest.raises(asyncpg.ConnectionDoesNotExistError):
+            await asyncio.wait_for(holder, 10)
+        assert await pool.fetchval("SELECT 1") == 1
+        assert database.changes == 1
+    finally:
+        pool.terminate()
