@@ -35,6 +35,7 @@ from xnode.store.primary import Database
 
 GROUP = bytes([3]) * 16
 POLL_S = 0.02
+UNLIMITED = {"XNODE_LIMITS_ENABLED": "false"}  # one payer's rate limit is not measured here
 
 
 def leader_cluster(ha: HaCluster) -> PgCluster:
@@ -66,7 +67,9 @@ async def throughput(ha: HaCluster, work: Path, args: argparse.Namespace) -> Non
         subprocess.run(["psql", cluster.dsn(), "-qc", alter], check=True)
         directory = work / name
         directory.mkdir()
-        nodes[name] = start_node_process(cluster, directory, key, database)
+        nodes[name] = await asyncio.to_thread(
+            start_node_process, cluster, directory, key, database, UNLIMITED
+        )
     print(f"throughput, env/s ({args.callers} callers, {args.seconds:g} s each, alternated)")
     try:
         for batch in (1, 100):
@@ -97,10 +100,13 @@ async def failover(ha: HaCluster, work: Path, round_: int) -> None:
     directory = work / name
     directory.mkdir()
     on_every_host = {
+        **UNLIMITED,
         "XNODE_DATABASE_DSN": ha.dsn(name),
         "XNODE_DATABASE_PRIMARY_CHECK_SECONDS": "0.2",
     }
-    proc, address = start_node_process(cluster, directory, key, name, on_every_host)
+    proc, address = await asyncio.to_thread(
+        start_node_process, cluster, directory, key, name, on_every_host
+    )
     answered: list[float] = []
     stop = asyncio.Event()
 
@@ -167,7 +173,7 @@ async def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="xnode-bench-ha-"))
     work.chmod(0o755)
-    ha = start_ha_cluster(work / "ha")
+    ha = await asyncio.to_thread(start_ha_cluster, work / "ha")
     try:
         await throughput(ha, work, args)
         print("failover (kill -9 of the primary's Patroni and Postgres)")
