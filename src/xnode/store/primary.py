@@ -24,6 +24,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 import structlog
 
+from xnode.usecases.concurrency import Repeating
+
 log = structlog.get_logger(__name__)
 
 # Whether the host takes writes, and its timeline (the WAL file name's first 8 hex digits):
@@ -71,7 +73,7 @@ class Database:
         self.hosts = host_dsns(dsn)
         self._timeout_s = timeout_s
         self._primary: int | None = None
-        self._watch: asyncio.Task[None] | None = None
+        self._watch: Repeating | None = None
         self._opened: weakref.WeakKeyDictionary[asyncpg.Connection, int] = (
             weakref.WeakKeyDictionary()
         )
@@ -107,19 +109,16 @@ class Database:
 
     def start_watch(self, interval_s: float) -> None:
         """Finds the primary every `interval_s` until stop_watch."""
-        self._watch = asyncio.create_task(self._run_watch(interval_s), name="primary-watch")
+        self._watch = Repeating(self._look, interval_s, "primary-watch")
+        self._watch.start()
 
     async def stop_watch(self) -> None:
         if self._watch is not None:
-            self._watch.cancel()
-            await asyncio.gather(self._watch, return_exceptions=True)
-            self._watch = None
+            await self._watch.stop()
 
-    async def _run_watch(self, interval_s: float) -> None:
-        while True:
-            with contextlib.suppress(NoPrimaryError):
-                await self.find()
-            await asyncio.sleep(interval_s)
+    async def _look(self) -> None:
+        with contextlib.suppress(NoPrimaryError):  # during a failover: look again later
+            await self.find()
 
     async def _open(self, host: int, **kwargs: Any) -> asyncpg.Connection:
         async with asyncio.timeout(self._timeout_s):

@@ -9,7 +9,6 @@ it replayed).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass
 
 import asyncpg
@@ -17,6 +16,7 @@ import structlog
 
 from xnode.core.cursors import Cursor
 from xnode.store.envelopes import EnvelopeStore
+from xnode.usecases.concurrency import Repeating
 
 log = structlog.get_logger(__name__)
 
@@ -37,7 +37,7 @@ class ReplicaWatch:
         self._held: Cursor | None = None
         self.lag_bytes: float | None = None
         self.lag_seconds: float | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._repeating = Repeating(self.read, interval_s, "replica-watch")
         self._answering: bool | None = None  # as last read; None before the first read
 
     def held(self) -> Cursor | None:
@@ -46,14 +46,10 @@ class ReplicaWatch:
     async def start(self) -> None:
         """Reads once before returning, then every interval until stop."""
         await self.read()
-        self._task = asyncio.create_task(self._run(), name="replica-watch")
+        self._repeating.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._repeating.stop()
 
     async def read(self) -> None:
         try:
@@ -75,11 +71,6 @@ class ReplicaWatch:
         self._answering = True
         self._held = Cursor({r[0]: r[1] for r in rows})
         self.lag_bytes, self.lag_seconds = max(0.0, float(lag[0])), float(lag[1] or 0)
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            await self.read()
 
 
 @dataclass(frozen=True)
