@@ -35,8 +35,8 @@ test-fast: setup
 	$(PY) -m pytest -q tests/unit
 
 lint: setup
-	$(VENV)/bin/ruff check src tests bench spark_jobs migrations
-	$(VENV)/bin/ruff format --check src tests bench spark_jobs migrations
+	$(VENV)/bin/ruff check src tests bench spark_jobs migrations examples
+	$(VENV)/bin/ruff format --check src tests bench spark_jobs migrations examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
@@ -49,11 +49,11 @@ contracts: setup
 bench: setup
 	$(PY) bench/bench_node.py
 
-# Container images for docker-compose.yml (podman or docker; no registry needed: README).
+# Container images for docker-compose.yml (podman or docker; no registry needed: docs/operations.md).
 image:
 	bash scripts/build_image.sh
 
-# What spark-submit ships to a cluster (README, "Data pipeline"): dist/spark/xnode_spark.zip,
+# What spark-submit ships to a cluster (docs/data-pipeline.md): dist/spark/xnode_spark.zip,
 # launcher.py, requirements.txt, environment.tar.gz. SPARK_PYTHON: the executors' interpreter.
 spark-dist: setup
 	$(PY) -m spark_jobs.packaging --out dist/spark $(if $(SPARK_PYTHON),--python $(SPARK_PYTHON))

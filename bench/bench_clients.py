@@ -1,4 +1,4 @@
-"""Client benchmarks (issue 10) on a devnet (`xnode devnet --nodes 3`: anvil, three nodes,
+"""Client benchmarks on a devnet (`xnode devnet --nodes 3`: anvil, three nodes,
 the gateway), started and stopped by this script.
 
     PYTHONPATH=src .venv/bin/python bench/bench_clients.py [--messages 200] [--seconds 10]
@@ -76,7 +76,7 @@ def start_devnet(state: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
         stdout=log,
         stderr=log,
         start_new_session=True,
-        # The nodes' API limits (issue 11) and the gateway's per-client limits are off: this
+        # The nodes' API limits and the gateway's per-client limits are off: this
         # measures the paths, not the limits.
         env={
             **os.environ,
@@ -126,7 +126,7 @@ def latency_child(described: dict[str, Any], messages: int, directory: str, out:
 
 async def _latency(described: dict[str, Any], messages: int, directory: Path) -> dict[str, Any]:
     from tests.e2e.clients.network_view import NetworkView
-    from tests.e2e.clients.scenarios import read_node
+    from tests.e2e.clients.scenarios import read_nodes
     from tests.e2e.clients.xmtp_users import MessageStream, group_options, new_user, until
 
     class TimedStream(MessageStream):
@@ -160,7 +160,7 @@ async def _latency(described: dict[str, Any], messages: int, directory: Path) ->
         await alice.connect()
         await bob.connect()
         await alice.find(bob)
-        bob_node, _ = await read_node(view, bob)
+        bob_nodes, _ = await read_nodes(view, bob)
         stream = TimedStream()
         closer = await bob.client.conversations().stream_all_messages(stream, None)
         await closer.wait_for_ready()
@@ -169,7 +169,7 @@ async def _latency(described: dict[str, Any], messages: int, directory: Path) ->
         for _ in range(30):
             group = await alice.client.conversations().create_group([bob.inbox_id], group_options())
             topic = Topic(TopicKind.GROUP_MESSAGES, group.id()).raw
-            if failover_order(topic, entries)[0] != bob_node:
+            if failover_order(topic, entries)[0] not in bob_nodes:
                 break
         preferred = failover_order(topic, entries)[0]
         await bob.group(group.id())
@@ -193,7 +193,7 @@ async def _latency(described: dict[str, Any], messages: int, directory: Path) ->
             latencies.append(arrived - started)
             origins.add(stream.arrived[text][1])
         return {
-            "bob_reads_from": bob_node,
+            "bob_reads_from": sorted(bob_nodes),
             "preferred_node": preferred,
             "originators": sorted(origins),
             "latencies": latencies,

@@ -1,4 +1,4 @@
-"""Worker processes under honest load (issue 14 part 3): `h2load` (Debian's nghttp2-client, one
+"""Worker processes under honest load: `h2load` (Debian's nghttp2-client, one
 C thread) sends pre-built gRPC requests to `xnode run --workers N` for N = 1, 2; every figure is
 printed beside its ceiling from the same run.
 
@@ -110,6 +110,11 @@ class H2Result:
     @property
     def rate(self) -> float:
         return self.succeeded / self.seconds
+
+
+def require_h2load() -> None:
+    if shutil.which("h2load") is None:
+        raise SystemExit("h2load is missing: apt-get install -y nghttp2-client")
 
 
 def h2load(
@@ -370,8 +375,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=400, help="publishes of 100 envelopes")
     parser.add_argument("--lone", type=int, default=2000, help="single publishes, 1 in flight")
     args = parser.parse_args()
-    if shutil.which("h2load") is None:
-        raise SystemExit("h2load is missing: apt-get install -y nghttp2-client")
+    require_h2load()
     work = Path(tempfile.mkdtemp(prefix="xnode-bench-cores-"))
     work.chmod(0o755)
     print(f"start: {load()}, {os.cpu_count()} cores")

@@ -1,4 +1,4 @@
-"""Keccak-256 on PyPI (issue 14 part 2): what every signature digest and leaf hash of the node
+"""Keccak-256 on PyPI: what every signature digest and leaf hash of the node
 costs with each implementation that installs here, on the sizes the node hashes.
 
     .venv/bin/python bench/bench_keccak.py [--seconds 1.0]

@@ -1,4 +1,4 @@
-"""Committed-logs benchmark (issue 9): publish throughput with committed logs (leaves, tree
+"""Committed-logs benchmark: publish throughput with committed logs (leaves, tree
 nodes, checkpoints) on vs off, and inclusion-proof latency over a log of 1M leaves, each
 printed beside its bound; then `Sequencer.append` alone in both modes (the
 logs' own CPU per envelope, in the signing process and in Postgres, with less noise than
@@ -77,7 +77,7 @@ def start_node(
         "XNODE_METRICS_ADDRESS": "",
         "XNODE_LOG_LEVEL": "warning",
         # One payer publishing flat out: the cost measured is the logs', not the API limits'
-        # (on by default since issue 11).
+        # (on by default).
         "XNODE_LIMITS_ENABLED": "false",
         "XNODE_LOG_COMMIT_ENABLED": str(logs).lower(),
         # One serving process: the CPU counted is this pid's (workers would be its children).

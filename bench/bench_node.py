@@ -1,4 +1,4 @@
-"""Node benchmark (issue 2): publish throughput, delivery latency, query latency and memory,
+"""Node benchmark: publish throughput, delivery latency, query latency and memory,
 each printed beside this machine's ceiling measured in the same run.
 
     .venv/bin/python bench/bench_node.py [--seconds 10] [--stored 1000000]
@@ -407,7 +407,7 @@ async def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
         return
     key = SigningKey.generate()
-    # The API limits (on by default since issue 11) would refuse the bench's one payer
+    # The API limits (on by default) would refuse the bench's one payer
     # publishing flat out: this measures the node, the limits have their own run (--limits).
     proc, address = await asyncio.to_thread(
         start_node_process, cluster, work, key, "bench", {"XNODE_LIMITS_ENABLED": "false"}

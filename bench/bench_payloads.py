@@ -1,17 +1,17 @@
-"""Payload checks (issue 12): publish throughput with the checks on vs off, in one run.
+"""Payload checks: publish throughput with the checks on vs off, in one run.
 
     .venv/bin/python bench/bench_payloads.py [--seconds 8] [--rounds 3]
 
 The checks are `xnode.core.envelopes._check_payload`: MLS framing of group messages (group id
 = topic), welcome addressing, key package parse + lifetime + both Ed25519 signatures, identity
 update inbox. "Off" is a second `xnode run` process whose `_check_payload` is replaced, in that
-process only, by what the node checked before issue 12 (a payload of the topic's kind): a
+process only, by what the node checked before the payload rules (a payload of the topic's kind): a
 bench-only switch, no setting, nothing a production node can turn off.
 
 Two node processes (a database each, one Postgres cluster, fsync on) are measured alternately,
 `--rounds` times (off first in odd rounds, on first in even ones), so the shared machine's
 drift and neighbours hit both alike. The verdict is on publish throughput (env/s), what the
-issue bounds: checks cost at most 15% of it. Beside it, the node process's CPU per envelope
+goal bounds: checks cost at most 15% of it. Beside it, the node process's CPU per envelope
 (from /proc), which says where a throughput difference comes from and is less moved by
 neighbours, but is not the bound: the node's throughput also depends on Postgres and on how
 its threads overlap, which CPU per envelope does not see. The load average is printed

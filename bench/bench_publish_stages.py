@@ -1,11 +1,11 @@
-"""Where a batched envelope's CPU goes, stage by stage (issue 14): each stage of publishing a
+"""Where a batched envelope's CPU goes, stage by stage: each stage of publishing a
 batch of 100, timed alone in one process (best of 5 rounds), in microseconds per envelope,
 beside the budget that 15,000 envelopes/s on 2 cores leaves for all of them.
 
     .venv/bin/python bench/bench_publish_stages.py [--rounds 200]
 
 No node, no database: the same calls the node makes, without its event loop, hops or I/O
-(bench_cores measures those in place). See docs/benchmarks.md, issue 14, run S.
+(bench_cores measures those in place). See docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Anti-entropy repair benchmark (issue 9), each figure printed beside its bound:
+"""Anti-entropy repair benchmark, each figure printed beside its bound:
 
 - repair of two logs of `--envelopes` leaves that differ by `--missing` envelopes in
   `--ranges` ranges: verified envelopes/s and round trips (<= 2 x log2(log size));

@@ -89,7 +89,8 @@ class Nodes:
         )
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
-    def start(self, node_id: int, database: str) -> None:
+    def start(self, node_id: int, database: str, extra: dict[str, str] | None = None) -> None:
+        """`extra`: more XNODE_* settings for this node."""
         env = {
             **os.environ,
             "XNODE_LISTEN_ADDRESS": self.addresses[node_id],
@@ -99,6 +100,7 @@ class Nodes:
             "XNODE_METRICS_ADDRESS": "",
             "XNODE_LOG_LEVEL": "error",
             "XNODE_WORKERS": "1",  # one process: its CPU is what /proc of the pid says
+            **(extra or {}),
         }
         log = (self.work / f"node-{node_id}.log").open("ab")
         self.processes[node_id] = subprocess.Popen(

@@ -1,4 +1,4 @@
-"""Soak benchmark (issue 13 part 4): three replicating nodes under a steady mixed load for a long
+"""Soak benchmark: three replicating nodes under a steady mixed load for a long
 time; resident memory and replication lag sampled every 10 s, plotted to docs/soak.svg.
 
     .venv/bin/python bench/bench_soak.py [--minutes 30] [--rate 500] [--warmup-minutes 5]

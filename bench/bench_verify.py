@@ -1,4 +1,4 @@
-"""CPU per verified envelope (issue 9 repair rate, issue 14 catch-up): what
+"""CPU per verified envelope (the repair's and the catch-up's rate): what
 `core.verification.verify_envelope` costs on one core, the repair's and the catch-up's
 envelope (a group message of the bench's size), and the pickling of its verdict back from a
 verifier process.

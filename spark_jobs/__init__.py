@@ -14,7 +14,7 @@ or through spark-submit, which must be told the venv's interpreter (workers impo
 
 On a cluster, spark-submit ships the code instead: `make spark-dist` (spark_jobs.packaging)
 builds dist/spark/ with the --py-files zip, launcher.py and a venv-pack environment; the
-README's "Data pipeline" has the command line.
+docs/data-pipeline.md has the command line.
 
 Bad input exits 2 with one line on stderr and writes nothing. `gen_data` makes synthetic
 exports (tests, bench/bench_spark.py).

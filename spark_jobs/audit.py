@@ -1,4 +1,4 @@
-"""Audit replay over exports (issue 9 part 7): `xnode audit`'s checks (xnode.core.audit) for
+"""Audit replay over exports: `xnode audit`'s checks (xnode.core.audit) for
 histories too large for one machine.
 
 Input: `xnode export --with-payloads --with-logs` directories (docs/export-format.md). Each
@@ -132,6 +132,8 @@ def _audit_partition(
                 verdict,
             )
         leaf, raw = row["leaf_hash"], row["originator_envelope"]
+        # Exports carry no leaf's committed expiry (yet): a leaf without its envelope is
+        # judged as format 1, nothing provable either way (xnode.core.leaves).
         audit.row(
             int(row["sequence_id"]),
             None if leaf is None else bytes(leaf),
@@ -186,6 +188,7 @@ def _document(verdicts: Mapping[int, Verdict]) -> dict[str, Any]:
                 "node_id": node,
                 "envelopes": v.envelopes,
                 "expired": v.expired,
+                "format1_without_envelope": v.format1_without_envelope,
                 "checkpoints": v.checkpoints,
                 "checkpoints_unchecked": v.checkpoints_unchecked,
                 "conflicts": v.conflicts,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -20,14 +20,23 @@ async def serve_subscribe_originators(subscribe: Subscribe, address: str) -> grp
 
 
 async def serve_replication_methods(
-    handlers: dict[str, grpc.RpcMethodHandler], address: str
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]],
+    address: str,
+    health: Callable[[bytes, Any], Awaitable[bytes]] | None = None,
+    service: str = "xmtp.xmtpv4.message_api.ReplicationApi",
 ) -> grpc.aio.Server:
-    """A started server at `address` answering these ReplicationApi methods only (handlers
-    made with grpc.unary_unary_rpc_method_handler and friends, on bytes)."""
+    """A started server at `address` answering these methods of `service` only (handlers
+    made with grpc.unary_unary_rpc_method_handler and friends, on bytes), and
+    grpc.health.v1.Health/Check with `health` when given."""
     server = grpc.aio.server()
-    server.add_generic_rpc_handlers(
-        [grpc.method_handlers_generic_handler("xmtp.xmtpv4.message_api.ReplicationApi", handlers)]
-    )
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(service, handlers)])
+    if health is not None:
+        check = grpc.unary_unary_rpc_method_handler(
+            health, request_deserializer=bytes, response_serializer=bytes
+        )
+        server.add_generic_rpc_handlers(
+            [grpc.method_handlers_generic_handler("grpc.health.v1.Health", {"Check": check})]
+        )
     server.add_insecure_port(address)
     await server.start()
     return server

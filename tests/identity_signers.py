@@ -183,7 +183,10 @@ class Inbox:
         return self.update((create(self.owner, self.nonce), [self.owner]), *more)
 
     def add(self, *members: Signer) -> a.IdentityUpdate:
-        return self.update(*((add(m), [self.owner, m]) for m in members))
+        return self.update(*((add(m), self._signers(m)) for m in members))
 
     def revoke(self, *members: Signer) -> a.IdentityUpdate:
-        return self.update(*((revoke(m), [self.owner]) for m in members))
+        return self.update(*((revoke(m), self._signers()) for m in members))
+
+    def _signers(self, *others: Signer) -> list[Signer]:
+        return [self.owner, *others]

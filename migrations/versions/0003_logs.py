@@ -1,4 +1,4 @@
-"""Committed logs (issue 9): leaf hashes of every envelope of originators >= 100, the perfect
+"""Committed logs: leaf hashes of every envelope of originators >= 100, the perfect
 subtree hashes of each log's tree, how far each tree is built, and signed checkpoints.
 
 Leaves are keyed by sequence id and outlive pruning, so old roots stay checkable after the

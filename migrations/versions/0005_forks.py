@@ -1,4 +1,4 @@
-"""Forks (issue 9 part 4): every signed version of a forked (originator, sequence id).
+"""Forks: every signed version of a forked (originator, sequence id).
 
 When an originator signs two different envelopes for one sequence id, each node keeps every
 version here as evidence (xnode.core.evidence checks them), and the log (originator_envelopes)

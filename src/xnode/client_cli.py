@@ -51,6 +51,8 @@ def describe(envelope: CheckedEnvelope) -> dict[str, object]:
         "expiry_unixtime": parsed.expiry,
         "signer": "0x" + signer.hex() if signer else None,
         "bytes": len(parsed.raw),
+        "base_fee_picodollars": parsed.fees.base,
+        "congestion_fee_picodollars": parsed.fees.congestion,
     }
 
 
@@ -61,7 +63,8 @@ def _print(envelope: CheckedEnvelope, as_json: bool) -> None:
     else:
         print(
             f"{info['originator']}:{info['sequence_id']} topic={info['topic']} "
-            f"ns={info['originator_ns']} bytes={info['bytes']}",
+            f"ns={info['originator_ns']} bytes={info['bytes']} "
+            f"fees={info['base_fee_picodollars']}+{info['congestion_fee_picodollars']}pd",
             flush=True,
         )
 

@@ -1,6 +1,6 @@
 """Settings: `XNODE_*` environment variables, overridden by matching CLI flags.
 
-Each field below is one row of the README's settings table (`--listen-address` is
+Each field below is one row of the settings table (docs/configuration.md) (`--listen-address` is
 `XNODE_LISTEN_ADDRESS`, and so on).
 """
 
@@ -128,6 +128,18 @@ class Settings(BaseSettings):
     keepalive_seconds: float = Field(
         30.0, description="Empty message on idle subscriptions every N seconds", gt=0
     )
+    subscription_batch_seconds: float = Field(
+        0.05,
+        description="After a commit delivered to 100 or more live streams, the next commits "
+        "within this long are delivered together, one frame per stream (0: each at once)",
+        ge=0,
+    )
+    subscription_max_lag_seconds: float = Field(
+        5.0,
+        description="A live subscription whose stream leaves envelopes waiting this long is "
+        "ended (UNAVAILABLE, with its cursor), for its client to resubscribe from there",
+        gt=0,
+    )
     max_message_mib: int = Field(25, description="Largest gRPC message, MiB", gt=0)
     shutdown_grace_seconds: float = Field(
         10.0,
@@ -157,9 +169,8 @@ class Settings(BaseSettings):
         None, description="PEM CA that https:// peers' certificates must chain to (default: system)"
     )
     migrate_on_start: bool = Field(True, description="Apply database migrations at start-up")
-    # Default: one per core. With one sequencer per node (usecases.forwarding), 2 workers on
-    # 2 cores publish singles at 1.49x and batches at 1.54x one worker (docs/benchmarks.md,
-    # issue 14).
+    # Default: one per core. With one sequencer per node (usecases.forwarding), each added
+    # worker adds throughput (docs/benchmarks.md, "Measurements behind choices in the code").
     workers: int = Field(
         0,
         description="Serving processes sharing the node's ports, database and key "
@@ -170,7 +181,7 @@ class Settings(BaseSettings):
         0,
         description="Threads per serving process recovering and signing publishes' signatures "
         "off the event loop; 0: the cores this process may run on divided by the workers (at "
-        "least 1). More threads than that only wait for the GIL (docs/benchmarks.md, issue 14)",
+        "least 1). More threads than that only wait for the GIL (docs/benchmarks.md)",
         ge=0,
     )
     db_pool_size: int = Field(16, description="Most Postgres connections per process", gt=1)
@@ -203,6 +214,13 @@ class Settings(BaseSettings):
         description="Before serving publishes, fetch this node's own envelopes that peers hold "
         "beyond its database (after a restore from backup) and sequence past them",
     )
+    scrub_envelopes_per_second: float = Field(
+        120.0,
+        description="Scrub: re-check this many stored envelopes per second against their log"
+        " leaves; one that does not match is withdrawn and, like a missing one, fetched again"
+        " from peers by repair (0: off). The default goes through 10 million envelopes a day",
+        ge=0,
+    )
     replication_repair_seconds: float = Field(
         60.0,
         description="Anti-entropy repair: compare every originator's log with every peer's"
@@ -219,8 +237,9 @@ class Settings(BaseSettings):
         " they exit with the node, even one killed with SIGKILL; 0: threads only",
         ge=0,
     )
-    # A checkpoint costs ~1.5 ms of CPU (docs/benchmarks.md): every 1,000 envelopes that was
-    # ~2% of a fast node's publish CPU; below ~2,000 env/s the 5 s timer comes first anyway.
+    # Checkpoints are spaced so that signing them stays a small share of a fast node's publish
+    # CPU, and a slow node still gets one every few seconds from the timer
+    # (docs/benchmarks.md, "Measurements behind choices in the code").
     log_commit_enabled: bool = Field(
         True,
         description="Commit this node's own log as it publishes (leaf hashes, tree, signed"
@@ -235,7 +254,7 @@ class Settings(BaseSettings):
     )
 
     fee_envelope_picodollars: int = Field(
-        0, description="Base fee per envelope, picodollars (XIP 3.2.1; see Fees)", ge=0
+        0, description="Base fee per envelope, picodollars (XIP 3.2.1; docs/protocol.md)", ge=0
     )
     fee_byte_day_picodollars: int = Field(
         0, description="Base fee per payer-envelope byte per retention day, picodollars", ge=0
@@ -448,7 +467,7 @@ def key_from(secret: SecretStr | None, path: Path | None) -> SigningKey | None:
 
 
 def settings_table() -> str:
-    """The README's settings table, generated so it cannot drift from the code."""
+    """The settings table of docs/configuration.md, generated so it cannot drift from the code."""
     rows = ["| env var | flag | default | meaning |", "|---|---|---|---|"]
     for name, info in Settings.model_fields.items():
         default = info.default if info.default not in (None, "") else "(unset)"

@@ -56,6 +56,7 @@ from xnode.observability.metrics import (
     resident_memory,
     serve_metrics,
 )
+from xnode.replication.chain_copies import PeerChainCopies
 from xnode.replication.ingest import BulkVerifiers, start_bulk
 from xnode.replication.ports import MisbehaviorRecorder
 from xnode.replication.unfiled import UnfiledReports
@@ -75,6 +76,7 @@ from xnode.store.primary import Connect, Database
 from xnode.store.probe import PostgresProbe
 from xnode.store.replica import Replica, ReplicaWatch
 from xnode.store.replication import ReplicationStore
+from xnode.store.scrub import ScrubStore
 from xnode.store.sequencer import Sequencer
 from xnode.store.subscription_slots import SharedSubscriptionSlots
 from xnode.tls import ClientTls, ServerTls, TlsConfigError
@@ -350,7 +352,12 @@ async def _start(
     database = Database(settings.database_dsn, settings.database_connect_timeout_seconds)
     pool = await _open_database(settings, database, node_id, key, stack)
     store = EnvelopeStore(pool)
-    state = NodeState(node_id, await store.vector_clock(), store.originator_range)
+    state = NodeState(
+        node_id,
+        await store.vector_clock(),
+        store.originator_range,
+        batch_interval_s=settings.subscription_batch_seconds,
+    )
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     logs = LogStore(pool)
     chain_parts = None
@@ -367,6 +374,7 @@ async def _start(
             state.stored,
             _forgetting(identity, state.rewound),
             state.vector_clock,
+            _chain_vouchers(settings, registry, tls, stack),
         )
         await _start_chain(chain_parts, stack)
     if registry is not None:
@@ -393,6 +401,7 @@ async def _start(
             own_store=own_store,
             logs=logs,
             forks=ForkStore(pool),
+            scrub=ScrubStore(pool),
         )
         stack.push_step(replication.stop, "ReplicationWorker.stop", replication.force_stop)
     originator = None
@@ -468,9 +477,9 @@ async def _start_originator(
         await _recover_own_log(settings, replication, sequencer, state)
     await sequencer.prime()
     # Two group commits in flight where the sequencer signs for other workers too: it waits
-    # on their commits (2 workers' batches 12,309 env/s against 10,297). A lone worker is
-    # bound by its own CPU: there the second group gained nothing and the committed logs'
-    # share of batch throughput grew (bench_logs on/off 0.925 against 0.954; benchmarks.md).
+    # on their commits. A lone worker is bound by its own CPU: there the second group gained
+    # nothing and the committed logs' share of batch throughput grew (docs/benchmarks.md,
+    # "Measurements behind choices in the code").
     originator = Originator(
         TimedAppend(sequencer),
         CheckpointedCommit(state, issuer),
@@ -523,6 +532,18 @@ def _log_appends(sequencer: Sequencer) -> None:
         locked=sequencer.locked_appends,
         fast_misses=sequencer.fast_misses,
     )
+
+
+def _chain_vouchers(
+    settings: Settings, registry: RegistrySource | None, tls: NodeTls, stack: AsyncExitStack
+) -> PeerChainCopies | None:
+    """A read-only node serves registered nodes' proofs of the chain payloads it indexes
+    (its own key is in no registry, and clients check the proof's signer against it)."""
+    if not settings.read_only or registry is None:
+        return None
+    copies = PeerChainCopies(registry, ReplicationConfig.from_settings(settings, tls.peers))
+    stack.push_async_callback(copies.close)
+    return copies
 
 
 async def _open_database(
@@ -630,7 +651,11 @@ async def _serve(
         catch_up = RoutedReads(store, replica, watch, for_catch_up(parts.state.vector_clock))
         queried = RoutedReads(store, replica, watch, for_queries)
     subscribe = Subscribe(
-        catch_up, parts.state.fanout, keepalive_s=settings.keepalive_seconds, limits=limits
+        catch_up,
+        parts.state.fanout,
+        keepalive_s=settings.keepalive_seconds,
+        limits=limits,
+        max_lag_s=settings.subscription_max_lag_seconds,
     )
     admission = Admission()
     publish = Publish(
@@ -739,7 +764,7 @@ def metrics_tls(tls: ServerTls | None) -> MetricsTls | None:
 
 
 def _node_gauges(parts: NodeParts) -> list[ScrapedGauge]:
-    """What the dashboard reads from the node itself when it scrapes (see README Metrics)."""
+    """What the dashboard reads from the node itself when it scrapes (docs/operations.md)."""
     state, pool = parts.state, parts.store.pool
 
     def clock() -> list[tuple[Sequence[str], float]]:
@@ -833,8 +858,8 @@ async def create_pool(
         connect=connect,
         min_size=2,
         max_size=settings.db_pool_size,
-        # Our queries are short index scans; JIT compiling them costs ~10 ms each time the
-        # planner's estimate crosses jit_above_cost.
+        # Our queries are short index scans; JIT compiling them costs far more than running
+        # them each time the planner's estimate crosses jit_above_cost.
         server_settings={"jit": "off"},
         reset=_keep_session,
     )
@@ -972,10 +997,9 @@ async def run(settings: Settings) -> None:
 
 def settle_heap() -> None:
     """Called once the node has started: what it holds from start-up (modules, protobuf
-    descriptors, web3, the registry; ~175,000 objects) leaves the collector's view. Every full
-    collection scanned all of it: during a catch-up, 2.8 s of 30 s of node B's CPU went to
-    the collector, 0.3 s after this (docs/benchmarks.md, Replication); on publish, ~10% of a
-    batch's CPU (issue 14)."""
+    descriptors, web3, the registry) leaves the collector's view. Every full collection
+    scanned all of it, a real share of a catch-up's and a batch's CPU (docs/benchmarks.md,
+    "Measurements behind choices in the code")."""
     gc.collect()
     gc.freeze()
 
@@ -983,6 +1007,6 @@ def settle_heap() -> None:
 def skip_final_collection() -> None:
     """Called once the node has stopped and released everything it holds: the interpreter's
     exit then does not collect the heap. Its module teardown ran full collections over every
-    object for 1 s in a node and 2-4 s in each worker and their supervisor (seen with gdb in
-    Py_FinalizeEx), which held the drain's end past its grace on a loaded machine."""
+    object for seconds in each process (seen with gdb in Py_FinalizeEx), which held the
+    drain's end past its grace on a loaded machine."""
     gc.freeze()

@@ -64,7 +64,7 @@ async def test_kill_9_under_load_loses_no_acknowledged_envelope(
     spawn_node: Any, database: str, node_spec: Any
 ) -> None:
     node = spawn_node(database, node_spec)
-    stop, acked = asyncio.Event(), {}
+    stop, acked = asyncio.Event(), dict[bytes, int]()
     load = asyncio.create_task(publish_until_stopped(node.address, stop, acked))
     while len(acked) < 300:
         await asyncio.sleep(0.05)
@@ -99,7 +99,7 @@ async def test_two_processes_on_one_database_share_one_gap_free_sequence(
 
         watching = asyncio.create_task(watch())
         await asyncio.sleep(0.3)
-        stop, acked = asyncio.Event(), {}
+        stop, acked = asyncio.Event(), dict[bytes, int]()
         loads = [
             asyncio.create_task(publish_until_stopped(n.address, stop, acked, workers=8))
             for n in (first, second)
@@ -128,7 +128,7 @@ async def test_sigterm_drains_in_flight_publishes_and_closes_streams(
     node = spawn_node(database, node_spec)
     async with NodeClient(node.address) as client:
         call = client.subscribe(topics=[TOPIC])
-        stop, acked = asyncio.Event(), {}
+        stop, acked = asyncio.Event(), dict[bytes, int]()
         load = asyncio.create_task(publish_until_stopped(node.address, stop, acked, workers=8))
         while len(acked) < 100:
             await asyncio.sleep(0.05)

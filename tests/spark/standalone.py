@@ -213,7 +213,7 @@ def submit(
     cwd: Path,
     timeout_s: float = 240,
 ) -> subprocess.CompletedProcess[str]:
-    """spark-submit in client mode, as the README documents it, with small memory settings;
+    """spark-submit in client mode, as docs/data-pipeline.md has it, with small memory settings;
     the scheduler waits for an executor on every worker before it runs a task."""
     cores = len(cluster.workers)
     command = [

@@ -164,7 +164,7 @@ def test_executors_run_the_shipped_code_and_environment(
             assert not _inside(entry, REPO_ROOT), entry
             assert not _inside(entry, venv), entry
     assert seen == set(workers)  # an executor on each worker ran tasks
-    for worker in cluster.workers:
-        executors = cluster.app_dirs(worker)
-        assert executors, worker.name
+    for daemon in cluster.workers:
+        executors = cluster.app_dirs(daemon)
+        assert executors, daemon.name
         assert all((e / "environment" / "bin" / "python").exists() for e in executors)

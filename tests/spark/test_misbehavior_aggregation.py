@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -13,7 +14,9 @@ import pytest
 
 from spark_jobs import gen_data as g
 from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xnode.client.node import key_package_envelope
 from xnode.core.crypto import SigningKey, blockchain_proof_digest
+from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
 
 T0 = 1_800_000_000 * 10**9  # on an hour boundary
 MIN = 60 * 10**9
@@ -42,6 +45,16 @@ UNRESPONSIVE, SLOW, OUT_OF_ORDER, DUPLICATE = 1, 2, 4, 5
 
 def envelope(originator: int, signer: int, seq: int, data: bytes, ns: int = T0) -> bytes:
     return g.signed_envelope(originator, KEYS[signer], seq, ns, data)
+
+
+def old_key_package(originator: int, seq: int) -> bytes:
+    """A key package the originator accepted and signed 200 days ago, valid then for 90 days:
+    long expired today, honest on any day."""
+    then = int(time.time()) - 200 * 86_400
+    client = key_package_envelope(bytes([seq]) * 32, then - 60)
+    payer = build_payer_envelope(client, SigningKey(b"\x09" * 32), originator)
+    valid = validate_payer_envelope(payer, originator, then)
+    return originate(valid, originator, seq, then * 10**9, KEYS[originator]).raw
 
 
 @dataclass
@@ -315,6 +328,7 @@ def test_no_honest_node_is_flagged_by_forged_or_misleading_reports(
         (OUT_OF_ORDER, [early, late]),
         (OUT_OF_ORDER, [late, early]),  # listed backwards: the signed order is still right
         (INVALID_PAYLOAD, [early]),
+        (INVALID_PAYLOAD, [old_key_package(700, 6)]),  # judged at its time, not today
         (CAUSAL, [early, late]),
         (CHAIN, [early]),
     ]

@@ -27,7 +27,7 @@ from tests.integration.export.helpers import (
 from xnode.client.node import NodeClient
 from xnode.commands.export import export_node
 from xnode.config import Settings
-from xnode.core.envelopes import parse_originator_envelope
+from xnode.core.envelopes import IndexedEnvelope, parse_originator_envelope
 from xnode.core.topics import TopicKind
 
 G, W, K, ID = (
@@ -52,7 +52,7 @@ PUBLISHED = [
 SHORT = [1, 2, 3, 5, 7, 8]
 
 
-def old_rows(spec: NodeSpec) -> list[tuple[Any, ...]]:
+def old_rows(spec: NodeSpec) -> list[IndexedEnvelope]:
     """Received from originator 200: 1-3 originated 400 days ago (expired by the XIP's
     default), 4 an identity update as old, 5 recent; and a chain identity update."""
     old = (int(time.time()) - 400 * DAY_S) * NS_PER_S

@@ -9,6 +9,7 @@ import argparse
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -61,18 +62,27 @@ def test_installed_script_answers_help() -> None:
     assert "--database-dsn" in done.stdout
 
 
+@pytest.fixture(scope="module")
+def script_helps() -> dict[Path, subprocess.CompletedProcess[str]]:
+    """`--help` of every script, run side by side: each is mostly interpreter start-up and
+    imports, so one after another they would dominate the fast suite."""
+
+    def run(script: Path) -> subprocess.CompletedProcess[str]:
+        # spark_jobs is a package its jobs import from; bench scripts run as files.
+        is_job = script.parent.name == "spark_jobs"
+        how = ["-m", f"spark_jobs.{script.stem}"] if is_job else [str(script)]
+        return subprocess.run(
+            [sys.executable, *how, "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT
+        )
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(zip(SCRIPTS, pool.map(run, SCRIPTS), strict=True))
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_script_help(script: Path) -> None:
-    # spark_jobs is a package its jobs import from; bench scripts run as files.
-    how = (
-        ["-m", f"spark_jobs.{script.stem}"] if script.parent.name == "spark_jobs" else [str(script)]
-    )
-    done = subprocess.run(
-        [sys.executable, *how, "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+def test_script_help(
+    script: Path, script_helps: dict[Path, subprocess.CompletedProcess[str]]
+) -> None:
+    done = script_helps[script]
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage:")

@@ -1,4 +1,4 @@
-"""ForkApi (xnode.forks.v1, issue 9): every signed version of each forked (originator,
+"""ForkApi (xnode.forks.v1): every signed version of each forked (originator,
 sequence id) this node keeps, the log's version first, and their digest (anti-entropy compares
 it before paging). Translates protobuf and statuses only."""
 

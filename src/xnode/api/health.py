@@ -20,14 +20,16 @@ class GrpcHealthBoard:
 
 
 def health_dependencies(chain_enabled: bool) -> dict[str, frozenset[str]]:
-    """What each health service name needs: "" (the node overall) everything; publish the
-    database and, when enabled, the chain; query, replication and misbehavior reports the
-    database. Services answer to their full name (xmtp.xmtpv4.message_api.PublishApi) and
-    their short one (publish)."""
+    """What each health service name needs: publish the database and, when enabled, the
+    chain; "" (the node overall), query, replication and misbehavior reports the database.
+    The official clients health-check "" and drop a node that is not SERVING for reads too,
+    while a chain index that trails only holds back chain-bound publishes (answered
+    UNAVAILABLE meanwhile): so "" follows the reads. Services answer to their full name
+    (xmtp.xmtpv4.message_api.PublishApi) and their short one (publish)."""
     database = frozenset({DATABASE})
     publish = database | {CHAIN} if chain_enabled else database
     needs = {"publish": publish, "query": database, "replication": database}
-    by_name: dict[str, frozenset[str]] = {"": publish}
+    by_name: dict[str, frozenset[str]] = {"": database}
     for full, short in SHORT_NAMES.items():
         by_name[f"{PACKAGE}.{full}"] = needs[short]
         by_name[short] = needs[short]

@@ -1,4 +1,4 @@
-"""LogApi (xnode.logs.v1, issue 9): checkpoints, inclusion and consistency proofs, range
+"""LogApi (xnode.logs.v1): checkpoints, inclusion and consistency proofs, range
 fingerprints and leaves of the committed logs this node holds. Translates protobuf and
 statuses only; the answers come from xnode.usecases.logs."""
 

@@ -14,8 +14,9 @@ import grpc
 
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.core import wire
-from xnode.core.envelopes import StoredEnvelope, cursor_from_proto
+from xnode.core.envelopes import cursor_from_proto
 from xnode.core.query import EnvelopeQuery
+from xnode.usecases.fanout import Batch
 from xnode.usecases.limits import Caller
 from xnode.usecases.publish import Publish
 from xnode.usecases.query import Query
@@ -28,18 +29,25 @@ MAX_STREAM_MESSAGE_BYTES = 4 * 1024 * 1024
 _TOPICS_STATUS = api.SubscribeTopicsResponse.SubscriptionStatus
 
 
-def _chunks(envelopes: list[StoredEnvelope]) -> Iterable[list[bytes]]:
-    """Splits a delivery so no stream message grows past a few MiB."""
-    chunk: list[bytes] = []
+def _chunks(batches: list[Batch]) -> Iterable[bytes]:
+    """The batches' framed envelopes, joined into stream messages of at most a few MiB (a
+    batch beyond that alone is split by envelope)."""
+    parts: list[bytes] = []
     size = 0
-    for env in envelopes:
-        if chunk and size + len(env.raw) > MAX_STREAM_MESSAGE_BYTES:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(env.raw)
-        size += len(env.raw)
-    if chunk:
-        yield chunk
+    for batch in batches:
+        framed = batch.framed
+        if len(framed) > MAX_STREAM_MESSAGE_BYTES:
+            pieces = [wire.field(1, env.raw) for env in batch.envelopes]
+        else:
+            pieces = [framed]
+        for piece in pieces:
+            if parts and size + len(piece) > MAX_STREAM_MESSAGE_BYTES:
+                yield b"".join(parts)
+                parts, size = [], 0
+            parts.append(piece)
+            size += len(piece)
+    if parts:
+        yield b"".join(parts)
 
 
 def _topics_status(status: int) -> bytes:
@@ -54,19 +62,19 @@ Framing = Callable[[Delivery], Iterable[bytes]]
 
 def _envelopes_frames(delivery: Delivery) -> Iterable[bytes]:
     if delivery.phase in (Phase.CATCHUP, Phase.LIVE):
-        return (wire.repeated(1, chunk) for chunk in _chunks(delivery.envelopes))
+        return _chunks(delivery.batches)
     return [b""]  # caught up, or keepalive: an empty response
 
 
 def _originators_frames(delivery: Delivery) -> Iterable[bytes]:
     if delivery.phase in (Phase.CATCHUP, Phase.LIVE):
-        return (wire.field(1, wire.repeated(1, chunk)) for chunk in _chunks(delivery.envelopes))
+        return (wire.field(1, chunk) for chunk in _chunks(delivery.batches))
     return [wire.field(1, b"")]
 
 
 def _topics_frames(delivery: Delivery) -> Iterable[bytes]:
     if delivery.phase in (Phase.CATCHUP, Phase.LIVE):
-        return (wire.field(1, wire.repeated(1, chunk)) for chunk in _chunks(delivery.envelopes))
+        return (wire.field(1, chunk) for chunk in _chunks(delivery.batches))
     if delivery.phase is Phase.CAUGHT_UP:
         return [_topics_status(_TOPICS_STATUS.SUBSCRIPTION_STATUS_CATCHUP_COMPLETE)]
     return [_topics_status(_TOPICS_STATUS.SUBSCRIPTION_STATUS_WAITING)]
@@ -142,14 +150,15 @@ class EnvelopeService:
             for frame in framing(delivery):
                 yield frame
 
-    async def SubscribeEnvelopes(
+    # Not generators themselves: the stream's own generator is iterated directly, one level
+    # fewer on every delivery. A bad request raises when called, inside the error mapping.
+    def SubscribeEnvelopes(
         self, request: api.SubscribeEnvelopesRequest, context: Context
     ) -> AsyncIterator[bytes]:
         groups = [_query_of(request.query)]
-        async for frame in self._stream(groups, "SubscribeEnvelopes", _envelopes_frames, context):
-            yield frame
+        return self._stream(groups, "SubscribeEnvelopes", _envelopes_frames, context)
 
-    async def SubscribeOriginators(
+    def SubscribeOriginators(
         self, request: api.SubscribeOriginatorsRequest, context: Context
     ) -> AsyncIterator[bytes]:
         flt = request.filter
@@ -160,10 +169,7 @@ class EnvelopeService:
                 cursor_from_proto(flt.last_seen, "filter.last_seen"),
             )
         ]
-        async for frame in self._stream(
-            groups, "SubscribeOriginators", _originators_frames, context
-        ):
-            yield frame
+        return self._stream(groups, "SubscribeOriginators", _originators_frames, context)
 
     async def SubscribeTopics(
         self, request: api.SubscribeTopicsRequest, context: Context

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import structlog
 
 from xnode.chain.rpc import ChainRpcError, ChainUnavailable
+from xnode.core.chain_payloads import NotVouched
 from xnode.core.clock import SYSTEM_CLOCK, Clock
 
 log = structlog.get_logger(__name__)
@@ -126,7 +127,7 @@ class IndexStatus:
         if self._failing_since is not None:
             return  # logged when it started failing
         self._failing_since = self._clock.monotonic_s()
-        transient = isinstance(exc, ChainUnavailable | ChainRpcError | OSError)
+        transient = isinstance(exc, ChainUnavailable | ChainRpcError | OSError | NotVouched)
         (log.warning if transient else log.error)(
             "chain_indexer_failing",
             error=repr(exc),

@@ -1,6 +1,7 @@
 """Writes what the indexer found: a page's chain payloads (envelopes of originators 0 and 1,
-signed by this node), skipped events, block hashes and the new progress in one transaction;
-and, after a re-org, forgets what the dropped blocks added."""
+signed by this node, or on a read-only node by a registered one: `vouchers`), skipped
+events, block hashes and the new progress in one transaction; and, after a re-org, forgets
+what the dropped blocks added."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from xnode.chain.contracts import DeployedContracts
 from xnode.chain.index_status import Tip
 from xnode.chain.log_stream import Page
 from xnode.chain.logs import build_payloads, log_skipped
-from xnode.chain.ports import ChainIndexStore
+from xnode.chain.ports import ChainIndexStore, ChainVouchers
 from xnode.chain.rpc import Log
 from xnode.chain.verify import ChainSetupError
 from xnode.core.chain_index import ChainProgress, IndexedRange
@@ -52,8 +53,10 @@ class IndexWriter:
         addresses: dict[str, bytes],
         key: SigningKey,
         reorg_window: int,
+        vouchers: ChainVouchers | None = None,
     ) -> None:
         self._store = store
+        self._vouchers = vouchers
         self._addresses = addresses
         self._contract_of = {a.hex(): name for name, a in addresses.items()}
         self._key = key
@@ -80,6 +83,8 @@ class IndexWriter:
         """Stores the page; returns the new tip and the envelopes that were new."""
         started = time.perf_counter()
         payloads, skipped = await self._build(page.logs, page.timestamps)
+        if self._vouchers is not None and payloads:
+            payloads = await self._vouchers.vouched(payloads)
         built_at = time.perf_counter()
         blocks = {page.first: page.start.hash, page.last: page.end.hash}
         blocks.update({p.event.block_number: p.event.block_hash for p in payloads})

@@ -27,7 +27,7 @@ from xnode.chain.contracts import DeployedContracts
 from xnode.chain.index_status import IndexerConfig, IndexStatus, Tip
 from xnode.chain.index_writer import IndexWriter, contract_addresses
 from xnode.chain.log_stream import LogStreamer
-from xnode.chain.ports import ChainIndexStore, IndexerLock
+from xnode.chain.ports import ChainIndexStore, ChainVouchers, IndexerLock
 from xnode.chain.rpc import ChainRpc
 from xnode.core.backoff import Backoff
 from xnode.core.clock import SYSTEM_CLOCK, Clock
@@ -56,6 +56,7 @@ class ChainIndexer:
         on_rewound: OnRewound,
         lock: IndexerLock,
         clock: Clock = SYSTEM_CLOCK,
+        vouchers: ChainVouchers | None = None,
     ) -> None:
         self.status = IndexStatus(config, clock)
         self._rpc = rpc
@@ -63,7 +64,9 @@ class ChainIndexer:
         self._reorg_window = config.reorg_window
         self._blocks = BlockTracker(rpc, store, contracts.deployment_block)
         self._logs = LogStreamer(rpc, contracts, config.page_blocks)
-        self._writer = IndexWriter(store, contract_addresses(contracts), key, config.reorg_window)
+        self._writer = IndexWriter(
+            store, contract_addresses(contracts), key, config.reorg_window, vouchers
+        )
         self._on_indexed = on_indexed
         self._on_rewound = on_rewound
         self._lock = lock

@@ -12,7 +12,7 @@ from xnode.chain.contracts import DeployedContracts
 from xnode.chain.deployment import ContractsFileError, load_contracts_file, load_registry_file
 from xnode.chain.index_status import IndexerConfig
 from xnode.chain.indexer import ChainIndexer, OnIndexed, OnRewound
-from xnode.chain.ports import ChainStorage, IndexerLock
+from xnode.chain.ports import ChainStorage, ChainVouchers, IndexerLock
 from xnode.chain.publisher import ChainPublisher
 from xnode.chain.registry import ChainRegistrySource
 from xnode.chain.rpc import ChainRpc, ChainRpcError, ChainUnavailable
@@ -132,9 +132,11 @@ def chain_services(
     on_indexed: OnIndexed,
     on_rewound: OnRewound,
     node_cursor: Callable[[], Cursor],
+    vouchers: ChainVouchers | None = None,
 ) -> ChainServices:
     """The indexer and publisher over `store` (the store adapter's, built by the composition
-    root); `lock` elects the one process per database that indexes."""
+    root); `lock` elects the one process per database that indexes; `vouchers` (read-only
+    nodes) give registered nodes' proofs for what it indexes."""
     config = IndexerConfig(
         confirmations=settings.chain_confirmations,
         poll_s=settings.chain_poll_seconds,
@@ -151,6 +153,7 @@ def chain_services(
         on_indexed,
         on_rewound,
         lock,
+        vouchers=vouchers,
     )
     account = Account.from_key(settings.chain_publisher_signing_key().secret)
     sender = TxSender(conn.rpc, account, conn.contracts.chain_id)

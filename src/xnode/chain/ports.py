@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from xnode.core.chain_index import ChainProgress, IndexedRange
+from xnode.core.chain_payloads import ChainPayload
 from xnode.core.envelopes import StoredEnvelope
 from xnode.usecases.ports import InboxClaims, InboxResolver
 
@@ -32,6 +33,16 @@ class ChainIndexStore(Protocol):
     ) -> tuple[int, dict[int, int]]:
         """Forgets everything indexed above `block_number` (a re-org dropped it). Returns how
         many envelopes were deleted and the chain originators' new highest sequence ids."""
+        ...
+
+
+class ChainVouchers(Protocol):
+    """A read-only node's source of registered nodes' proofs for the payloads it indexes."""
+
+    async def vouched(self, payloads: Sequence[ChainPayload]) -> list[ChainPayload]:
+        """The payloads, each with a registered node's copy (core.chain_payloads.vouches_for)
+        in place of this node's own; raises NotVouched when a registered node serves none
+        yet (the indexer tries the page again)."""
         ...
 
 

@@ -16,6 +16,7 @@ from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import build_payer_envelope, cursor_to_proto
+from xnode.core.key_packages import encode_key_package, installation_key_of
 from xnode.core.mls import mls_group_message as mls_group_message
 from xnode.core.topics import Topic, TopicKind
 from xnode.tls import ClientTls, open_channel
@@ -40,6 +41,22 @@ def group_message_envelope(
             depends_on=cursor_to_proto(depends_on or Cursor()),
         ),
         group_message=mls_pb2.GroupMessageInput(v1=mls_pb2.GroupMessageInput.V1(data=data)),
+    )
+
+
+def key_package_envelope(
+    installation: bytes, made_s: int, lifetime_s: int = 90 * 86_400
+) -> envelopes_pb2.ClientEnvelope:
+    """A key package upload on `installation`'s topic (an Ed25519 seed, which signs it),
+    valid from `made_s` (unix seconds) for `lifetime_s`."""
+    package = encode_key_package(installation, made_s, lifetime_s)
+    return envelopes_pb2.ClientEnvelope(
+        aad=envelopes_pb2.AuthenticatedData(
+            target_topic=Topic(TopicKind.KEY_PACKAGES, installation_key_of(installation)).raw
+        ),
+        upload_key_package=mls_pb2.UploadKeyPackageRequest(
+            key_package=mls_pb2.KeyPackageUpload(key_package_tls_serialized=package)
+        ),
     )
 
 

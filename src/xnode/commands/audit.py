@@ -6,9 +6,11 @@ logs that the chain payloads were indexed from."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+import asyncpg
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -29,8 +31,10 @@ from xnode.core.audit import (
 )
 from xnode.core.chain_payloads import ChainEvent, MalformedPayload
 from xnode.export.writer import ExportError
+from xnode.replication.scrub import PassCount, Scrub
 from xnode.store.audit import AuditSource
 from xnode.store.export import ExportSource, ExportSourceError
+from xnode.store.scrub import ScrubStore
 
 CHAIN_PAGE_BLOCKS = 2000
 
@@ -43,20 +47,39 @@ class AuditError(RuntimeError):
 class AuditOptions:
     chain: bool = True  # check chain payloads against the contracts' logs when configured
     show_progress: bool = True
+    now_unix: int | None = None  # when expiry is judged (None: now)
+
+
+async def _registry_keys(settings: Settings, conn: asyncpg.Connection) -> dict[int, bytes]:
+    try:
+        node_id, public_key = await ExportSource(conn).node_identity()
+        entries = await registry_entries(settings, node_id, public_key)
+    except (ExportSourceError, ExportError) as exc:
+        raise AuditError(str(exc)) from None
+    return {e.node_id: e.public_key for e in entries}
+
+
+async def scrub_node(settings: Settings) -> PassCount:
+    """`xnode audit --repair`: one scrub pass over the whole store, now (replication.scrub):
+    envelopes whose bytes their leaf does not commit to (or whose signature is not their
+    originator's) are withdrawn, so they are no longer served; they and the losses are
+    fetched again from peers by the node's repair."""
+    async with connection(settings.database_dsn, AuditError) as conn:
+        keys = await _registry_keys(settings, conn)
+        try:
+            return await Scrub(ScrubStore(conn), 0, keys=lambda: keys).one_pass()
+        except DATABASE_ERRORS as exc:
+            raise AuditError(f"the database failed during the repair: {exc}") from None
 
 
 async def audit_node(settings: Settings, options: AuditOptions = AuditOptions()) -> Verdict:
     async with connection(settings.database_dsn, AuditError) as conn:
-        try:
-            node_id, public_key = await ExportSource(conn).node_identity()
-            entries = await registry_entries(settings, node_id, public_key)
-        except (ExportSourceError, ExportError) as exc:
-            raise AuditError(str(exc)) from None
-        keys: RegistryKeys = {e.node_id: (e.public_key,) for e in entries}
+        keys: RegistryKeys = {n: (k,) for n, k in (await _registry_keys(settings, conn)).items()}
         verdict = Verdict()
         try:
             async with AuditSource(conn).snapshot() as source:
-                await _audit_logs(source, keys, verdict, options.show_progress)
+                now = options.now_unix if options.now_unix is not None else int(time.time())
+                await _audit_logs(source, keys, verdict, options.show_progress, now)
                 async for c in source.conflicts():
                     audit_conflict(
                         c.originator_node_id, c.sequence_id, c.versions, c.log_raw, keys, verdict
@@ -69,7 +92,7 @@ async def audit_node(settings: Settings, options: AuditOptions = AuditOptions())
 
 
 async def _audit_logs(
-    source: AuditSource, keys: RegistryKeys, verdict: Verdict, show: bool
+    source: AuditSource, keys: RegistryKeys, verdict: Verdict, show: bool, now_unix: int
 ) -> None:
     with _Progress(await source.row_count(), show) as advance:
         for originator in await source.originators():
@@ -79,9 +102,10 @@ async def _audit_logs(
                 await source.checkpoints(originator),
                 await source.forked(originator),
                 verdict,
+                now_unix,
             )
-            async for sequence_id, leaf, raw in source.rows(originator):
-                audit.row(sequence_id, leaf, raw)
+            async for sequence_id, leaf, raw, expiry in source.rows(originator):
+                audit.row(sequence_id, leaf, raw, expiry)
                 advance()
             audit.finish()
 

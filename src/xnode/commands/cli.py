@@ -56,11 +56,18 @@ def _cmd_prune(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from xnode.commands.audit import AuditError, AuditOptions, audit_node
+    from xnode.commands.audit import AuditError, AuditOptions, audit_node, scrub_node
 
     settings = settings_from_args(args)
     options = AuditOptions(chain=not args.no_chain, show_progress=not args.no_progress)
     try:
+        if args.repair:
+            scrubbed = asyncio.run(scrub_node(settings))
+            print(
+                f"repair: {scrubbed.checked} leaves checked, {scrubbed.withdrawn} envelopes "
+                "withdrawn (bytes their leaf does not commit to); withdrawn and lost envelopes "
+                "are fetched again from peers by the node's repair"
+            )
         verdict = asyncio.run(audit_node(settings, options))
     except AuditError as exc:
         print(f"xnode audit: could not run: {exc}", file=sys.stderr)
@@ -79,6 +86,12 @@ def add_audit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--no-chain", action="store_true", help="skip the chain payloads vs contract logs check"
     )
     audit.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    audit.add_argument(
+        "--repair",
+        action="store_true",
+        help="first withdraw stored envelopes that do not match their leaves (one scrub pass;"
+        " the running node fetches them and any lost ones again from its peers)",
+    )
     audit.set_defaults(func=_cmd_audit)
 
 

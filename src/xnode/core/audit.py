@@ -1,4 +1,4 @@
-"""Audit replay (issue 9 part 7): re-checks a node's whole stored history, row by row.
+"""Audit replay: re-checks a node's whole stored history, row by row.
 
 Pure and streaming: an adapter feeds each originator's rows in sequence order (the envelope
 and / or its leaf hash), that originator's stored checkpoints and forked sequence ids, and the
@@ -8,8 +8,11 @@ checkpoints and the tree's O(log n) frontier. `xnode audit` (a database) and
 - every envelope's signature against the registry keys its originator may have signed with
   (originator signature; for chain payloads the indexing node's blockchain proof);
 - contiguity per logged originator, net of expiry: a sequence id whose envelope is gone is
-  fine when its leaf hash is kept; one with neither is a gap;
-- each leaf is the hash of its envelope's signed content;
+  fine only when its leaf is kept and provably expired (leaf format 2, its committed expiry
+  passed: xnode.core.leaves); an unexpired one is a loss; one with neither is a gap. A
+  format 1 leaf (held without its envelope since before leaf format 2) commits to no
+  expiry: counted apart, excused by the rule of its time (a kept leaf meant expired);
+- each leaf commits to its envelope's signed content (and, format 2, its expiry);
 - every stored checkpoint's signature, its previous-hash chain, and its root against the
   leaves (a root over a sequence id the originator forked is evidence of the fork, not a
   fault of this node: the log keeps the version the fork rule picks);
@@ -44,6 +47,8 @@ from xnode.core.crypto import (
     recover_public_key,
 )
 from xnode.core.forks import envelope_hash, log_keeps
+from xnode.core.leaves import leaf_matches, provably_expired
+from xnode.core.retention import NEVER
 
 # node id -> every key it may have signed with (xnode.core.evidence.RegistryKeys). The
 # NodeRegistry contract fixes a node's key when the node is added, so today this is one key
@@ -59,6 +64,7 @@ class FaultKind(StrEnum):
     BAD_SIGNATURE = "bad_signature"
     MISSING_LEAF = "missing_leaf"
     LEAF_MISMATCH = "leaf_mismatch"
+    LOST = "lost_envelope"  # a leaf whose envelope is gone before its committed expiry
     GAP = "missing_sequence_ids"
     CHECKPOINT_SIGNATURE = "checkpoint_signature"
     CHECKPOINT_CHAIN = "checkpoint_chain"
@@ -87,7 +93,8 @@ class Verdict:
     """What an audit found: counts, and the first MAX_DETAILS faults described."""
 
     envelopes: int = 0  # envelopes checked
-    expired: int = 0  # sequence ids held as leaf hashes only (envelope expired or pruned)
+    expired: int = 0  # leaves whose envelope is gone after their committed expiry
+    format1_without_envelope: int = 0  # format 1 leaves held alone: no expiry to prove
     checkpoints: int = 0
     checkpoints_unchecked: int = 0  # roots beyond the contiguous leaves held
     checkpoints_over_forks: int = 0
@@ -109,6 +116,7 @@ class Verdict:
         for name in (
             "envelopes",
             "expired",
+            "format1_without_envelope",
             "checkpoints",
             "checkpoints_unchecked",
             "checkpoints_over_forks",
@@ -125,8 +133,9 @@ class Verdict:
         if sum(self.faults.values()) > len(self.details):
             lines.append(f"  ... {sum(self.faults.values()) - len(self.details)} more")
         counts = (
-            f"checked {self.envelopes} envelopes ({self.expired} expired sequence ids held as "
-            f"leaf hashes), {self.checkpoints} checkpoints ({self.checkpoints_unchecked} roots "
+            f"checked {self.envelopes} envelopes ({self.expired} sequence ids provably "
+            f"expired, {self.format1_without_envelope} format 1 leaves without envelope), "
+            f"{self.checkpoints} checkpoints ({self.checkpoints_unchecked} roots "
             f"beyond the leaves held, {self.checkpoints_over_forks} over forks), "
             f"{self.conflicts} conflicts, {self.chain_events} chain events"
         )
@@ -189,15 +198,6 @@ def envelope_problem(
     return None
 
 
-def leaf_of(raw: bytes) -> bytes | None:
-    try:
-        return merkle.leaf_hash(
-            envelopes_pb2.OriginatorEnvelope.FromString(raw).unsigned_originator_envelope
-        )
-    except DecodeError:
-        return None
-
-
 class OriginatorAudit:
     """One originator's history, fed in sequence order by `row`; `finish` after the last."""
 
@@ -208,8 +208,11 @@ class OriginatorAudit:
         checkpoints: Sequence[bytes],
         forked: Collection[int],
         verdict: Verdict,
+        now_unix: int = 0,
     ) -> None:
+        """`now_unix`: the time expiry is judged at (0: nothing has expired)."""
         self.originator = originator
+        self._now = now_unix
         self._keys = keys
         self._verdict = verdict
         self._logged = has_log(originator)
@@ -241,7 +244,15 @@ class OriginatorAudit:
         verified.reverse()  # popped from the end, smallest tree first
         return verified
 
-    def row(self, sequence_id: int, leaf: bytes | None, raw: bytes | None) -> None:
+    def row(
+        self,
+        sequence_id: int,
+        leaf: bytes | None,
+        raw: bytes | None,
+        committed_expiry: int | None = None,
+    ) -> None:
+        """`committed_expiry`: the expiry the leaf commits to (format 2), None for format 1
+        or when the source does not know it."""
         if sequence_id > self._last + 1 and self._logged:
             first, last = self._last + 1, sequence_id - 1
             self._fault(
@@ -252,9 +263,20 @@ class OriginatorAudit:
         if raw is not None:
             self._envelope(sequence_id, leaf, raw)
         elif leaf is not None:
-            self._verdict.expired += 1
+            self._without_envelope(sequence_id, committed_expiry)
         if self._logged and leaf is not None:
             self._append(leaf)
+
+    def _without_envelope(self, sequence_id: int, committed_expiry: int | None) -> None:
+        if committed_expiry is None:
+            self._verdict.format1_without_envelope += 1
+        elif provably_expired(committed_expiry, self._now):
+            self._verdict.expired += 1
+        else:
+            until = "never expires" if committed_expiry == NEVER else f"expires {committed_expiry}"
+            self._fault(
+                FaultKind.LOST, sequence_id, f"the leaf is held, the envelope is not ({until})"
+            )
 
     def _envelope(self, sequence_id: int, leaf: bytes | None, raw: bytes) -> None:
         self._verdict.envelopes += 1
@@ -266,7 +288,7 @@ class OriginatorAudit:
         if leaf is None:
             self._fault(FaultKind.MISSING_LEAF, sequence_id, "an envelope without its leaf hash")
             self._frontier = None
-        elif leaf_of(raw) != leaf:
+        elif not leaf_matches(leaf, raw):
             self._fault(
                 FaultKind.LEAF_MISMATCH, sequence_id, "the leaf is not the envelope's content"
             )

@@ -12,6 +12,7 @@ ClientEnvelope for their topic. Anything else is malformed and skipped by the in
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
@@ -224,3 +225,35 @@ def build_chain_payload(event: ChainEvent, timestamp: int, key: SigningKey) -> C
     ).SerializeToString()
     update = client.identity_update if client.HasField("identity_update") else None
     return ChainPayload(event, event.topic.raw, originator_ns, raw, update, payer_address)
+
+
+class NotVouched(Exception):
+    """No registered node serves its signed copy of a chain payload yet."""
+
+
+def vouches_for(own_raw: bytes, other_raw: bytes, registry_keys: Collection[bytes]) -> bool:
+    """Whether `other_raw` is the chain payload `own_raw` (the same signed content and
+    transaction) with a blockchain proof by a registry node's key.
+
+    Clients accept a chain payload only when its node_signature is by a registry node
+    (XIP-49 3.3.4, query rule 2). A read-only node is in no registry, so it serves a registered
+    node's copy of each payload it indexed: the content is the chain's, which its own index
+    checks, and the proof is one every client can verify."""
+    try:
+        own = envelopes_pb2.OriginatorEnvelope.FromString(own_raw)
+        other = envelopes_pb2.OriginatorEnvelope.FromString(other_raw)
+    except DecodeError:
+        return False
+    if other.WhichOneof("proof") != "blockchain_proof":
+        return False
+    unsigned, tx = own.unsigned_originator_envelope, own.blockchain_proof.transaction_hash
+    same_tx = other.blockchain_proof.transaction_hash == tx
+    if other.unsigned_originator_envelope != unsigned or not same_tx:
+        return False
+    try:
+        signer = recover_public_key(
+            other.blockchain_proof.node_signature.bytes, blockchain_proof_digest(unsigned, tx)
+        )
+    except SignatureError:
+        return False
+    return signer in registry_keys

@@ -1,13 +1,15 @@
-"""Signed checkpoints: an originator's commitment to its whole log (issue 9).
+"""Signed checkpoints: an originator's commitment to its whole log.
 
 A checkpoint names the originator, the tree size (its last sequence id), the root of the
 RFC 9162 tree over its envelopes' leaf hashes (xnode.core.merkle), the originator's time and
 the hash of the checkpoint before it, so the checkpoints of one originator form a chain anyone
 can replay. The originator signs keccak256("checkpoint|" || unsigned bytes) with its node key.
 
-A leaf is `merkle.leaf_hash(unsigned_originator_envelope)`: the content the originator signed,
-so two different signed contents for one sequence id are two different leaves (a fork). Chain
-payloads (originators 0 and 1) have no leaves: the chain is their commitment."""
+A leaf commits to the content the originator signed and to its expiry (xnode.core.leaves,
+format 2), so two different signed contents for one sequence id are two different leaves (a
+fork). A checkpoint names the leaf format of its tree (`leaf_format`, 1 when absent):
+checkpoints of two formats are never compared with each other. Chain payloads (originators 0
+and 1) have no leaves: the chain is their commitment."""
 
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
-from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.core import merkle
 from xnode.core.crypto import (
     SignatureError,
@@ -25,6 +26,7 @@ from xnode.core.crypto import (
     keccak256,
     recover_public_key,
 )
+from xnode.core.leaves import FORMAT_V1, FORMAT_V2, envelope_leaf
 from xnode_api.logs.v1 import logs_pb2
 
 FIRST_PREVIOUS = bytes(merkle.HASH_LENGTH)  # previous_hash of an originator's first checkpoint
@@ -39,13 +41,7 @@ def has_log(originator_node_id: int) -> bool:
     return originator_node_id >= FIRST_LOGGED_ORIGINATOR
 
 
-def envelope_leaf(raw_originator_envelope: bytes) -> bytes:
-    """The leaf hash of a signed OriginatorEnvelope (its unsigned, signed-over content)."""
-    try:
-        envelope = envelopes_pb2.OriginatorEnvelope.FromString(raw_originator_envelope)
-    except DecodeError as exc:
-        raise ValueError(f"originator envelope does not decode: {exc}") from None
-    return merkle.leaf_hash(envelope.unsigned_originator_envelope)
+__all__ = ["envelope_leaf"]  # the leaf of an envelope, where checkpoints are used
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +54,7 @@ class Checkpoint:
     originator_ns: int
     previous_hash: bytes
     signed: bytes
+    leaf_format: int = FORMAT_V2
 
     @property
     def hash(self) -> bytes:
@@ -74,6 +71,7 @@ def _unsigned(
         root=root,
         originator_ns=originator_ns,
         previous_hash=previous,
+        leaf_format=FORMAT_V2,
     ).SerializeToString()
 
 
@@ -117,6 +115,7 @@ def parse_checkpoint(signed: bytes) -> tuple[Checkpoint, bytes, bytes]:
         unsigned.originator_ns,
         unsigned.previous_hash,
         signed,
+        unsigned.leaf_format or FORMAT_V1,
     )
     return checkpoint, message.unsigned_checkpoint, message.signature
 
@@ -164,6 +163,11 @@ def check_consistent(first: Checkpoint, second: Checkpoint, proof: Sequence[byte
     """The log of `first` is a prefix of the log of `second` (raises merkle.ProofError)."""
     if first.originator_node_id != second.originator_node_id:
         raise CheckpointError("checkpoints of two originators cannot be consistent")
+    if first.leaf_format != second.leaf_format:
+        raise CheckpointError(
+            f"checkpoints of leaf formats {first.leaf_format} and {second.leaf_format} "
+            "commit to different leaves: they are not compared"
+        )
     merkle.verify_consistency(first.tree_size, second.tree_size, proof, first.root, second.root)
 
 

@@ -9,7 +9,7 @@ from typing import Final
 NS_PER_SECOND: Final = 1_000_000_000
 SECONDS_PER_DAY: Final = 86_400
 
-# Reserved originator ids for payloads read from the chain (wire-facts.md): commits of group
+# Reserved originator ids for payloads read from the chain (docs/protocol.md): commits of group
 # messages and identity updates. Their envelopes never expire and are never pruned.
 GROUP_MESSAGES_ORIGINATOR: Final = 0
 IDENTITY_UPDATES_ORIGINATOR: Final = 1

@@ -1,4 +1,4 @@
-"""Keccak-256 hashing and recoverable secp256k1 signatures, domain separated (wire-facts.md)."""
+"""Keccak-256 hashing and recoverable secp256k1 signatures, domain separated (docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ class SignatureError(ValueError):
 
 
 def keccak256(*parts: bytes) -> bytes:
-    # safe-pysha3's C Keccak: 3x faster per call than pycryptodome's (docs/benchmarks.md,
-    # "Keccak"); one call with joined bytes, as each call has a fixed cost.
+    # safe-pysha3's C Keccak: the fastest per call that installs here (docs/benchmarks.md);
+    # one call with joined bytes, as each call has a fixed cost.
     digest: bytes = keccak_256(b"".join(parts)).digest()
     return digest
 
 
 # The digests every received envelope needs (two recoveries, an address) call keccak_256
-# directly: a ~0.3 us layer less each, on the replication path's CPU per envelope (issue 9).
+# directly: one Python layer less each, on the replication path's CPU per envelope.
 
 
 def payer_digest(target_originator: int, unsigned_client_envelope: bytes) -> bytes:
@@ -70,10 +70,9 @@ def address_of(public_key: bytes) -> bytes:
 
 
 # libsecp256k1 called through coincurve's own cffi binding (coincurve is pinned): its
-# PublicKey wrapper (a key object, then serializing it) cost ~3 us per recovery in Python
-# around the ~41 us of C, and every replicated envelope costs two (verify_batch 120 -> 114 us
-# per envelope; docs/benchmarks.md, "Repair", run 11). cffi releases the GIL for the C calls,
-# as the wrapper did.
+# PublicKey wrapper (a key object, then serializing it) is Python around every recovery, and
+# every replicated envelope costs two (docs/benchmarks.md, "Measurements behind choices in
+# the code"). cffi releases the GIL for the C calls, as the wrapper did.
 _CONTEXT = GLOBAL_CONTEXT.ctx
 _UNCOMPRESSED = lib.SECP256K1_EC_UNCOMPRESSED
 

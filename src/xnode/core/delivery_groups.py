@@ -1,4 +1,4 @@
-"""Delivery groups (issue 9, after Safe Network's reliable message delivery): the log of an
+"""Delivery groups (after Safe Network's reliable message delivery): the log of an
 originator that cannot be reached (or is disabled) is fetched through f+1 peers, where f is
 the most faulty nodes a registry of n tolerates (n >= 3f + 1). With f+1 relays, f faulty ones
 (serving forged, truncated or stale logs) cannot keep an envelope from an honest node: at

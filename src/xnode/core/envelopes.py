@@ -12,6 +12,7 @@ from google.protobuf.message import DecodeError
 from xmtp.identity.associations import association_pb2, signature_pb2
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import (
     SignatureError,
     SigningKey,
@@ -23,8 +24,8 @@ from xnode.core.crypto import (
 from xnode.core.cursors import Cursor, out_of_range
 from xnode.core.errors import Reason, Rejected
 from xnode.core.fees import NO_FEES, Fees
-from xnode.core.key_packages import parse_key_package
-from xnode.core.merkle import leaf_hash
+from xnode.core.key_packages import LIFETIME_SKEW_S, STAMP_GRACE_S, parse_key_package
+from xnode.core.leaves import leaf_v2
 from xnode.core.mls import FramingHeader, MlsError, parse_group_message
 from xnode.core.retention import expiry_unixtime
 from xnode.core.topics import KIND_OF_PAYLOAD, Topic, TopicError
@@ -36,7 +37,7 @@ _NO_CURSOR = Cursor()
 def cursor_from_proto(message: envelopes_pb2.Cursor, where: str = "cursor") -> Cursor:
     """`where` names the field for the client (e.g. `query.last_seen`)."""
     entries = message.node_id_to_sequence_id
-    if not entries:  # most depend on nothing: one shared Cursor, no map views (2-4 us)
+    if not entries:  # most depend on nothing: one shared Cursor, no map views to build
         return _NO_CURSOR
     if len(entries) > MAX_CURSOR_ENTRIES:
         raise Rejected(
@@ -111,7 +112,7 @@ def _decode_client_envelope(raw: bytes) -> envelopes_pb2.ClientEnvelope:
 
 
 def _check_payload(
-    client: envelopes_pb2.ClientEnvelope, topic: Topic, now_s: int
+    client: envelopes_pb2.ClientEnvelope, topic: Topic, at_s: int, until_s: int
 ) -> tuple[str, FramingHeader | None]:
     payload: str | None = client.WhichOneof("payload")
     if payload is None:
@@ -129,7 +130,10 @@ def _check_payload(
         _check_welcome(client.welcome_message.v1, topic)
     elif payload == "upload_key_package":
         _check_key_package(
-            client.upload_key_package.key_package.key_package_tls_serialized, topic, now_s
+            client.upload_key_package.key_package.key_package_tls_serialized,
+            topic,
+            at_s,
+            until_s,
         )
     elif payload == "identity_update":
         _check_identity_update(client.identity_update, topic)
@@ -170,12 +174,12 @@ def _check_welcome(welcome: mls_pb2.WelcomeMessageInput.V1, topic: Topic) -> Non
         )
 
 
-def _check_key_package(data: bytes, topic: Topic, now_s: int) -> None:
+def _check_key_package(data: bytes, topic: Topic, at_s: int, until_s: int) -> None:
     where = "upload_key_package.key_package.key_package_tls_serialized"
     if not data:
         raise Rejected(Reason.INVALID_PAYLOAD, "key package upload has no key package")
     try:
-        package = parse_key_package(data, now_s)
+        package = parse_key_package(data, at_s, until_s)
     except MlsError as exc:
         raise Rejected(Reason.INVALID_PAYLOAD, f"{where}: {exc}") from None
     if package.signature_key != topic.identifier:
@@ -219,9 +223,10 @@ def _payer_address(payer: envelopes_pb2.PayerEnvelope) -> bytes:
 
 
 def _payer_rules(
-    payer: envelopes_pb2.PayerEnvelope, node_id: int, now_s: int | None
+    payer: envelopes_pb2.PayerEnvelope, node_id: int, at_s: int, until_s: int
 ) -> tuple[envelopes_pb2.ClientEnvelope, int, Topic, str, FramingHeader | None, Cursor]:
-    """The rules of validate_payer_envelope but the payer signature's, in its order."""
+    """The rules of validate_payer_envelope but the payer signature's, in its order; time-bound
+    rules (key package lifetimes) hold from `at_s` until `until_s`."""
     if not payer.unsigned_client_envelope:
         raise Rejected(Reason.MISSING_PAYLOAD, "unsigned_client_envelope is empty")
     client = _decode_client_envelope(payer.unsigned_client_envelope)
@@ -240,8 +245,7 @@ def _payer_rules(
         topic = Topic.parse(aad.target_topic)
     except TopicError as exc:
         raise Rejected(Reason.BAD_TOPIC, f"target_topic: {exc}") from None
-    now = int(time.time()) if now_s is None else now_s
-    payload, framing = _check_payload(client, topic, now)
+    payload, framing = _check_payload(client, topic, at_s, until_s)
     depends_on = cursor_from_proto(aad.depends_on, "aad.depends_on")
     return client, target, topic, payload, framing, depends_on
 
@@ -249,9 +253,14 @@ def _payer_rules(
 def validate_payer_envelope(
     payer: envelopes_pb2.PayerEnvelope, node_id: int, now_s: int | None = None
 ) -> ValidPayerEnvelope:
-    """The stateless rules of XIP-49 3.3.4; the depends_on rule needs state, see below.
-    `now_s` (unix seconds, default the wall clock) is what key package lifetimes must hold."""
-    client, target, topic, payload, framing, depends_on = _payer_rules(payer, node_id, now_s)
+    """The stateless rules of XIP-49 3.3.4 as the originator applies them at publish; the
+    depends_on rule needs state, see below. The envelope's time is now (`now_s`, unix seconds,
+    default the wall clock): the originator stamps it next, so a key package must still be
+    valid STAMP_GRACE_S later."""
+    now = int(time.time()) if now_s is None else now_s
+    client, target, topic, payload, framing, depends_on = _payer_rules(
+        payer, node_id, now, now + STAMP_GRACE_S
+    )
     return ValidPayerEnvelope(
         raw=payer.SerializeToString(deterministic=True),
         topic=topic,
@@ -265,12 +274,20 @@ def validate_payer_envelope(
     )
 
 
-def received_payer(payer: envelopes_pb2.PayerEnvelope, node_id: int) -> tuple[bytes, bytes, int]:
-    """(topic, payer address, retention days) of a payer envelope another originator signed,
-    under the same rules and reasons as validate_payer_envelope. Verifying envelopes received
-    from peers needs no more: no ValidPayerEnvelope and no second serialization, ~2 us less
-    per envelope of a repair or catch-up (issue 9)."""
-    client = _payer_rules(payer, node_id, None)[0]
+def received_payer(
+    payer: envelopes_pb2.PayerEnvelope, node_id: int, originator_ns: int
+) -> tuple[bytes, bytes, int]:
+    """(topic, payer address, retention days) of a payer envelope another originator signed
+    at `originator_ns`, under the same rules and reasons as validate_payer_envelope. Verifying
+    envelopes received from peers needs no more: no ValidPayerEnvelope and no second
+    serialization, which a repair or catch-up would pay per envelope.
+
+    Judged at the envelope's own signed time, never at the verifier's clock, so every node
+    reaches the same verdict on any day (a key package valid when originated stays valid in
+    a catch-up or an audit months later); the originator checked before stamping, hence
+    LIFETIME_SKEW_S of slack after a lifetime's end as before its start."""
+    at_s = originator_ns // NS_PER_SECOND
+    client = _payer_rules(payer, node_id, at_s, at_s - LIFETIME_SKEW_S)[0]
     # Topic.parse accepted these bytes: they are the topic's raw form
     return client.aad.target_topic, _payer_address(payer), payer.message_retention_days
 
@@ -311,7 +328,7 @@ class IndexedEnvelope:
     expiry: int
     payer_address: bytes | None
     raw: bytes
-    # merkle.leaf_hash of the signed content (xnode.core.checkpoints), when already computed
+    # the log leaf (xnode.core.leaves, format 2), when already computed
     leaf: bytes = field(default=b"", compare=False)
     # The fees the originator signed (fields 5 and 6), picodollars; usage accounting sums them
     base_fee: int = 0
@@ -324,8 +341,8 @@ class IndexedEnvelope:
 
     def __reduce__(self) -> tuple[type[IndexedEnvelope], tuple[int | bytes | None, ...]]:
         # Verified envelopes come back from the verifying processes pickled: the constructor
-        # with the fields unpickles about 3x faster than a slots dataclass' generic state
-        # (which calls dataclasses.fields() per object).
+        # with the fields unpickles faster than a slots dataclass' generic state (which calls
+        # dataclasses.fields() per object).
         return (
             IndexedEnvelope,
             (
@@ -375,7 +392,7 @@ def signed_originator(
         expiry,
         payer.payer_address,
         raw,
-        leaf_hash(unsigned) if with_leaf else b"",
+        leaf_v2(unsigned, expiry) if with_leaf else b"",
         base_fee=fees.base,
         congestion_fee=fees.congestion,
     )
@@ -402,7 +419,7 @@ def originate(
 class ReceivedEnvelope:
     """An OriginatorEnvelope read from elsewhere (a peer, the store, a client tool). Not
     frozen: a frozen dataclass' __init__ sets each of its 11 fields through
-    object.__setattr__, ~1 us more per envelope received from a peer (issue 9); it holds a
+    object.__setattr__, paid per envelope received from a peer; it holds a
     protobuf message, so it was never hashable anyway. Treat it as read-only."""
 
     raw: bytes

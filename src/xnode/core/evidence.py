@@ -1,4 +1,4 @@
-"""Evidence that proves itself (issue 9 part 5): whether a safety report's envelopes prove
+"""Evidence that proves itself: whether a safety report's envelopes prove
 its claim to a third party holding only the registry keys.
 
 Used by the node (client reports that prove nothing are refused) and by the council's
@@ -9,8 +9,12 @@ aggregation job (it counts only what this says is proven). What proves what:
 - OUT_OF_ORDER: two envelopes of the accused whose signed timestamps go back while their
   sequence ids go up. A sequence gap alone proves nothing: envelopes expire and relays skip;
 - INVALID_PAYLOAD: an envelope the accused signed whose payer envelope breaks the
-  payer-envelope rule (XIP-49 3.3.4, core.envelopes.validate_payer_envelope), named in the
-  answer so anyone can re-check it;
+  payer-envelope rule (XIP-49 3.3.4, core.envelopes.received_payer), named in the answer so
+  anyone can re-check it. Time-bound rules are judged at the envelope's signed timestamp,
+  never at the checker's clock: the verdict is the same on any day (docs/evidence.md);
+- a timestamp further in the future than the XIP allows is judged at receipt against the
+  receiver's clock: the report says what its reporter saw, but nothing in it proves that the
+  envelope arrived before its time, so it proves no OUT_OF_ORDER by itself;
 - CAUSAL_ORDERING and BLOCKCHAIN_INCONSISTENCY need state beyond the report (other
   envelopes, the chain): never proven by a report alone.
 Every envelope in a safety report must be signed by the accused: a report padded with
@@ -27,7 +31,7 @@ from google.protobuf.message import DecodeError
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.crypto import SignatureError, originator_digest, recover_public_key
-from xnode.core.envelopes import validate_payer_envelope
+from xnode.core.envelopes import received_payer
 from xnode.core.errors import Rejected
 from xnode.core.misbehavior import (
     DUPLICATE_SEQUENCE_ID,
@@ -105,14 +109,17 @@ def _out_of_order(signed: Sequence[SignedEnvelope]) -> None:
     )
 
 
-def payer_rule_broken(payer_envelope_bytes: bytes, originator: int) -> str | None:
-    """What the payer-envelope rule finds wrong with these bytes, or None if they pass."""
+def payer_rule_broken(
+    payer_envelope_bytes: bytes, originator: int, originator_ns: int
+) -> str | None:
+    """What the payer-envelope rule finds wrong with these bytes, originated at
+    `originator_ns`, or None if they pass."""
     try:
         payer = envelopes_pb2.PayerEnvelope.FromString(payer_envelope_bytes)
     except DecodeError as exc:
         return f"payer envelope does not decode ({exc})"
     try:
-        validate_payer_envelope(payer, originator)
+        received_payer(payer, originator, originator_ns)
     except Rejected as exc:
         return f"{exc.reason.value}: {exc.detail}"
     return None
@@ -120,7 +127,8 @@ def payer_rule_broken(payer_envelope_bytes: bytes, originator: int) -> str | Non
 
 def _invalid_payload(signed: Sequence[SignedEnvelope], node_id: int) -> None:
     for envelope in signed:
-        if payer_rule_broken(envelope.payer_envelope_bytes, node_id) is not None:
+        broken = payer_rule_broken(envelope.payer_envelope_bytes, node_id, envelope.originator_ns)
+        if broken is not None:
             return
     raise Unproven(f"every envelope passes the {PAYER_ENVELOPE_RULE}")
 

@@ -1,4 +1,4 @@
-"""Forks (issue 9 part 4): two different envelopes an originator signed for one sequence id.
+"""Forks: two different envelopes an originator signed for one sequence id.
 
 A fork proves itself (both signatures recover to the originator's registry key,
 xnode.core.evidence), so every node keeps both as evidence. Only one can sit in the log, and

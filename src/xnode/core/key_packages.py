@@ -32,8 +32,14 @@ ED25519_SUITES = frozenset({1, 3})
 LEAF_SOURCE_KEY_PACKAGE = 1
 CREDENTIAL_BASIC = 1
 CREDENTIAL_X509 = 2
-# Clocks differ: a lifetime starting this far in the future is still accepted.
+# Clocks differ: a lifetime starting this far after the time it is judged at is still
+# accepted. Verifiers judge at the envelope's signed timestamp, which the originator stamps
+# after its own check at publish (a moment later, or more if its clock stepped back: stamps
+# never go back), so they also accept a lifetime that ended this long before the stamp.
 LIFETIME_SKEW_S = 3600
+# At publish a lifetime must last this much longer than now: a key package about to expire
+# is refused before it is stamped, not accepted by the originator and refused by verifiers.
+STAMP_GRACE_S = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +53,10 @@ class KeyPackage:
 
 
 def _verify(key: bytes, label: bytes, content: bytes, signature: bytes, what: str) -> None:
-    # libsodium's Ed25519 (PyNaCl): ~50 us a verification, half of OpenSSL's through
-    # `cryptography` and a hundredth of pycryptodome's; the two a key package needs were most
-    # of its check (docs/benchmarks.md, payload checks). libsodium also refuses small-order
-    # keys and non-canonical encodings, which no honest client makes.
+    # libsodium's Ed25519 (PyNaCl): the fastest verification here (ahead of OpenSSL through
+    # `cryptography` and of pycryptodome), and the two a key package needs were most of its
+    # check (docs/benchmarks.md, "Measurements behind choices in the code"). libsodium also
+    # refuses small-order keys and non-canonical encodings, which no honest client makes.
     sign_content = vector_bytes(b"MLS 1.0 " + label) + vector_bytes(content)
     if len(key) != 32:
         raise MlsError("leaf_node.signature_key: not an Ed25519 public key (32 bytes)")
@@ -88,8 +94,10 @@ def _signature_key(reader: Reader) -> bytes:
     return key
 
 
-def parse_key_package(data: bytes, now_s: int) -> KeyPackage:
-    """The checked key package; raises MlsError naming the field that is wrong."""
+def parse_key_package(data: bytes, at_s: int, until_s: int | None = None) -> KeyPackage:
+    """The checked key package; raises MlsError naming the field that is wrong. Its lifetime
+    must have begun by `at_s` (give or take LIFETIME_SKEW_S) and last until `until_s`
+    (default `at_s`): core.envelopes chooses both, at publish and for envelopes received."""
     reader = Reader(data)
     version = reader.uint(2)
     if version != MLS10:
@@ -115,10 +123,14 @@ def parse_key_package(data: bytes, now_s: int) -> KeyPackage:
     package_tbs = data[: reader.position]
     package_signature = _field(reader, "signature")
     reader.done("key package")
-    if not not_before - LIFETIME_SKEW_S <= now_s <= not_after:
+    until = at_s if until_s is None else until_s
+    if not_before - LIFETIME_SKEW_S > at_s:
         raise MlsError(
-            f"leaf_node.lifetime: {not_before}..{not_after} does not include now ({now_s})"
+            f"leaf_node.lifetime: begins at {not_before}, more than {LIFETIME_SKEW_S} s after "
+            f"{at_s}, the time it is judged at (unix seconds)"
         )
+    if until > not_after:
+        raise MlsError(f"leaf_node.lifetime: ends at {not_after}, before {until} (unix seconds)")
     _verify(signature_key, b"LeafNodeTBS", leaf_tbs, leaf_signature, "leaf_node.signature")
     _verify(signature_key, b"KeyPackageTBS", package_tbs, package_signature, "signature")
     return KeyPackage(suite, init_key, signature_key, identity, not_before, not_after)

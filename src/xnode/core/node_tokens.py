@@ -1,4 +1,4 @@
-"""Node-to-node tokens (XIP-49 3.2.5, wire-facts.md).
+"""Node-to-node tokens (XIP-49 3.2.5, docs/protocol.md).
 
 A JWT with header {"alg":"ES256K","typ":"JWT"}, claims sub (sender node id), aud ([receiver
 node id]), iat and exp = iat + 1 h. Its signature is the network's own ES256K: a 65-byte

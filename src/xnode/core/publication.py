@@ -1,4 +1,4 @@
-"""Proof of publication (issue 9 part 7): one envelope, the originator's signed checkpoint and
+"""Proof of publication: one envelope, the originator's signed checkpoint and
 the inclusion proof of the envelope's leaf in that checkpoint's tree.
 
 Anyone holding only the originator's public key (from the registry) can check it offline: the
@@ -133,7 +133,8 @@ def verify_publication(proof: PublicationProof, public_key: bytes) -> Checkpoint
     if checkpoint.originator_node_id != parsed.originator_node_id:
         raise ProofInvalid("the checkpoint commits another originator's log")
     try:
-        check_inclusion(checkpoint, parsed.sequence_id, envelope_leaf(proof.envelope), proof.proof)
+        leaf = envelope_leaf(proof.envelope, checkpoint.leaf_format)
+        check_inclusion(checkpoint, parsed.sequence_id, leaf, proof.proof)
     except merkle.ProofError as exc:
         raise ProofInvalid(f"inclusion: {exc}") from None
     return checkpoint

@@ -232,7 +232,7 @@ class Session:
         """After the named ranges' ids were fetched: `arrived` (sequence id -> leaf) is what
         came. Each named range settles or is reopened (its parts to list go to `listed`);
         naming then stops, so what is asked next descends. One pass over `arrived`, not one
-        over each range's span (~3,900 ids each in a 1% repair of 1M)."""
+        over each range's span (thousands of ids each in a large repair)."""
         named = sorted(self.named)
         firsts = [r.first for r in named]
         found: dict[SequenceRange, dict[int, bytes]] = {r: {} for r in named}

@@ -1,4 +1,4 @@
-"""Topics: one kind byte, then the identifier (XIP-49 3.3.2, wire-facts.md)."""
+"""Topics: one kind byte, then the identifier (XIP-49 3.3.2, docs/protocol.md)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from xnode.core.crypto import SignatureError
 from xnode.core.envelopes import IndexedEnvelope, parse_originator_envelope, received_payer
 from xnode.core.errors import Rejected
 from xnode.core.fees import FeeSchedule
-from xnode.core.merkle import leaf_hash
+from xnode.core.leaves import leaf_v2
 from xnode.core.retention import DEFAULT_RETENTION_SECONDS
 
 MAX_FUTURE_NS = 5 * 60 * NS_PER_SECOND
@@ -69,13 +69,13 @@ def verify_envelope(
         return InvalidEnvelope(
             raw, RejectReason.UNKNOWN_ORIGINATOR, f"originator {origin} is not in the registry"
         )
-    # Recovered and compared, not verified against the known key (issue 9 asked): ECDSA
+    # Recovered and compared, not verified against the known key: ECDSA
     # verification ignores the recovery id v, and with the other v the same (r, s) recovers
     # to another key. Clients recover, so an envelope whose v a relay flipped must be refused
     # (and it would differ in bytes from the originator's: a fork nobody signed). Verifying
-    # (~34 us) then checking v needs the nonce point R, which libsecp256k1's API does not
-    # expose: recomputing it is another scalar multiplication, dearer than the recovery
-    # (~41 us) it would replace. The recovered key also names the signer in the refusal.
+    # then checking v needs the nonce point R, which libsecp256k1's API does not expose:
+    # recomputing it is another scalar multiplication, dearer than the recovery it would
+    # replace. The recovered key also names the signer in the refusal.
     try:
         signer = env.signer_public_key()
     except SignatureError as exc:
@@ -88,7 +88,9 @@ def verify_envelope(
             f"not by originator {origin}'s registry key",
         )
     try:
-        topic, payer_address, retention_days = received_payer(env.payer_envelope, origin)
+        topic, payer_address, retention_days = received_payer(
+            env.payer_envelope, origin, env.originator_ns
+        )
     except Rejected as exc:
         return InvalidEnvelope(
             raw,
@@ -116,7 +118,7 @@ def verify_envelope(
         env.expiry,
         payer_address,
         raw,
-        leaf_hash(env.unsigned_raw),  # in the verifying thread, off the event loop
+        leaf_v2(env.unsigned_raw, env.expiry),  # in the verifying thread, off the event loop
         base_fee=env.fees.base,
         congestion_fee=env.fees.congestion,
     )
@@ -159,7 +161,7 @@ def order_problem(
     whoever relays them. `committed` is the originator's watermark: the tree size of its
     newest signed checkpoint known here. Sequence ids up to it were published (the originator
     signed a root over them), so a gap within them is envelopes expired or pruned, not a
-    fault (issue 9)."""
+    fault."""
     if env.originator_ns > now_ns + MAX_FUTURE_NS:
         ahead_s = (env.originator_ns - now_ns) / 1e9
         return f"sequence id {env.sequence_id} is timestamped {ahead_s:.0f} s in the future"

@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xnode.core.crypto import SigningKey
+from xnode.core.fees import FeeSchedule
 from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.certs import devnet_ca
 from xnode.devtools.devgateway import GATEWAY_HTTP_PORT, GATEWAY_PORT, spawn_gateway
@@ -50,6 +51,15 @@ METRICS_PORT = 9464
 HTTP_PORT = 5150  # gRPC-web and JSON of node 100; 5151 for node 200, ...
 FUND_WEI = 10**21  # 1000 ETH per node signer: chain publishes (commits, identity updates)
 REGISTRY_CHAIN_ID = 31338  # --two-chains: the registry's anvil (the app chain is 31337)
+# A node charges nothing by default; the devnet charges a small schedule so that the fees
+# originators sign (XIP-49 3.2.1) show in every envelope, usage table and export.
+DEVNET_FEES = FeeSchedule(
+    envelope_picodollars=100,
+    byte_day_picodollars=1,
+    target_rate=1000,
+    congestion_step_picodollars=1000,
+    congestion_max_picodollars=10_000,
+)
 
 
 class DevnetError(RuntimeError):
@@ -214,11 +224,32 @@ def gateway_tls_env(state: Path) -> dict[str, str]:
     }
 
 
+def fee_env(fees: FeeSchedule) -> dict[str, str]:
+    """The settings that make a node charge `fees`."""
+    return {
+        "XNODE_FEE_ENVELOPE_PICODOLLARS": str(fees.envelope_picodollars),
+        "XNODE_FEE_BYTE_DAY_PICODOLLARS": str(fees.byte_day_picodollars),
+        "XNODE_FEE_TARGET_RATE": str(fees.target_rate),
+        "XNODE_FEE_CONGESTION_STEP_PICODOLLARS": str(fees.congestion_step_picodollars),
+        "XNODE_FEE_CONGESTION_MAX_PICODOLLARS": str(fees.congestion_max_picodollars),
+    }
+
+
+def describe_fees(fees: FeeSchedule) -> str:
+    return (
+        f"Fees (picodollars): {fees.envelope_picodollars} per envelope + "
+        f"{fees.byte_day_picodollars} per payer-envelope byte per retention day; congestion "
+        f"{fees.congestion_step_picodollars} per 100% over {fees.target_rate} envelopes/s, "
+        f"at most {fees.congestion_max_picodollars}"
+    )
+
+
 def _spawn(
     node: DevNode, registry_env: dict[str, str], state: Path, tls: dict[str, str]
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
+        **fee_env(DEVNET_FEES),
         **registry_env,
         **tls,
         "XNODE_LISTEN_ADDRESS": node.address,
@@ -291,6 +322,7 @@ def _print_table(
     console.print(
         f"Postgres: {cluster.dsn()}  chain: {chain_url}  logs: {state}/node-*.log, gateway.log"
     )
+    console.print(describe_fees(DEVNET_FEES))
     console.print(f"Keys, DSNs and contract addresses: {state / 'devnet.json'}")
     console.print(
         "Try: xnode publish --node-id 100 --node "
@@ -319,6 +351,7 @@ def _describe(
             "postgres": cluster.dsn(),
             "chain": chain,
             "tls_ca_file": str(ca_file) if ca_file else None,
+            "fees": asdict(DEVNET_FEES),
             "nodes": [asdict(n) for n in nodes if not n.read_only],
             "read_only_nodes": [asdict(n) | {"name": n.name} for n in nodes if n.read_only],
         },

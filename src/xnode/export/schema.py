@@ -37,7 +37,7 @@ NODES_SCHEMA = pa.schema(
     [("node_id", pa.int32()), ("public_key", pa.binary()), ("enabled", pa.bool_())]
 )
 
-# The committed logs (issue 9), written whole at each `xnode export --with-logs` under
+# The committed logs, written whole at each `xnode export --with-logs` under
 # node-<id>/logs/ (docs/export-format.md): what the audit job replays the roots from.
 LEAF_SCHEMA = pa.schema([("sequence_id", pa.int64()), ("leaf_hash", pa.binary())])
 CHECKPOINT_SCHEMA = pa.schema(

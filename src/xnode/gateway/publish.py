@@ -30,6 +30,7 @@ from xnode.core.topics import Topic, TopicError
 from xnode.gateway.batching import Coalescer
 from xnode.gateway.channels import NodeChannels, UnusableUrl
 from xnode.gateway.errors import GatewayError, NodeUnavailable, invalid, node_error, stored_note
+from xnode.gateway.node_health import NodeHealth
 from xnode.gateway.visibility import wait_visible
 from xnode.usecases.registry_source import RegistrySource
 
@@ -83,6 +84,7 @@ class Publisher:
         registry: RegistrySource,
         key: SigningKey,
         channels: NodeChannels,
+        health: NodeHealth,
         timeout_s: float,
         retention_days: int = 0,
         visibility_s: float = 0.0,
@@ -90,6 +92,7 @@ class Publisher:
         self._registry = registry
         self._key = key
         self._channels = channels
+        self._health = health
         self._timeout_s = timeout_s
         self._retention_days = retention_days
         self._visibility_s = visibility_s
@@ -111,7 +114,7 @@ class Publisher:
         else:
             planned = self._plan_all(raws, nodes)
         answers = await self._send_runs(planned)
-        await wait_visible(self._channels, nodes, answers, self._visibility_s)
+        await wait_visible(self._channels, self._health, nodes, answers, self._visibility_s)
         return answers
 
     def _plan_all(self, raws: Sequence[bytes], nodes: list[NodeEntry]) -> list[_Planned]:
@@ -222,7 +225,17 @@ class Publisher:
             response_deserializer=api.PublishPayerEnvelopesResponse.FromString,
         )
         request = api.PublishPayerEnvelopesRequest(payer_envelopes=envelopes)
-        response = await call(request, timeout=self._timeout_s)
+        pending = call(request, timeout=self._timeout_s)
+        with self._health.cut_when_down(node_id, pending) as down:
+            try:
+                response = await pending
+            except asyncio.CancelledError:
+                if not down.is_set():
+                    raise
+                # Frozen or cut off: it may still store them when it wakes, and they are then
+                # originated twice, which XIP-49 3.3.4 allows a payer that retries elsewhere
+                # (MLS drops the second copy). Waiting would stall the conversation instead.
+                raise NodeUnavailable(node_id, "failed its health check while publishing") from None
         got = [e.SerializeToString() for e in response.originator_envelopes]
         if len(got) != len(envelopes):
             log.error(

@@ -26,7 +26,9 @@ from xnode.core.registry import Registry
 from xnode.gateway.channels import NodeChannels
 from xnode.gateway.clients import ClientAuth
 from xnode.gateway.limits import ClientLimits
+from xnode.gateway.node_health import NodeHealth
 from xnode.gateway.publish import Publisher
+from xnode.gateway.reads import READ_SERVICES, Reads, read_handlers
 from xnode.gateway.service import SERVICE, ClientPolicy, PayerService, payer_handlers
 from xnode.gateway.settings import GatewaySettings
 from xnode.gateway.usage import UsageLog
@@ -54,6 +56,8 @@ class Gateway:
     http: HttpServer | None = None  # gRPC-web and JSON, when http_listen_address is set
     usage: UsageLog | None = None  # what it paid for, per client and day
     metrics: MetricsServer | None = None
+    node_health: NodeHealth | None = None
+    reads: Reads | None = None
 
     @property
     def http_address(self) -> str | None:
@@ -62,10 +66,14 @@ class Gateway:
     async def stop(self) -> None:
         log.info("gateway_stopping", address=self.address)
         self.health.enter_graceful_shutdown()
+        if self.reads is not None:
+            self.reads.close()  # streams never end on their own: they would hold the grace
         if self.http is not None:
             await self.http.stop()
         await self.server.stop(self.grace_s)  # in-flight publishes finish within the grace
         await self.registry.stop()
+        if self.node_health is not None:
+            await self.node_health.stop()
         await self.channels.close()
         if self.chain is not None:
             await self.chain.close()
@@ -126,10 +134,14 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
 
     registry.on_change(registry_changed)
     await registry.start()
+    health_of_nodes = NodeHealth(
+        registry, channels, settings.node_check_seconds, settings.node_check_timeout_seconds
+    )
     publisher = Publisher(
         registry,
         key,
         channels,
+        health_of_nodes,
         settings.publish_timeout_seconds,
         settings.message_retention_days,
         settings.chain_visibility_seconds,
@@ -147,20 +159,6 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
         ClientLimits(settings.client_limit_policy(), LocalBuckets()),
         UsageLog(settings.usage_file),
     )
-    payer = payer_handlers(PayerService(registry, publisher, clients))
-    server.add_generic_rpc_handlers([payer])
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for name in ("", SERVICE):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection(
-        [
-            SERVICE,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
-        ],
-        server,
-    )
     port = (
         server.add_secure_port(settings.listen_address, served.credentials())
         if served is not None
@@ -169,11 +167,36 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
     if port == 0:
         await registry.stop()
         raise StartupError(f"cannot listen on {settings.listen_address}")
+    address = f"{settings.listen_address.rpartition(':')[0]}:{port}"
+    read_url = settings.read_url_for(address, served is not None)
+    payer = payer_handlers(PayerService(registry, publisher, clients, read_url=read_url))
+    server.add_generic_rpc_handlers([payer])
+    reads = Reads(
+        registry,
+        channels,
+        health_of_nodes,
+        settings.read_timeout_seconds,
+        settings.read_failover_seconds,
+    )
+    server.add_generic_rpc_handlers(read_handlers(reads))
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ("", SERVICE):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        [
+            SERVICE,
+            *READ_SERVICES,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ],
+        server,
+    )
     try:
-        http_payer = payer
-        if settings.node_http_urls is not None:
-            service = PayerService(registry, publisher, clients, settings.node_http_urls)
-            http_payer = payer_handlers(service)
+        # Browsers read over gRPC-web, which the gateway does not serve for reads (yet): GetNodes
+        # on the HTTP port keeps naming the nodes.
+        service = PayerService(registry, publisher, clients, settings.node_http_urls)
+        http_payer = payer_handlers(service)
         http = await _serve_http(settings, [http_payer, health_handler(health_servicer)], served)
     except BaseException:
         await registry.stop()
@@ -185,7 +208,7 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
         await registry.stop()
         raise StartupError(f"cannot serve metrics on {settings.metrics_address}: {exc}") from exc
     await server.start()
-    address = f"{settings.listen_address.rpartition(':')[0]}:{port}"
+    health_of_nodes.start()
     if served is None:
         log.warning(
             "plaintext_listener",
@@ -198,6 +221,7 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
         address=address,
         payer="0x" + key.address.hex(),
         nodes=sorted(registry.current().nodes),
+        reads=read_url or "from the nodes directly",
     )
     return Gateway(
         address,
@@ -210,6 +234,8 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
         http,
         clients.usage,
         metrics,
+        health_of_nodes,
+        reads,
     )
 
 

@@ -30,6 +30,9 @@ log = structlog.get_logger(__name__)
 SERVICE = "xmtp.xmtpv4.payer_api.PayerApi"
 _PUBLISH_REQUEST = payer_api.PublishClientEnvelopesRequest.DESCRIPTOR.full_name
 Context = grpc.aio.ServicerContext[Any, Any]
+# The client keys the URLs GetNodes lists by node id and only logs the key; the gateway is
+# no node, and 0 is no registry node's id (they start at 100).
+READ_URL_ID = 0
 
 
 def _identity(data: bytes) -> bytes:
@@ -52,16 +55,25 @@ class PayerService:
         publisher: Publisher,
         clients: ClientPolicy,
         node_urls: Mapping[int, str] | None = None,
+        read_url: str | None = None,
     ) -> None:
         """`node_urls`, when given, replaces the registry's URLs (and lists only those nodes):
-        browsers speak gRPC-web, which nodes serve on their HTTP port, not the registry's."""
+        browsers speak gRPC-web, which nodes serve on their HTTP port, not the registry's.
+        `read_url`, when given, is the only URL listed: the gateway's own, which serves the
+        reads with failover (gateway/reads.py)."""
         self._registry = registry
         self._publisher = publisher
         self._clients = clients
         self._node_urls = node_urls
+        self._read_url = read_url
 
     async def GetNodes(self, request: bytes, context: Context) -> bytes:
-        """The enabled nodes, id -> URL with scheme: clients read from them directly."""
+        """Where clients read: the gateway itself, under the id READ_URL_ID, or the enabled
+        nodes (id -> URL with scheme) for clients to read from directly."""
+        if self._read_url is not None:
+            return payer_api.GetNodesResponse(
+                nodes={READ_URL_ID: self._read_url}
+            ).SerializeToString()
         nodes = {n.node_id: n.http_address for n in available_nodes(self._registry.current())}
         if self._node_urls is not None:
             nodes = {i: self._node_urls[i] for i in nodes if i in self._node_urls}

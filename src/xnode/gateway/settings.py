@@ -73,6 +73,33 @@ class GatewaySettings(BaseSettings):
         description="A node that was unreachable is tried last for this long",
         ge=0,
     )
+    read_url: str = Field(
+        "",
+        description="URL GetNodes gives clients to read from: this gateway as clients reach it, "
+        "or the one address of several gateways; empty: http(s)://listen_address when that "
+        "names a host",
+    )
+    reads_through_gateway: bool = Field(
+        True,
+        description="GetNodes names the gateway, which serves reads from healthy nodes with "
+        "failover; false: the nodes' own URLs (a client then reads from one node for good)",
+    )
+    node_check_seconds: float = Field(
+        0.5,
+        description="How often every node is health-checked (reads move off failing ones)",
+        gt=0,
+    )
+    node_check_timeout_seconds: float = Field(
+        1.5, description="A node that does not answer a health check this fast is down", gt=0
+    )
+    read_timeout_seconds: float = Field(
+        30.0, description="Longest wait for one node's answer to a read before the next", gt=0
+    )
+    read_failover_seconds: float = Field(
+        30.0,
+        description="How long a stream looks for a node to resume on before it ends UNAVAILABLE",
+        gt=0,
+    )
     tls_ca_file: Path | None = Field(
         None, description="CA that https:// nodes' certificates chain to (default: system roots)"
     )
@@ -154,6 +181,25 @@ class GatewaySettings(BaseSettings):
         if not value.rpartition(":")[2].isdigit():
             raise ValueError(f"expected host:port, got {value!r}")
         return value
+
+    @field_validator("read_url")
+    @classmethod
+    def _read_url(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected http://host:port or https://host:port, got {value!r}")
+        return value.rstrip("/")
+
+    def read_url_for(self, bound: str, tls: bool) -> str | None:
+        """The URL GetNodes names for reads, given the address the gRPC port is bound to;
+        None: the nodes' own URLs (reads through the gateway off, or no host to name)."""
+        if not self.reads_through_gateway:
+            return None
+        if self.read_url:
+            return self.read_url
+        host = bound.rpartition(":")[0].strip("[]")
+        if host in ("", "0.0.0.0", "::"):
+            return None
+        return f"{'https' if tls else 'http'}://{bound}"
 
     @property
     def cors_origins(self) -> list[str]:

@@ -22,6 +22,7 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.core.registry import NodeEntry
 from xnode.gateway.channels import NodeChannels, UnusableUrl
+from xnode.gateway.node_health import NodeHealth
 
 log = structlog.get_logger(__name__)
 
@@ -64,7 +65,11 @@ async def _serves(channel: grpc.aio.Channel, originator: int, sequence_id: int) 
 
 
 async def _wait_node(
-    channels: NodeChannels, node: NodeEntry, points: dict[int, int], deadline: float
+    channels: NodeChannels,
+    health: NodeHealth,
+    node: NodeEntry,
+    points: dict[int, int],
+    deadline: float,
 ) -> bool:
     try:
         channel = channels.channel(node.http_address)
@@ -72,6 +77,8 @@ async def _wait_node(
         return False
     pending = dict(points)
     while pending:
+        if health.is_down(node.node_id):
+            return True  # frozen or gone since the wait began: it serves no reader either
         for originator, sequence_id in list(pending.items()):
             try:
                 if await _serves(channel, originator, sequence_id):
@@ -91,14 +98,20 @@ async def _wait_node(
 
 
 async def wait_visible(
-    channels: NodeChannels, nodes: list[NodeEntry], answers: list[bytes], timeout_s: float
+    channels: NodeChannels,
+    health: NodeHealth,
+    nodes: list[NodeEntry],
+    answers: list[bytes],
+    timeout_s: float,
 ) -> None:
     points = chain_points(answers)
     if not points or timeout_s <= 0:
         return
     readers = [n for n in nodes if not channels.recently_down(n.node_id)]
     deadline = time.monotonic() + timeout_s
-    done = await asyncio.gather(*(_wait_node(channels, n, points, deadline) for n in readers))
+    done = await asyncio.gather(
+        *(_wait_node(channels, health, n, points, deadline) for n in readers)
+    )
     behind = [n.node_id for n, ok in zip(readers, done, strict=True) if not ok]
     if behind:
         log.warning(

@@ -53,6 +53,17 @@ READS_ROUTED = Counter(
     ["to"],
 )
 OPEN_SUBSCRIPTIONS = Gauge("xnode_open_subscriptions", "Open subscription streams", ["method"])
+SUBSCRIPTION_DELIVERIES = Counter(
+    "xnode_subscription_deliveries_total",
+    "Envelopes handed to subscription streams (one per envelope and stream), by method",
+    ["method"],
+)
+SUBSCRIPTIONS_ENDED = Counter(
+    "xnode_subscriptions_ended_total",
+    "Subscription streams the node ended, by method and reason (fell_behind: the stream left"
+    " envelopes waiting too long; draining: the node stops)",
+    ["method", "reason"],
+)
 REQUEST_LATENCY = Histogram(
     "xnode_request_seconds",
     "Unary request latency, receipt to answer (refusals included), by API and method",
@@ -213,11 +224,26 @@ AUTH_REFUSED = Counter(
 REPAIR_ENVELOPES = Counter(
     "xnode_repair_envelopes_total",
     "Envelopes anti-entropy repair dealt with, by originator and outcome (stored, expired,"
-    " rejected, unproven, fork)",
+    " lost: held here as a leaf only before its committed expiry and asked for, restored:"
+    " of those, fetched and stored; rejected, unproven, fork)",
     ["originator", "outcome"],
 )
+SCRUB_ENVELOPES = Counter(
+    "xnode_scrub_leaves_total",
+    "Leaves the scrub checked, by what was held for each (matches, mismatch: stored bytes"
+    " the leaf does not commit to, withdrawn; lost: no envelope before the leaf's committed"
+    " expiry, handed to repair; expired; format_1: no envelope, nothing provable)",
+    ["outcome"],
+)
+SCRUB_PASSES = Counter("xnode_scrub_passes_total", "Passes the scrub finished over every leaf")
 REPAIR_ROUND_TRIPS = Counter(
     "xnode_repair_round_trips_total",
     "Fingerprint round trips of anti-entropy repair, by peer",
     ["peer"],
+)
+GATEWAY_READ_FAILOVERS = Counter(
+    "xnode_gateway_read_failovers_total",
+    "Reads the gateway took off a node and sent to the next one, by method, node and cause "
+    "(a status code, health_check, check_failed, ended)",
+    ["method", "node", "cause"],
 )

@@ -1,6 +1,11 @@
 """One metrics port for a node of several worker processes: each scrape reads every worker's
 own metrics (served on loopback) and serves them together, every sample labelled with its
-worker (`worker="0"`, `worker="1"`, ...). Sum over `worker` for the node's figure."""
+worker (`worker="0"`, `worker="1"`, ...). Sum over `worker` for the node's figure.
+
+The subscription families (`NODE_SUMS`) are served already summed over the workers, without
+a `worker` label: a node's subscribers are spread over its workers by the kernel, and what an
+operator watches is the node's open streams, deliveries and ended streams, the same series
+with one worker or several."""
 
 from __future__ import annotations
 
@@ -14,6 +19,10 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
 from xnode.observability.metrics import MetricsServer, MetricsTls
+
+NODE_SUMS = frozenset(
+    {"xnode_open_subscriptions", "xnode_subscription_deliveries", "xnode_subscriptions_ended"}
+)
 
 # A scrape waits this long for a worker; one that does not answer is left out of it.
 WORKER_SCRAPE_TIMEOUT_S = 2.0
@@ -45,7 +54,19 @@ class WorkerMetrics(Collector):
                     Sample(s.name, {**s.labels, "worker": str(index)}, *s[2:])
                     for s in family.samples
                 ]
+        for name in NODE_SUMS & merged.keys():
+            merged[name].samples = _summed(merged[name].samples)
         return merged.values()
+
+
+def _summed(samples: list[Sample]) -> list[Sample]:
+    """The samples added up over their workers (creation times dropped: no sum of them)."""
+    totals: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for s in samples:
+        if not s.name.endswith("_created"):
+            labels = tuple(sorted((k, v) for k, v in s.labels.items() if k != "worker"))
+            totals[(s.name, labels)] = totals.get((s.name, labels), 0.0) + s.value
+    return [Sample(name, dict(labels), value) for (name, labels), value in totals.items()]
 
 
 def serve_worker_metrics(

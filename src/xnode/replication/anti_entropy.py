@@ -1,4 +1,4 @@
-"""Repair from any peer (issue 9): per originator and peer, range-based reconciliation of the
+"""Repair from any peer: per originator and peer, range-based reconciliation of the
 committed logs (core.reconciliation.Session over LogApi fingerprints and leaves), then the
 envelopes missing here fetched from that peer, checked and stored through the originator's
 OriginatorLog like any replicated batch (idempotent; the tree grows when a gap fills).
@@ -33,7 +33,8 @@ from typing import Protocol
 import structlog
 
 from xnode.core import merkle
-from xnode.core.checkpoints import Checkpoint
+from xnode.core.checkpoints import Checkpoint, has_log
+from xnode.core.clock import SYSTEM_CLOCK
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.reconciliation import (
     Fingerprint,
@@ -47,6 +48,7 @@ from xnode.core.verification import Verdict
 from xnode.observability.metrics import REPAIR_ENVELOPES, REPAIR_ROUND_TRIPS
 from xnode.replication.fork_sync import ForkPeer, ForkSync, OnFork, StoredBytes
 from xnode.replication.ingest import OriginatorLog
+from xnode.replication.losses import LossFinder
 from xnode.usecases.concurrency import all_or_cancel
 from xnode.usecases.logs import MAX_LEAVES, MAX_RANGES
 
@@ -66,6 +68,7 @@ BULK_MIN = 1000
 # A differing range where this node lacks at most this many ids is settled by naming them
 # (core.reconciliation.Session.name_max): fetched at once, no listing, no descent.
 NAME_MAX = 4096
+FIRST_PASS_S = 10.0  # after start, the first repair pass waits at most this long
 
 
 class RepairPeer(Protocol):
@@ -104,6 +107,10 @@ class HeldLog(Protocol):
 
     async def absent(self, originator: int, ranges: Sequence[SequenceRange]) -> list[int]: ...
 
+    async def lost(
+        self, originator: int, ranges: Sequence[SequenceRange], now_unix: int, limit: int
+    ) -> list[tuple[int, bytes]]: ...
+
     async def latest_checkpoint(self, originator: int) -> Checkpoint | None: ...
 
 
@@ -115,6 +122,8 @@ class Outcome:
     wanted: int = 0
     stored: int = 0
     expired: int = 0
+    lost: int = 0  # envelopes lost here (leaf held, not provably expired) asked for
+    restored: int = 0  # of which the peer served, checked and stored
     rejected: int = 0
     unproven: int = 0
     forks: list[int] = field(default_factory=list)
@@ -185,11 +194,13 @@ class Repair:
         stored: StoredBytes,
         originator_log: Callable[[int], OriginatorLog],
         on_fork: OnFork,
+        now_unix: Callable[[], int] = SYSTEM_CLOCK.now_s,
     ) -> None:
         self._logs = logs
         self._stored = stored
         self._originator_log = originator_log
         self._on_fork = on_fork
+        self.losses = LossFinder(logs, now_unix)
 
     async def _fingerprints(
         self, peer: RepairPeer, originator: int, asking: Sequence[SequenceRange]
@@ -260,7 +271,38 @@ class Repair:
             name_max=NAME_MAX,
         )
 
-    async def repair(self, peer: RepairPeer, originator: int) -> Outcome:
+    async def restore_lost(self, peer: RepairPeer, originator: int, outcome: Outcome) -> None:
+        """Fetches the next losses of the originator's log here from the peer, each checked
+        against the leaf held here (and the checkpoint held here, as any repair)."""
+        lost = await self.losses.next(originator)
+        if not lost:
+            return
+        part = Outcome()
+        target = self._originator_log(originator)
+        checkpoint = await self._logs.latest_checkpoint(originator)
+        got = await self._fetched(peer, originator, target, checkpoint, runs(lost), lost, part)
+        outcome.lost += len(lost)
+        outcome.restored += len(got)
+        outcome.rejected += part.rejected
+        outcome.unproven += part.unproven
+        outcome.store_s += part.store_s
+        log.info(
+            "lost_envelopes_repair",
+            originator=originator,
+            peer=peer.node_id,
+            lost=len(lost),
+            restored=len(got),
+            first=min(lost),
+        )
+
+    async def repair(self, peer: RepairPeer, originator: int, losses_only: bool = False) -> Outcome:
+        """`losses_only`: only this node's losses (its own log, which no peer holds more of
+        than it signed, replication.recovery)."""
+        if losses_only:
+            outcome = Outcome()
+            await self.restore_lost(peer, originator, outcome)
+            self._count(originator, outcome)
+            return outcome
         session = await self._session(originator)
         wanted, leaves, forks, trips = await self.reconcile(peer, originator, session)
         outcome = Outcome(round_trips=trips, wanted=sum(r.span for r in wanted))
@@ -286,6 +328,7 @@ class Repair:
                     peer, originator, target, checkpoint, runs(again), more_leaves, outcome
                 )
         outcome.expired = outcome.wanted - outcome.stored - outcome.rejected - outcome.unproven
+        await self.restore_lost(peer, originator, outcome)
         REPAIR_ROUND_TRIPS.labels(str(peer.node_id)).inc(outcome.round_trips)
         if forks:
             await self._forks(peer, originator, target, forks, outcome)
@@ -463,7 +506,7 @@ class Repair:
     @staticmethod
     def _count(originator: int, outcome: Outcome) -> None:
         label = str(originator)
-        for name in ("stored", "expired", "rejected", "unproven"):
+        for name in ("stored", "expired", "lost", "restored", "rejected", "unproven"):
             if value := getattr(outcome, name):
                 REPAIR_ENVELOPES.labels(label, name).inc(value)
         if outcome.forks:
@@ -521,7 +564,8 @@ Originators = Callable[[], list[int]]
 class AntiEntropy:
     """Every `interval_s`, repairs each originator's log (ids >= 100, not this node's) from
     each peer in turn, then takes the forks of it the peer keeps and this node does not
-    (replication.fork_sync); one at a time, so repair never crowds out live replication."""
+    (replication.fork_sync); one at a time, so repair never crowds out live replication.
+    This node's own log (`own`) is repaired of its losses only."""
 
     def __init__(
         self,
@@ -530,12 +574,14 @@ class AntiEntropy:
         peers: Peers,
         interval_s: float,
         forks: ForkSync | None = None,
+        own: int | None = None,
     ) -> None:
         self._repair = repair
         self._forks = forks
         self._originators = originators
         self._peers = peers
         self._interval_s = interval_s
+        self._own = own
         self._task: asyncio.Task[None] | None = None
         self.passes = 0
 
@@ -544,27 +590,32 @@ class AntiEntropy:
         for originator in self._originators():
             for peer in self._peers():
                 outcomes.append(await self._one(peer, originator))
+        if self._own is not None and has_log(self._own):
+            for peer in self._peers():
+                outcomes.append(await self._one(peer, self._own, losses_only=True))
         self.passes += 1
         return [o for o in outcomes if o is not None]
 
-    async def _one(self, peer: Peer, originator: int) -> Outcome | None:
+    async def _one(self, peer: Peer, originator: int, losses_only: bool = False) -> Outcome | None:
         bound = log.bind(originator=originator, peer=peer.node_id)
         try:
-            outcome = await self._repair.repair(peer, originator)
+            outcome = await self._repair.repair(peer, originator, losses_only)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a peer down or without LogApi: the next pass tries again
             bound.info("repair_failed", error=repr(exc)[:300])
             return None
-        if self._forks is not None:
+        if self._forks is not None and not losses_only:
             await self._sync_forks(peer, originator)
-        if outcome.wanted or outcome.forks:
+        if outcome.wanted or outcome.forks or outcome.lost:
             bound.info(
                 "repair_done",
                 round_trips=outcome.round_trips,
                 wanted=outcome.wanted,
                 stored=outcome.stored,
                 expired=outcome.expired,
+                lost=outcome.lost,
+                restored=outcome.restored,
                 rejected=outcome.rejected,
                 unproven=outcome.unproven,
                 forks=len(outcome.forks),
@@ -585,9 +636,12 @@ class AntiEntropy:
             bound.info("fork_sync_done", sent=synced.sent, waiting=synced.waiting)
 
     async def _run(self) -> None:
+        # The first pass comes soon after start, not a whole interval later: a node that
+        # lost rows, or was restored from a backup, is whole again within a minute.
+        await asyncio.sleep(min(self._interval_s, FIRST_PASS_S))
         while True:
-            await asyncio.sleep(self._interval_s)
             await self.run_once()
+            await asyncio.sleep(self._interval_s)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="anti-entropy")

@@ -1,4 +1,4 @@
-"""Checkpoints travel with replication (issue 9): next to each peer stream of an originator's
+"""Checkpoints travel with replication: next to each peer stream of an originator's
 envelopes, a SubscribeCheckpoints stream from the same peer for that originator's checkpoints.
 Each is verified and stored by xnode.usecases.logs.CheckpointIntake. A peer answering
 UNIMPLEMENTED predates LogApi: its envelopes keep flowing, its checkpoints are not followed."""

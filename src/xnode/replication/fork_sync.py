@@ -1,4 +1,4 @@
-"""Forks spread by repair (issue 9 parts 4 and 8): range reconciliation compares logs, and a
+"""Forks spread by repair: range reconciliation compares logs, and a
 log holds one version of a forked sequence id, so a node that missed a fork while it was
 streamed and filled its log by repair would hold the winner only, never the conflict, and
 never report it. So each anti-entropy pass, per originator and peer, compares the peer's

@@ -68,7 +68,7 @@ class IngestContext:
     schedules: Callable[[], Mapping[int, FeeSchedule]] = dict
     watermark: Watermark | None = None
     # Processes for bulk verification (repair): threads verifying thousands of envelopes
-    # contend for the GIL (the Python around each recovery is ~40% of the work), processes
+    # contend for the GIL (the Python around each recovery is a large share of it), processes
     # use every core. None: bulk batches go to the threads too.
     bulk: Executor | None = None
     bulk_workers: int = 0
@@ -156,7 +156,7 @@ class OriginatorLog:
         schedule = self._ctx.schedules().get(self.originator)
         loop = asyncio.get_running_loop()
         if len(raws) <= INLINE_MAX:
-            # Live traffic: a thread hop would cost more latency than the ~0.1 ms it saves.
+            # Live traffic: a thread hop would cost more latency than verifying here.
             done: asyncio.Future[list[Verdict]] = loop.create_future()
             done.set_result(verify_batch(raws, keys, self.originator, schedule))
             return [done]
@@ -257,7 +257,7 @@ class OriginatorLog:
                     fresh[env.sequence_id] = prior if winner == prior.raw else env
                     forked.append(env if winner == prior.raw else prior)
                 continue
-            # Checked here first: a coroutine per envelope cost ~1 us in a catch-up.
+            # Checked here first: a coroutine per envelope is measurable in a catch-up.
             problem = order_problem(previous, env, now, direct, self._committed)
             if problem is not None:
                 problem = await self._order_problem(previous, env, now, direct, source)

@@ -43,6 +43,7 @@ from xnode.replication.own_health import OwnHealthGate
 from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore, StoreHealth
 from xnode.replication.recovery import OwnLogFetch, OwnLogRecovery, recover_own_log
 from xnode.replication.repair_peer import GrpcRepairPeer
+from xnode.replication.scrub import Scrub, ScrubSource
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
 from xnode.tls import ClientTls, open_channel
 from xnode.usecases.logs import CheckpointIntake, LogPort
@@ -63,6 +64,7 @@ class ReplicationConfig:
     verify_processes: int = 0  # for bulk verification (repair); 0: threads only
     peer_tls: ClientTls | None = None  # https:// peers: their CA (None: system roots)
     repair_s: float = 0.0  # anti-entropy repair interval; 0: off
+    scrub_per_second: float = 0.0  # leaves the scrub checks per second; 0: off
 
     @classmethod
     def from_settings(
@@ -82,6 +84,7 @@ class ReplicationConfig:
             max_message_bytes=settings.max_message_mib * 1024 * 1024,
             peer_tls=peer_tls,
             repair_s=settings.replication_repair_seconds,
+            scrub_per_second=settings.scrub_envelopes_per_second,
             verify_processes=settings.replication_verify_processes,
         )
 
@@ -226,11 +229,14 @@ class ReplicationWorker:
         logs: LogPort | None = None,
         on_fork: OnFork | None = None,
         forks: KeptForks | None = None,
+        scrub: ScrubSource | None = None,
     ) -> None:
         """`own_store`: this node's database health; when given, liveness reports are filed
         only while it answers (replication.own_health). `node_id` None: a read-only node
         (XIP-49 3.4), which follows every registered originator and sends read-only tokens.
-        `forks`: the forks kept here; when given, repair also takes the peers' forks."""
+        `forks`: the forks kept here; when given, repair also takes the peers' forks.
+        `scrub`: the leaves and envelopes held; when given (and repair is on), the scrub
+        checks them at `config.scrub_per_second` and hands losses to repair."""
         self.node_id = node_id
         self.config = config
         self.reports: MisbehaviorRecorder = (
@@ -264,15 +270,28 @@ class ReplicationWorker:
         self._stopped = False
         self._epoch_timer: asyncio.TimerHandle | None = None
         fork_intake = on_fork or self._fork_found
+        repair = Repair(logs, store, self.originator_log, fork_intake) if logs is not None else None
         self.anti_entropy = (
             AntiEntropy(
-                Repair(logs, store, self.originator_log, fork_intake),
+                repair,
                 self._repair_originators,
                 self._repair_peers,
                 config.repair_s,
                 ForkSync(forks, store, fork_intake) if forks is not None else None,
+                own=node_id,
             )
-            if logs is not None and config.repair_s > 0
+            if repair is not None and config.repair_s > 0
+            else None
+        )
+        self.scrub = (
+            Scrub(
+                scrub,
+                config.scrub_per_second,
+                repair.losses.add,
+                clock.now_s,
+                self._current_keys,
+            )
+            if scrub is not None and repair is not None and self.anti_entropy is not None
             else None
         )
         self._checkpoints = (
@@ -301,6 +320,8 @@ class ReplicationWorker:
             # Repairs verify in threads until the processes are up (about a second).
             self.spawn_coroutine(self._start_bulk(), name="bulk-verifiers")
             self.anti_entropy.start()
+        if self.scrub is not None:
+            self.scrub.start()
         log.info("replication_started", node_id=self.node_id, peers=sorted(self._links))
 
     async def _start_bulk(self) -> None:
@@ -340,6 +361,8 @@ class ReplicationWorker:
         try:
             if self.anti_entropy is not None:
                 await self.anti_entropy.stop()
+            if self.scrub is not None:
+                await self.scrub.stop()
             if self._epoch_timer is not None:
                 self._epoch_timer.cancel()
             for link in self._links.values():

@@ -25,8 +25,8 @@ ORDER BY 1
 """
 # Every sequence id held, as envelope and / or leaf hash, in order: a merge of two primary keys.
 _ROWS = """
-SELECT coalesce(l.sequence_id, e.originator_sequence_id), l.leaf_hash, e.envelope
-FROM (SELECT sequence_id, leaf_hash FROM log_leaves WHERE originator_node_id = $1) AS l
+SELECT coalesce(l.sequence_id, e.originator_sequence_id), l.leaf_hash, e.envelope, l.expiry
+FROM (SELECT sequence_id, leaf_hash, expiry FROM log_leaves WHERE originator_node_id = $1) AS l
 FULL JOIN (SELECT originator_sequence_id, envelope FROM originator_envelopes
            WHERE originator_node_id = $1) AS e
     ON l.sequence_id = e.originator_sequence_id
@@ -95,10 +95,13 @@ class AuditSource:
         )
         return [r[0] for r in rows]
 
-    async def rows(self, originator: int) -> AsyncIterator[tuple[int, bytes | None, bytes | None]]:
-        """(sequence id, leaf hash or None, envelope or None) in sequence order."""
+    async def rows(
+        self, originator: int
+    ) -> AsyncIterator[tuple[int, bytes | None, bytes | None, int | None]]:
+        """(sequence id, leaf hash or None, envelope or None, the leaf's committed expiry or
+        None for format 1) in sequence order."""
         async for r in self._conn.cursor(_ROWS, originator, prefetch=PREFETCH):
-            yield r[0], _bytes(r[1]), _bytes(r[2])
+            yield r[0], _bytes(r[1]), _bytes(r[2]), r[3]
 
     async def conflicts(self) -> AsyncIterator[Conflict]:
         async for r in self._conn.cursor(_CONFLICTS, prefetch=PREFETCH // 10):

@@ -43,7 +43,7 @@ WHERE originator_node_id = $1 AND originator_sequence_id = $2
 # [node_index << level, (node_index + 1) << level).
 _REPLACE_LEAF = """
 WITH leaf AS (
-    UPDATE log_leaves SET leaf_hash = $3, fingerprint = $4
+    UPDATE log_leaves SET leaf_hash = $3, fingerprint = $4, expiry = $5
     WHERE originator_node_id = $1 AND sequence_id = $2
 ), nodes AS (
     DELETE FROM log_nodes
@@ -64,6 +64,7 @@ async def _replace_leaf(conn: asyncpg.Connection, envelope: IndexedEnvelope) -> 
         envelope.sequence_id,
         leaf,
         fingerprint_part(leaf),
+        envelope.expiry,  # the leaf's committed expiry (format 2)
     )
     await extend_trees(
         conn, [envelope.originator_node_id], [(envelope.originator_node_id, envelope.sequence_id)]

@@ -33,7 +33,8 @@ STORED_MIN_LEVEL = 4
 # Serializes checkpoint issuing per originator across processes sharing the database.
 _ISSUE_LOCK = 0x6C6F6773  # "logs"
 
-LeafColumns = tuple[list[int], list[int], list[bytes], list[int]]
+# originator, sequence id, leaf hash, fingerprint, committed expiry (leaf format 2)
+LeafColumns = tuple[list[int], list[int], list[bytes], list[int], list[int]]
 
 _LOCK_TREE = """
 INSERT INTO log_trees VALUES ($1, 0)
@@ -129,8 +130,8 @@ ORDER BY 1
 """
 # Sequence ids of the ranges with no leaf held: only tiles without a stored subtree (so
 # missing a leaf, or from before subtrees were kept past gaps) are looked into, leaf by leaf.
-# Per range: index range scans and a small EXCEPT (a NOT EXISTS probe per tile and id cost
-# ~6 us each; one join over all ranges misestimated into a hash of 65,536 batches).
+# Per range: index range scans and a small EXCEPT (a NOT EXISTS probe per tile and id was
+# slow, and one join over all ranges was misestimated into a hash of many batches).
 _ABSENT = """
 SELECT i.s FROM unnest($2::bigint[], $3::bigint[]) AS r(first_id, last_id)
 CROSS JOIN LATERAL (
@@ -149,6 +150,22 @@ CROSS JOIN LATERAL (
 ) AS i
 ORDER BY 1
 """
+# Leaves held whose envelope is not, in the ranges, unless provably expired (leaf format 2,
+# committed expiry passed; 0 = never). Format 1 leaves (expiry NULL) keep the rule of their
+# time: a leaf kept alone was an expired envelope's. A merge of the two primary keys.
+_LOST = """
+SELECT l.sequence_id, l.leaf_hash
+FROM unnest($2::bigint[], $3::bigint[]) AS r(first_id, last_id)
+CROSS JOIN LATERAL (
+    SELECT sequence_id, leaf_hash FROM log_leaves AS l
+    WHERE l.originator_node_id = $1 AND l.sequence_id BETWEEN r.first_id AND r.last_id
+        AND (l.expiry = 0 OR l.expiry > $4)
+        AND NOT EXISTS (
+            SELECT 1 FROM originator_envelopes AS e
+            WHERE e.originator_node_id = $1 AND e.originator_sequence_id = l.sequence_id)
+) AS l
+ORDER BY 1 LIMIT $5
+"""
 _CHECKPOINT_COLUMNS = "signed"
 _ACCEPTED = "FROM log_checkpoints WHERE originator_node_id = $1 AND conflict IS NULL"
 _INSERT_CHECKPOINT = """
@@ -160,7 +177,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)
 
 def leaf_columns(envelopes: Sequence[IndexedEnvelope]) -> LeafColumns:
     """The log_leaves rows of the envelopes that belong to a committed log."""
-    columns: LeafColumns = ([], [], [], [])
+    columns: LeafColumns = ([], [], [], [], [])
     for e in envelopes:
         if has_log(e.originator_node_id):
             leaf = e.leaf or envelope_leaf(e.raw)
@@ -168,6 +185,7 @@ def leaf_columns(envelopes: Sequence[IndexedEnvelope]) -> LeafColumns:
             columns[1].append(e.sequence_id)
             columns[2].append(leaf)
             columns[3].append(fingerprint_part(leaf))
+            columns[4].append(e.expiry)
     return columns
 
 
@@ -397,6 +415,21 @@ class LogStore:
             _ABSENT, originator, [r.first for r in ranges], [r.last for r in ranges]
         )
         return [r[0] for r in rows]
+
+    async def lost(
+        self, originator: int, ranges: Sequence[SequenceRange], now_unix: int, limit: int
+    ) -> list[tuple[int, bytes]]:
+        """(sequence id, leaf) of the leaves in `ranges` held without their envelope and not
+        provably expired at `now_unix` (xnode.core.leaves), at most `limit`, in order."""
+        rows = await self.pool.fetch(
+            _LOST,
+            originator,
+            [r.first for r in ranges],
+            [r.last for r in ranges],
+            now_unix,
+            limit,
+        )
+        return [(r[0], bytes(r[1])) for r in rows]
 
     async def checkpoints(self, originator: int, after: int, limit: int) -> list[Checkpoint]:
         rows = await self.pool.fetch(

@@ -39,8 +39,8 @@ WITH rows AS (
     RETURNING originator_node_id, originator_sequence_id
 ), leaves AS (
     INSERT INTO log_leaves
-    SELECT l.* FROM unnest($8::int[], $9::bigint[], $10::bytea[], $11::bigint[])
-        AS l(originator_node_id, sequence_id, leaf_hash, fingerprint)
+    SELECT l.* FROM unnest($8::int[], $9::bigint[], $10::bytea[], $11::bigint[], $14::bigint[])
+        AS l(originator_node_id, sequence_id, leaf_hash, fingerprint, expiry)
     JOIN inserted AS i ON i.originator_node_id = l.originator_node_id
         AND i.originator_sequence_id = l.sequence_id
     ON CONFLICT DO NOTHING
@@ -90,12 +90,14 @@ class ReplicationStore:
             [e.raw for e in envelopes],
         ]
         fees = [[e.base_fee for e in envelopes], [e.congestion_fee for e in envelopes]]
+        *leaves, expiries = leaf_columns(envelopes)
         async with self._pool.acquire() as conn, conn.transaction():
             rows = await conn.fetch(
                 _INSERT_RECEIVED,
                 *columns,
-                *leaf_columns(envelopes),
-                *fees,  # $1-7, $8-11, $12-13
+                *leaves,
+                *fees,
+                expiries,  # $1-7, $8-11, $12-13, $14
             )
             # One row per originator with its keys in an array: a catch-up's thousands of
             # keys are decoded without a record each.

@@ -47,8 +47,8 @@ WHERE originator_node_id = $1
 """
 
 # Parameters: $1..$7 the envelope columns ($1 this node, $2 and $3 the first id and time:
-# a batch's ids and times are consecutive, and an array costs the driver ~0.5 us per element
-# to encode), $8 the last id, $9 its time, $10 this node, $11
+# a batch's ids and times are consecutive, and an array costs the driver per element to
+# encode), $8 the last id, $9 its time, $10 this node, $11
 # and $12 the notification, $13 and $14 the signed fees (the payer_usage trigger sums them);
 # then per statement: the fast path's remembered id and time ($15, $16) and tree nodes
 # ($17..$19), and the log leaves (last). A statement without the log (setting
@@ -63,12 +63,14 @@ _ROWS = """
 def _leaf_rows(joined: str) -> str:
     """This node's log leaves (xnode.store.logs), written with the envelopes: sequence ids
     are the envelopes' (from $2), leaf hashes come joined in one bytea (32 bytes each; an array
-    costs the driver ~0.5 us per element to encode) and each fingerprint is its hash's first
-    8 bytes as a signed bigint (core.reconciliation.fingerprint_part)."""
+    costs the driver per element to encode) and each fingerprint is its hash's first
+    8 bytes as a signed bigint (core.reconciliation.fingerprint_part); the expiry each
+    format 2 leaf commits to is the envelope's."""
     leaf = f"substr({joined}::bytea, r.i::int * 32 - 31, 32)"
     fingerprint = f"('x' || encode(substr({leaf}, 1, 8), 'hex'))::bit(64)::bigint"
+    expiry = "coalesce(($5::bigint[])[r.i], 0)"  # the leaf's committed expiry ($5: NULL = 0)
     rows = "generate_series(1, cardinality($7::bytea[])) AS r(i)"
-    return f"SELECT $10, $2::bigint + r.i - 1, {leaf}, {fingerprint} FROM {rows}"
+    return f"SELECT $10, $2::bigint + r.i - 1, {leaf}, {fingerprint}, {expiry} FROM {rows}"
 
 
 # If the row moved on (another process appended), `claimed` is empty and nothing is inserted.

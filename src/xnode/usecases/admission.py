@@ -9,7 +9,7 @@ that reached the server but no handler yet, and the client sees CANCELLED, which
 tell from a publish lost half way. Quiet is counted from the last answer as well as from the
 last refusal: a caller answered just before the close sends its next publish a moment later,
 and a drain that found nothing in flight and nothing refused yet stopped at once and
-cancelled it (issue 13). A node that answered nothing for that long stops at once."""
+cancelled it. A node that answered nothing for that long stops at once."""
 
 from __future__ import annotations
 

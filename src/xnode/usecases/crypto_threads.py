@@ -3,15 +3,14 @@
 libsecp256k1 releases the GIL, so a batch's recoveries and signatures run beside the event
 loop. But every recovery returns to Python and must win the GIL back from the loop: with
 asyncio's default executor (cores + 4 threads) those threads mostly wait for the GIL, and the
-waiting itself cost ~25 us of CPU per batched envelope (docs/benchmarks.md, issue 14: 116-120
-us per envelope with one thread against 147 us with six, at the same throughput). So each
-serving process gets a few threads of its own: the cores it may use, shared by the workers.
+waiting itself costs CPU per batched envelope. So each serving process gets a few threads of
+its own: the cores it may use, shared by the workers.
 
 The worker that signs every worker's batches signs them in a process of its own: there its
-signing waited for its one GIL behind the validations and the event loop (57-85 us of wall
-time per envelope for ~40 us of CPU, under the sequencer's lock: the batch throughput of a
-2-worker node); in a process it runs beside them (2 workers' batches ~10,400 -> ~12,000
-env/s, docs/benchmarks.md, runs Q and R).
+signing waited for its one GIL behind the validations and the event loop, longer than the
+signing itself and under the sequencer's lock, which bounds a 2-worker node's batch
+throughput; in a process it runs beside them (docs/benchmarks.md, "Measurements behind
+choices in the code").
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each worker appending to the node's log itself made the sequencer's fast path (a
 compare-and-set on the node's clock row, xnode.store.sequencer) miss whenever another worker
 had appended in between: with 2 workers, nearly every append of the worker serving fewer
-publishes signed twice and took the locked path (docs/benchmarks.md, issue 14). So the first
+publishes signed twice and took the locked path. So the first
 worker owns the sequencer: the other workers validate publishes (parsing, payer signature
 recovery, limits) and hand the valid batches to it over a Unix socket; they join its group
 commit and come back signed once the batch is durable.

@@ -1,6 +1,7 @@
 """Serving status follows the node's dependencies: a service is NOT_SERVING while one it
-depends on is down (the database unreachable, the chain indexer stopped or trailing the head
-by more than chain_max_lag_blocks), and every service is NOT_SERVING while the node drains."""
+depends on is down (the database unreachable; for publishing, the chain indexer stopped or
+trailing the head by more than chain_max_lag_blocks), and every service is NOT_SERVING while
+the node drains."""
 
 from __future__ import annotations
 

@@ -138,7 +138,7 @@ MAX_KEPT = 10_000
 class _Buckets:
     """A publisher's two buckets: their names and limits, built once per caller or payer
     (most publishes carry one envelope: building them per request was a measurable share of
-    a single publish's Python, docs/benchmarks.md, issue 14)."""
+    a single publish's Python)."""
 
     envelopes: str
     bytes: str

@@ -1,4 +1,4 @@
-"""Committed logs (issue 9): issuing this node's checkpoints, answering proofs and
+"""Committed logs: issuing this node's checkpoints, answering proofs and
 fingerprints over any originator's log, and taking in peers' checkpoints.
 
 The store behind `LogPort` keeps leaves per sequence id and builds each tree over the
@@ -62,6 +62,12 @@ class LogPort(Protocol):
 
     async def absent(self, originator: int, ranges: Sequence[SequenceRange]) -> list[int]:
         """The sequence ids in `ranges` whose leaf is not held, in order."""
+        ...
+
+    async def lost(
+        self, originator: int, ranges: Sequence[SequenceRange], now_unix: int, limit: int
+    ) -> list[tuple[int, bytes]]:
+        """(sequence id, leaf) of leaves held without their envelope, not provably expired."""
         ...
 
     async def checkpoints(self, originator: int, after: int, limit: int) -> list[Checkpoint]: ...
@@ -310,7 +316,7 @@ class CheckpointIntake:
     registry key, the previous-hash chain, the last stored checkpoint (consistency) and the
     leaves held here, then stores it; one that contradicts what is stored is kept aside.
 
-    Forks (issue 9 part 4) make what the leaves say change: when the fork rule puts the
+    Forks make what the leaves say change: when the fork rule puts the
     other version of a sequence id in the log, the tree from there is rebuilt. So which
     checkpoints are accepted must not depend on whether a checkpoint came before or after
     the fork: `settle` re-judges the stored checkpoints from a forked sequence id up against

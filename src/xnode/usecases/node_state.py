@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope
 from xnode.core.vector_clock import NodeClock
-from xnode.usecases.fanout import Fanout, FetchRange
+from xnode.usecases.fanout import BATCH_INTERVAL_S, Fanout, FetchRange
 
 
 def _stored(envelopes: Sequence[IndexedEnvelope]) -> list[StoredEnvelope]:
@@ -33,10 +33,16 @@ def _tops(envelopes: Sequence[StoredEnvelope]) -> dict[int, int]:
 class NodeState:
     """What this node has stored (its vector clock) and who waits for it (the fanout)."""
 
-    def __init__(self, node_id: int, stored: Cursor, fetch_range: FetchRange) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        stored: Cursor,
+        fetch_range: FetchRange,
+        batch_interval_s: float = BATCH_INTERVAL_S,
+    ) -> None:
         self.node_id = node_id
         self.clock = NodeClock(stored)
-        self.fanout = Fanout(fetch_range, stored)
+        self.fanout = Fanout(fetch_range, stored, batch_interval_s=batch_interval_s)
 
     def vector_clock(self) -> Cursor:
         return self.clock.value

@@ -6,15 +6,14 @@ Up to `in_flight` batches are appended at once (the sequencer signs one while Po
 and flushes the one before), and their commits are reported in the order they were taken.
 A second batch starts early only when at least `PIPELINE_MIN` envelopes wait: a small group
 costs more in its own statement and flush than signing it beside the previous one saves
-(single publishes, at 64 in flight, measured 7% slower when every group was pipelined).
+(single publishes at 64 in flight measured slower when every group was pipelined).
 
 Before a group is taken, the event loop runs on while publishes keep arriving (`_gather`):
 grpc's server hands the loop about one call every few turns, so a group taken at once held
-~2.4 single publishes at 64 in flight, each group paying its own statement, flush and Python.
-Gathering made them ~30 (one worker: 1,816 -> 2,799 singles/s, node CPU 555 -> 421 us and
-Postgres 137 -> 26 us per single; docs/benchmarks.md, issue 14, run S). A lone publish waits
-only the few idle turns it takes to see that nothing else comes (~tens of us), and no publish
-waits more than GATHER_SECONDS for others.
+a couple of single publishes, each group paying its own statement, flush and Python.
+Gathering makes groups an order of magnitude larger (docs/benchmarks.md, "Measurements
+behind choices in the code"). A lone publish waits only the few idle turns it takes to see
+that nothing else comes, and no publish waits more than GATHER_SECONDS for others.
 """
 
 from __future__ import annotations
@@ -37,8 +36,8 @@ GATHER_TURNS = 128  # loop turns a group gathers at most
 GATHER_PATIENCE = 8  # a run of more idle turns (no new publish) ends the gathering
 # The longest a publish waits for others to join its group: turns are slow when the loop is
 # busy with other calls, and a trickle of publishes within the patience would otherwise hold
-# the first one for 128 of them. Under the benchmark's 64 singles in flight a group gathers in
-# under 10 ms (as many group commits with this cap as without; 5 ms gave ~14% more).
+# the first one for 128 of them. Under a benchmark's steady singles a group gathers within
+# this cap, so it costs them nothing; a shorter one split their groups.
 GATHER_SECONDS = 0.010
 
 

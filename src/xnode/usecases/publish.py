@@ -22,8 +22,8 @@ from xnode.usecases.ports import ChainPublisher, EnvelopeReader, Originate
 MAX_PUBLISH_ENVELOPES = 1000
 # Batches this large are validated in a crypto thread (signature recovery releases the GIL).
 # Smaller ones on the loop: a hop per request costs more than the recovery it moves, and
-# gathering the small publishes of one loop turn into one hop found ~1.05 per turn (grpc hands
-# the loop one call at a time): +150-190 us of node CPU per single (docs/benchmarks.md).
+# gathering the small publishes of one loop turn into one hop found about one per turn (grpc
+# hands the loop one call at a time), so each single paid a hop (docs/benchmarks.md).
 THREAD_VALIDATION_MIN = 32
 
 

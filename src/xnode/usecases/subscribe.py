@@ -2,20 +2,30 @@
 SubscribeOriginators and SubscribeTopics, which differ only in how the API frames deliveries.
 
 Catch-up from each cursor, then live delivery (xnode.usecases.subscription); open
-subscriptions end when the node drains, and the client resubscribes from its cursor."""
+subscriptions end when the node drains, or when their stream falls behind live delivery, and
+the client resubscribes from its cursor."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack
+
+import structlog
 
 from xnode.core.cursors import Cursor
 from xnode.core.errors import Reason, Rejected
 from xnode.core.query import MAX_QUERY_TOPICS, EnvelopeQuery
-from xnode.observability.metrics import OPEN_SUBSCRIPTIONS
-from xnode.usecases.fanout import Fanout
+from xnode.observability.metrics import (
+    OPEN_SUBSCRIPTIONS,
+    SUBSCRIPTION_DELIVERIES,
+    SUBSCRIPTIONS_ENDED,
+)
+from xnode.usecases.fanout import MAX_LAG_S, Fanout
 from xnode.usecases.limits import ANONYMOUS, ApiLimits, Caller
 from xnode.usecases.ports import EnvelopeReader
-from xnode.usecases.subscription import Delivery, Subscription
+from xnode.usecases.subscription import Delivery, FellBehind, Subscription
+
+log = structlog.get_logger(__name__)
 
 DRAINING = "node is shutting down; resubscribe from your cursor"
 
@@ -36,6 +46,29 @@ def topic_groups(filters: Sequence[tuple[bytes, Cursor]]) -> list[EnvelopeQuery]
     return [EnvelopeQuery.validated(t, [], c) for c, t in by_cursor.items()]
 
 
+def _report_fell_behind(method: str) -> Callable[[FellBehind], None]:
+    def report(exc: FellBehind) -> None:
+        SUBSCRIPTIONS_ENDED.labels(method, "fell_behind").inc()
+        log.warning(
+            "subscription_fell_behind",
+            method=method,
+            lag_s=round(exc.lag_s, 3),
+            cursors=[dict(c) for c in exc.cursors],
+        )
+
+    return report
+
+
+def _ended(exc: FellBehind) -> Rejected:
+    """What the client of a stream that fell behind is told, with the cursor it got to when
+    it has one."""
+    return Rejected(
+        Reason.UNAVAILABLE,
+        f"this stream {exc}: the node ended it; resubscribe from your last cursor",
+        cursor=exc.cursors[0] if len(exc.cursors) == 1 else None,
+    )
+
+
 class Subscribe:
     def __init__(
         self,
@@ -43,11 +76,13 @@ class Subscribe:
         fanout: Fanout,
         keepalive_s: float = 30.0,
         limits: ApiLimits | None = None,
+        max_lag_s: float = MAX_LAG_S,
     ) -> None:
         self._store = store
         self._limits = limits
         self._fanout = fanout
         self._keepalive_s = keepalive_s
+        self._max_lag_s = max_lag_s
         self._open: set[Subscription] = set()
         self._closed = False
 
@@ -62,31 +97,36 @@ class Subscribe:
     async def __call__(
         self, groups: list[EnvelopeQuery], method: str, caller: Caller = ANONYMOUS
     ) -> AsyncIterator[Delivery]:
-        """Deliveries until the node drains, then Rejected(UNAVAILABLE). `method` names the
-        RPC for the open-subscriptions gauge. Raises LimitExceeded before the first delivery
-        when the caller is over its limits."""
+        """Deliveries until the node drains, then Rejected(UNAVAILABLE); the same when the
+        stream falls behind, with its cursor. `method` names the RPC for the metrics. Raises
+        LimitExceeded before the first delivery when the caller is over its limits."""
         if self._closed:
             raise Rejected(Reason.UNAVAILABLE, DRAINING)
-        if self._limits is None:
-            async for delivery in self._deliver(groups, method):
-                yield delivery
-            return
-        await self._limits.subscribe(caller)
-        async with self._limits.subscription(caller):
-            async for delivery in self._deliver(groups, method):
-                yield delivery
-
-    async def _deliver(self, groups: list[EnvelopeQuery], method: str) -> AsyncIterator[Delivery]:
-        subscription = Subscription(
-            groups, self._store.query, self._fanout, keepalive_s=self._keepalive_s
-        )
-        self._open.add(subscription)
-        gauge = OPEN_SUBSCRIPTIONS.labels(method)
-        gauge.inc()
-        try:
-            async for delivery in subscription.deliveries():
-                yield delivery
-        finally:
-            gauge.dec()
-            self._open.discard(subscription)
+        async with AsyncExitStack() as held:  # not a generator inside: one level per delivery
+            if self._limits is not None:
+                await self._limits.subscribe(caller)
+                await held.enter_async_context(self._limits.subscription(caller))
+            subscription = Subscription(
+                groups,
+                self._store.query,
+                self._fanout,
+                keepalive_s=self._keepalive_s,
+                max_lag_s=self._max_lag_s,
+                on_fell_behind=_report_fell_behind(method),
+            )
+            self._open.add(subscription)
+            gauge = OPEN_SUBSCRIPTIONS.labels(method)
+            delivered = SUBSCRIPTION_DELIVERIES.labels(method)
+            gauge.inc()
+            try:
+                async for delivery in subscription.deliveries():
+                    if delivery.batches:
+                        delivered.inc(delivery.count)
+                    yield delivery
+            except FellBehind as exc:
+                raise _ended(exc) from None
+            finally:
+                gauge.dec()
+                self._open.discard(subscription)
+        SUBSCRIPTIONS_ENDED.labels(method, "draining").inc()
         raise Rejected(Reason.UNAVAILABLE, DRAINING)

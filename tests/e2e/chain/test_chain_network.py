@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from tests.conftest import ChainEnv, NodeProcess, NodeSpec
@@ -14,12 +15,12 @@ from tests.integration.chain.helpers import (
     chain_proof,
     client_bytes,
     commit_envelope,
-    eventually,
     group_topic,
     inbox_topic,
     publish,
     signed_update_envelope,
 )
+from tests.waiting import eventually_value
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
@@ -72,8 +73,8 @@ async def test_three_nodes_index_the_same_chain_payloads(
     chain_proof(sent_update, node_spec.keys[200].public_key)
     for node_id, address in addresses.items():
         async with NodeClient(address) as client:
-            found = await eventually(
-                lambda c=client: c.query(topics=[group_topic(GROUP), inbox_topic(INBOX)]),
+            found = await eventually_value(
+                partial(client.query, topics=[group_topic(GROUP), inbox_topic(INBOX)]),
                 lambda f: len(f) == 2,
             )
             inbox = await client.replication.GetInboxIds(

@@ -4,12 +4,13 @@ preferred node from its vector-clock cursor, and every envelope arrives exactly 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from functools import partial
 
 import pytest
 
 from tests.conftest import REPLICATION_TEST_SETTINGS, Network, NodeProcess
+from tests.waiting import eventually
 from xnode.client.network import NetworkClient
 from xnode.client.node import NodeClient
 from xnode.core.client_checks import CheckedEnvelope
@@ -21,14 +22,6 @@ from xnode.devtools.devnet import wait_serving
 
 GROUP = bytes(range(16))
 TOPIC = Topic(TopicKind.GROUP_MESSAGES, GROUP).raw
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 60.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.1)
 
 
 def start(network: Network, spawn_node: Callable[..., NodeProcess]) -> dict[int, NodeProcess]:
@@ -68,7 +61,7 @@ async def test_a_subscription_resumes_on_another_node_with_no_gap_and_no_duplica
         before = await writer.publish_group_messages(GROUP, [b"before %d" % i for i in range(20)])
         assert {e.originator_node_id for e in before} == {first}, "the preferred node"
         for n in network.addresses:  # replicated everywhere: nothing is lost with `first`
-            await eventually(lambda n=n: holds(network.addresses[n], 20))
+            await eventually(partial(holds, network.addresses[n], 20))
 
         subscription = reader.subscribe([TOPIC])
         got: list[CheckedEnvelope] = []

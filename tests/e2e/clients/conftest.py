@@ -4,6 +4,7 @@ its own metrics endpoint, and two `xnode gateway` processes in front of them."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -40,6 +41,13 @@ class ClientNetwork:
     nodes: ChainNetwork
     metrics: dict[int, str]
     gateways: list[GatewayProcess] = field(default_factory=list)
+
+    def restart(self, node_id: int) -> None:
+        self.nodes.start(node_id, metrics_address=self.metrics[node_id])
+
+    def signal(self, node_id: int, sig: signal.Signals) -> None:
+        """SIGSTOP freezes the node's process, SIGCONT thaws it."""
+        os.kill(self.nodes.processes[node_id].proc.pid, sig)
 
 
 def _spawn_gateway(chain: ChainEnv, tmp_path: Path, index: int, **extra_env: str) -> GatewayProcess:

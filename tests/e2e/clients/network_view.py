@@ -34,6 +34,26 @@ class NetworkView:
         assert reply == ("killed", node_id), reply
         self.live.discard(node_id)
 
+    def freeze(self, node_id: int) -> None:
+        """SIGSTOP: the node holds its connections and answers nothing (a hung host)."""
+        self._ask("freeze", node_id)
+        self.live.discard(node_id)
+
+    def thaw(self, node_id: int) -> None:
+        self._ask("thaw", node_id)
+        self.live.add(node_id)
+
+    def restart(self, node_id: int) -> None:
+        """Starts a killed node again on its database and address, and waits until it serves."""
+        self._ask("restart", node_id)
+        self.live.add(node_id)
+
+    def _ask(self, kind: str, node_id: int) -> None:
+        assert self.control is not None, "no test process to ask"
+        self.control.send((kind, node_id))
+        reply = self.control.recv()
+        assert reply == (f"{kind}:done", node_id), reply
+
     def open_client_streams(self) -> dict[int, float]:
         """Client subscription streams open on each live node (from its metrics)."""
         counts = {}

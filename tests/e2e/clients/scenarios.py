@@ -4,6 +4,7 @@ in its own process by test_python_bindings.py. Assertions here fail the test."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,15 @@ import xmtp_bindings.xmtpv3 as xmtp
 
 from tests.e2e.clients.network_view import NetworkView
 from tests.e2e.clients.node_sdk_user import NodeSdkUser
-from tests.e2e.clients.xmtp_users import User, group_options, list_options, new_user, until
+from tests.e2e.clients.xmtp_users import (
+    MessageStream,
+    User,
+    group_options,
+    list_options,
+    new_user,
+    until,
+)
+from xmtp.identity.associations import association_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.client.node import NodeClient
 from xnode.core.constants import IDENTITY_UPDATES_ORIGINATOR
@@ -21,18 +30,24 @@ from xnode.core.registry import NodeEntry, Registry
 from xnode.core.topics import Topic, TopicKind
 
 
-async def read_node(network: NetworkView, user: User) -> tuple[int, Any]:
-    """The node the user's client reads from: where its live stream opens (the library
-    picks the node that answered its health check fastest, and tells no one)."""
+async def read_nodes(network: NetworkView, user: User) -> tuple[set[int], Any]:
+    """The nodes the user's live streams opened on, and the stream. The client reads
+    through the gateway, which opens each SubscribeEnvelopes on the preferred node of its
+    first topic (the library opens one for welcomes and one for its groups)."""
     before = network.open_client_streams()
     stream = await user.stream_all()
 
-    async def opened() -> int | None:
-        now = network.open_client_streams()
-        grown = [n for n in now if now[n] > before.get(n, 0)]
-        return grown[0] if len(grown) == 1 else None
+    last: list[set[int]] = [set()]
 
-    return await until(f"{user.name}'s stream opens on one node", opened), stream
+    async def opened() -> set[int] | None:
+        """The nodes once two polls in a row agree: a second stream may open a moment later."""
+        now = network.open_client_streams()
+        grown = {n for n in now if now[n] > before.get(n, 0)}
+        settled = grown if grown and grown == last[0] else None
+        last[0] = grown
+        return settled
+
+    return await until(f"{user.name}'s streams open", opened), stream
 
 
 def nodes_of(network: NetworkView) -> list[NodeEntry]:
@@ -69,7 +84,11 @@ async def every_node_knows_inbox(network: NetworkView, address: str, inbox_id: s
     for node_id, node_address in network.live_addresses().items():
         async with NodeClient(node_address) as client:
             request = api.GetInboxIdsRequest(
-                requests=[api.GetInboxIdsRequest.Request(identifier=address, identifier_kind=1)]
+                requests=[
+                    api.GetInboxIdsRequest.Request(
+                        identifier=address, identifier_kind=association_pb2.IDENTIFIER_KIND_ETHEREUM
+                    )
+                ]
             )
             reply = await client.replication.GetInboxIds(request, timeout=10)
         assert reply.responses[0].inbox_id == inbox_id, f"node {node_id}"
@@ -101,21 +120,21 @@ async def conversation_across_gateways(network: NetworkView, tmp_path: Path) -> 
 
         # A live stream gets a message that another node originated (and replicated): bob
         # writes in a side group whose preferred node is not the one alice reads from.
-        node, stream = await read_node(network, alice)
+        nodes, stream = await read_nodes(network, alice)
         for _ in range(20):
             side = await alice.client.conversations().create_group([bob.inbox_id], group_options())
             topic = Topic(TopicKind.GROUP_MESSAGES, side.id()).raw
-            if preferred_node(topic, nodes_of(network), ()) != node:
+            if preferred_node(topic, nodes_of(network), ()) not in nodes:
                 break
         else:
-            raise AssertionError(f"every new group's preferred node was alice's node {node}")
+            raise AssertionError(f"every new group's preferred node was one of alice's {nodes}")
         await (await bob.group(side.id())).send_text("live from bob")
 
         async def streamed() -> Any:
             return next((m for m in list(stream.messages) if _text(m) == "live from bob"), None)
 
         message = await until("alice's stream delivers bob's message", streamed)
-        assert message.originator_id != node, "the message should come from another node"
+        assert message.originator_id not in nodes, "the message should come from another node"
         assert not stream.errors
 
         # A third member reads what is sent after she joins, and only that.
@@ -172,9 +191,9 @@ async def read_node_killed(network: NetworkView, tmp_path: Path) -> None:
         await alice.connect()
         await bob.connect()
         await alice.find(bob)
-        victim, _ = await read_node(network, alice)
-        bobs_node, _ = await read_node(network, bob)
-        # The group's messages go to the victim too, so the gateways must fail over as well.
+        # The gateway reads a group's topic from its preferred node, where its messages go
+        # too: the gateways must fail over reads and publishes alike.
+        victim = 100
         group = await group_preferring(network, alice, bob, victim)
         group_id = group.id()
         topic = Topic(TopicKind.GROUP_MESSAGES, group_id).raw
@@ -185,22 +204,9 @@ async def read_node_killed(network: NetworkView, tmp_path: Path) -> None:
 
         network.kill(victim)
 
-        # libxmtp 1.10.0 picks its read node once per API connection (MultiNodeClient keeps
-        # it in a OnceCell, no refresh), so this client keeps calling the dead node.
-        try:
-            await group.sync()
-        except xmtp.FfiError:
-            pass
-        else:
-            raise AssertionError("the old connection still reads, from a dead node?")
-
-        # A new connection on the same database: GetNodes, health checks skip the dead
-        # node, reads go to a live one. Publishing never needed it: the gateway fails over.
-        await alice.connect()
-        group = alice.client.conversation(group_id)
-        if bobs_node == victim:
-            await bob.connect()
-            bobs = bob.client.conversation(group_id)
+        # libxmtp 1.10.0 reads from the one URL GetNodes gave it for as long as the
+        # connection lives: that URL is the gateway's, which reads from live nodes, so the
+        # same connection goes on, and so does publishing (the gateway fails over).
         await group.sync()
         await group.send_text("after, from alice")
         await bob.read(bobs, ["before", "after, from alice"])
@@ -331,4 +337,97 @@ async def identity_lifecycle(network: NetworkView, tmp_path: Path) -> None:
         await identity_updates_on_chain(network, [alice])
     finally:
         for user in (alice, phone, bob):
+            user.close()
+
+
+# A message on every other member's live stream within this long of its send being answered.
+STREAM_GAP_S = 5.0
+FREEZE_S = 30.0
+
+
+@dataclass
+class Conversation:
+    """Three members of one group, each with a live stream, none ever reconnecting; every
+    send is timed, and each message awaited on the others' streams."""
+
+    users: list[User]
+    groups: dict[str, Any]
+    streams: dict[str, MessageStream]
+    sent: list[str] = field(default_factory=list)
+    slowest_send_s: float = 0.0
+    widest_gap_s: float = 0.0
+
+    async def say(self, user: User, label: str) -> None:
+        text = f"{label}: {user.name}"
+        started = time.monotonic()
+        await self.groups[user.name].send_text(text)
+        answered = time.monotonic()
+        self.slowest_send_s = max(self.slowest_send_s, answered - started)
+        self.sent.append(text)
+        for other in self.users:
+            if other is not user:
+                stream = self.streams[other.name]
+
+                async def arrived(stream: MessageStream = stream) -> float | None:
+                    return stream.arrival_of(text)
+
+                at = await until(f"{other.name}'s stream delivers {text!r}", arrived, 15.0)
+                self.widest_gap_s = max(self.widest_gap_s, at - answered)
+
+    async def round(self, label: str) -> None:
+        for user in self.users:
+            await self.say(user, label)
+
+
+async def conversation_survives_node_failures(network: NetworkView, tmp_path: Path) -> None:
+    """Each node in turn is killed (kill -9, then started again) and frozen (SIGSTOP for 30 s)
+    mid-conversation; the application never reconnects. Every send is answered, every message
+    reaches the other members' live streams within STREAM_GAP_S, once, and is in history."""
+    gateway_a, gateway_b = network.gateway_urls
+    users = [
+        new_user("alice", tmp_path, network.node_url(100), gateway_a),
+        new_user("bob", tmp_path, network.node_url(200), gateway_b),
+        new_user("carol", tmp_path, network.node_url(300), gateway_a),
+    ]
+    alice, bob, carol = users
+    try:
+        for user in users:
+            await user.connect()
+        members = [await alice.find(bob), await alice.find(carol)]
+        group = await alice.client.conversations().create_group(members, group_options())
+        groups = {
+            "alice": group,
+            "bob": await bob.group(group.id()),
+            "carol": await carol.group(group.id()),
+        }
+        streams = {u.name: await u.stream_all() for u in users}
+        talk = Conversation(users, groups, streams)
+        await talk.round("hello")
+        for node in sorted(network.addresses):
+            network.kill(node)
+            await talk.round(f"{node} killed")
+            network.restart(node)
+            await talk.round(f"{node} restarted")
+            network.freeze(node)
+            frozen_until = time.monotonic() + FREEZE_S
+            turn = 0
+            while time.monotonic() < frozen_until:
+                await talk.say(users[turn % 3], f"{node} frozen #{turn}")
+                turn += 1
+            network.thaw(node)
+            await talk.round(f"{node} thawed")
+        for user in users:
+            await user.read(groups[user.name], talk.sent)
+            others = [t for t in talk.sent if not t.endswith(user.name)]
+            streamed = [t for t in streams[user.name].texts() if t in others]
+            assert sorted(streamed) == sorted(set(streamed)), f"{user.name}: a duplicate"
+            assert set(others) <= set(streamed), f"{user.name}: {set(others) - set(streamed)}"
+            assert not streams[user.name].errors, streams[user.name].errors
+        print(
+            f"{len(talk.sent)} messages; slowest send {talk.slowest_send_s:.1f}s; "
+            f"widest stream gap {talk.widest_gap_s:.1f}s"
+        )
+        assert talk.widest_gap_s <= STREAM_GAP_S, talk.widest_gap_s
+    finally:
+        for user in users:
             user.close()

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.clients.conftest import GatewayProcess, _spawn_gateway
 from tests.e2e.replication.conftest import ChainNetwork
+from tests.statuses import trailers
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
 from xmtp.xmtpv4.payer_api import payer_api_pb2_grpc
@@ -131,7 +132,7 @@ async def test_a_client_over_its_limit_is_refused_and_the_other_is_not(
         await publish(stub, KEYS["alice"], refused)
     assert over.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "client alice" in (over.value.details() or "")
-    retry = dict(over.value.trailing_metadata() or ())[RETRY_AFTER_TRAILER]
+    retry = trailers(over.value)[RETRY_AFTER_TRAILER]
     assert int(retry) >= 1
 
     bob_sent = messages(4, ALLOWED, "bob")

@@ -9,6 +9,7 @@ runs in a spawned process (runner.py), this process owns the network."""
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import time
 from pathlib import Path
 
@@ -20,9 +21,12 @@ from tests.e2e.clients.network_view import NetworkView
 
 pytestmark = pytest.mark.slow
 SCENARIO_TIMEOUT_S = 240.0
+SIGNALS = {"freeze": signal.SIGSTOP, "thaw": signal.SIGCONT}
 
 
-def run_scenario(name: str, network: ClientNetwork, directory: Path) -> float:
+def run_scenario(
+    name: str, network: ClientNetwork, directory: Path, timeout_s: float = SCENARIO_TIMEOUT_S
+) -> float:
     """Runs scenarios.<name> in a spawned process, kills nodes when it asks, and fails with
     its traceback when it fails. Returns how long it took."""
     context = multiprocessing.get_context("spawn")
@@ -38,7 +42,7 @@ def run_scenario(name: str, network: ClientNetwork, directory: Path) -> float:
     )
     process = context.Process(target=runner.run, args=(name, view, theirs, str(directory)))
     process.start()
-    deadline = time.monotonic() + SCENARIO_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     try:
         while True:
             if ours.poll(0.2):
@@ -46,6 +50,12 @@ def run_scenario(name: str, network: ClientNetwork, directory: Path) -> float:
                 if kind == "kill":
                     nodes.kill(value)
                     ours.send(("killed", value))
+                elif kind in ("freeze", "thaw", "restart"):
+                    if kind == "restart":
+                        network.restart(value)
+                    else:
+                        network.signal(value, SIGNALS[kind])
+                    ours.send((f"{kind}:done", value))
                 elif kind == "done":
                     return float(value)
                 else:
@@ -53,7 +63,7 @@ def run_scenario(name: str, network: ClientNetwork, directory: Path) -> float:
             elif not process.is_alive():
                 pytest.fail(f"scenario {name} exited ({process.exitcode}) without a report")
             if time.monotonic() > deadline:
-                pytest.fail(f"scenario {name} took longer than {SCENARIO_TIMEOUT_S}s")
+                pytest.fail(f"scenario {name} took longer than {timeout_s}s")
     finally:
         process.join(30)
         if process.is_alive():
@@ -73,6 +83,14 @@ def test_a_user_keeps_talking_when_the_node_it_reads_from_is_killed(
 ) -> None:
     took = run_scenario("read_node_killed", client_network, tmp_path)
     print(f"failover scenario took {took:.1f}s")
+
+
+@pytest.mark.timeout(900)
+def test_a_conversation_survives_each_node_killed_and_frozen(
+    client_network: ClientNetwork, tmp_path: Path
+) -> None:
+    took = run_scenario("conversation_survives_node_failures", client_network, tmp_path, 480.0)
+    print(f"node failures scenario took {took:.1f}s")
 
 
 def test_every_identity_update_of_the_client_is_validated_and_accepted(

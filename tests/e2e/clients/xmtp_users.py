@@ -77,17 +77,19 @@ def texts(messages: list[Any]) -> list[str]:
     return out
 
 
-class MessageStream(xmtp.FfiMessageCallback):  # type: ignore[misc]
+class MessageStream(xmtp.FfiMessageCallback):
     """Collects streamed messages; called from the library's threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.messages: list[Any] = []
+        self.arrival_times: list[float] = []  # time.monotonic() of each arrival
         self.errors: list[Any] = []
 
     def on_message(self, message: Any) -> None:
         with self._lock:
             self.messages.append(message)
+            self.arrival_times.append(time.monotonic())
 
     def on_error(self, error: Any) -> None:
         with self._lock:
@@ -99,6 +101,12 @@ class MessageStream(xmtp.FfiMessageCallback):  # type: ignore[misc]
     def texts(self) -> list[str]:
         with self._lock:
             return texts(list(self.messages))
+
+    def arrival_of(self, text: str) -> float | None:
+        """When the message with this text arrived (the first time), if it has."""
+        with self._lock:
+            pairs = list(zip(self.messages, self.arrival_times, strict=True))
+        return next((at for message, at in pairs if texts([message]) == [text]), None)
 
 
 @dataclass

@@ -28,7 +28,7 @@ from xnode.core.cursors import Cursor
 from xnode.devtools.devnet import wait_serving
 from xnode.devtools.postgres import free_port
 
-# Building the images on a fresh machine takes minutes (README); later runs reuse them.
+# Building the images on a fresh machine takes minutes (docs/operations.md); later runs reuse them.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 REPO = Path(__file__).resolve().parents[3]

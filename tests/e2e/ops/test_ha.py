@@ -22,8 +22,8 @@ import pytest
 
 from tests.conftest import NodeProcess, NodeSpec
 from tests.e2e.ops.test_restore import log_of
-from tests.integration.chain.helpers import eventually
 from tests.integration.server.test_metrics import _scrape
+from tests.waiting import eventually, eventually_value
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
@@ -110,15 +110,20 @@ async def fail_over(
     tasks = [asyncio.create_task(publisher(node.address, load, i)) for i in range(PUBLISHERS)]
     load.publishers = tasks
     try:
-        await eventually(load.count, lambda n: n >= 100)  # publishes before the fault
+        await eventually_value(load.count, lambda n: n >= 100, what="publishes before the fault")
         old = await asyncio.to_thread(cluster.leader)
         assert old is not None
         cluster.signal_member(old, fault)
-        await eventually(
-            lambda: asyncio.to_thread(cluster.leader), lambda new: new not in (None, old), 60
+        await eventually_value(
+            lambda: asyncio.to_thread(cluster.leader),
+            lambda new: new not in (None, old),
+            60,
+            "the standby promoted",
         )
         promoted = time.monotonic()
-        await eventually(lambda: load.served_since(promoted), bool, SERVE_AGAIN_S)
+        await eventually(
+            lambda: load.served_since(promoted), SERVE_AGAIN_S, "a publish answered after it"
+        )
         if fault == signal.SIGKILL:
             cluster.start_member(old)
         else:
@@ -126,7 +131,7 @@ async def fail_over(
         await asyncio.to_thread(cluster.wait_ready)
         before = len(load.acked)
         try:
-            await eventually(load.count, lambda n: n > before + 50)  # publishes once rejoined
+            await eventually_value(load.count, lambda n: n > before + 50, what="rejoined")
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{cluster.diagnosis()}") from None
     finally:
@@ -201,7 +206,7 @@ async def test_reads_from_the_replica(
 
     async with NodeClient(node.address) as client:
         await client.publish_group_messages(PAYER, A, GROUP, [b"before"])
-        await eventually(lambda: ids(Cursor()), lambda got: got == [1])  # the replica has it
+        await eventually_value(lambda: ids(Cursor()), lambda got: got == [1])  # on the replica
         replica_reads = scraped("xnode_reads_routed_total", to="replica")
         assert replica_reads, "no query was read from the replica"
         replay(ha_cluster, standby, signal.SIGSTOP)
@@ -211,10 +216,10 @@ async def test_reads_from_the_replica(
             # Past the replica (it holds 1): the primary answers, with what follows 2.
             assert await ids(Cursor({A: 2})) == [3]
             assert await ids(Cursor()) == [1]  # the replica, behind
-            await eventually(lag_bytes, lambda lag: lag is not None and lag > 0)
+            await eventually_value(lag_bytes, lambda lag: lag is not None and lag > 0)
         finally:
             replay(ha_cluster, standby, signal.SIGCONT)
-        await eventually(lag_bytes, lambda lag: lag == 0)
+        await eventually_value(lag_bytes, lambda lag: lag == 0, what="the replica caught up")
         assert await ids(Cursor()) == [1, 2, 3]
     assert (scraped("xnode_reads_routed_total", to="replica") or 0) > replica_reads + 1
     assert scraped("xnode_reads_routed_total", to="primary")

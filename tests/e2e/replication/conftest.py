@@ -3,10 +3,8 @@ on a real anvil, each node with its own Postgres database."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,14 +76,6 @@ class ChainNetwork:
         finally:
             await conn.close()
         return [bytes(r[0]) for r in rows]
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 30.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture

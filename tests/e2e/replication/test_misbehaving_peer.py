@@ -11,8 +11,9 @@ from typing import Any
 
 import grpc
 
-from tests.e2e.replication.conftest import ChainNetwork, eventually
+from tests.e2e.replication.conftest import ChainNetwork
 from tests.fake_peer import serve_subscribe_originators
+from tests.waiting import eventually
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
@@ -106,7 +107,10 @@ async def test_forged_resigned_out_of_order_and_duplicate_envelopes_are_caught_a
         async def reports() -> mb.QueryMisbehaviorReportsResponse:
             async with grpc.aio.insecure_channel(chain_network.addresses[100]) as channel:
                 stub = misbehavior_api_pb2_grpc.MisbehaviorApiStub(channel)  # type: ignore[no-untyped-call]
-                return await stub.QueryMisbehaviorReports(mb.QueryMisbehaviorReportsRequest())
+                reply: mb.QueryMisbehaviorReportsResponse = await stub.QueryMisbehaviorReports(
+                    mb.QueryMisbehaviorReportsRequest()
+                )
+                return reply
 
         async def all_reported() -> bool:
             found = reports_of(await reports(), 200)

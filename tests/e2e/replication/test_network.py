@@ -8,7 +8,8 @@ import contextlib
 
 import grpc
 
-from tests.e2e.replication.conftest import ChainNetwork, eventually
+from tests.e2e.replication.conftest import ChainNetwork
+from tests.waiting import eventually
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 

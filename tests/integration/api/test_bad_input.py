@@ -8,6 +8,7 @@ import grpc
 import pytest
 
 from tests.conftest import node_settings
+from tests.statuses import trailers
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.api.errors import CURSOR_TRAILER
@@ -130,8 +131,8 @@ async def test_depends_on_ahead_is_aborted_with_the_node_cursor(node: Any) -> No
             await client.publish([good(b"late", depends_on=Cursor({100: 1, 200: 7}))])
         assert err.value.code() == grpc.StatusCode.ABORTED
         assert "200:7" in (err.value.details() or "")
-        trailers = dict(err.value.trailing_metadata() or ())
-        cursor = envelopes_pb2.Cursor.FromString(trailers[CURSOR_TRAILER])
+        found = trailers(err.value)
+        cursor = envelopes_pb2.Cursor.FromString(found[CURSOR_TRAILER])
         assert dict(cursor.node_id_to_sequence_id) == {100: 1}
         assert await stored_count(client) == 1
 

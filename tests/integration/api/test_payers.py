@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 import pytest
 
+from tests.statuses import trailers
 from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import build_payer_envelope, parse_originator_envelope
@@ -84,8 +85,8 @@ async def test_a_payer_over_its_limit_is_refused_and_another_is_not(
             await client.publish_group_messages(greedy, 100, GROUP, [b"5", b"6"])
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "over its envelopes limit; retry in" in (err.value.details() or "")
-        trailers = dict(err.value.trailing_metadata() or ())
-        assert int(trailers["retry-after"]) >= 1
+        found = trailers(err.value)
+        assert int(found["retry-after"]) >= 1
         # the modest payer, same client IP, is unaffected
         await client.publish_group_messages(modest, 100, GROUP, [b"a", b"b", b"c"])
         stored = await client.query(topics=[TOPIC])

@@ -10,6 +10,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tests.conftest import node_settings
+from xmtp.identity.associations import association_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import (
     message_api_pb2 as api,
@@ -115,7 +116,11 @@ async def test_query_api_publish_api_and_subscribe_topics(
         stream.cancel()
         inbox = await query.GetInboxIds(
             api.GetInboxIdsRequest(
-                requests=[api.GetInboxIdsRequest.Request(identifier="0xabc", identifier_kind=1)]
+                requests=[
+                    api.GetInboxIdsRequest.Request(
+                        identifier="0xabc", identifier_kind=association_pb2.IDENTIFIER_KIND_ETHEREUM
+                    )
+                ]
             )
         )
     assert kinds == ["status_update", "envelopes", "status_update"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from eth_abi.abi import decode
@@ -49,7 +49,9 @@ def inbox_topic(inbox_id: bytes) -> bytes:
 def create_inbox(address: str) -> association_pb2.IdentityAction:
     return association_pb2.IdentityAction(
         create_inbox=association_pb2.CreateInbox(
-            initial_identifier=address, nonce=1, initial_identifier_kind=1
+            initial_identifier=address,
+            nonce=1,
+            initial_identifier_kind=association_pb2.IDENTIFIER_KIND_ETHEREUM,
         )
     )
 
@@ -132,20 +134,6 @@ def client_bytes(envelope: envelopes_pb2.OriginatorEnvelope) -> bytes:
     ).payer_envelope.unsigned_client_envelope
 
 
-async def eventually(
-    probe: Callable[[], Awaitable[T]], ok: Callable[[T], bool], within_s: float = 15.0
-) -> T:
-    """Polls `probe` until `ok(value)`; fails with the last value after `within_s`."""
-    deadline = time.monotonic() + within_s
-    while True:
-        value = await probe()
-        if ok(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met in {within_s} s; last value: {value!r}")
-        await asyncio.sleep(0.05)
-
-
 def canonical_payloads(url: str, contract: str, topic0: bytes) -> dict[int, tuple[bytes, bytes]]:
     """{sequence id: (payload bytes, tx hash)} for every event on the chain right now."""
     logs: Any = rpc_call(
@@ -173,7 +161,7 @@ def send_raw_event(
 ) -> bytes:
     """A contract call straight to the chain (not through a node); returns the tx hash."""
     nonce = int(str(rpc_call(url, "eth_getTransactionCount", [account.address, "pending"])), 16)
-    tx = {
+    tx: dict[str, Any] = {
         "type": 2,
         "chainId": chain_id,
         "nonce": nonce,

@@ -18,12 +18,12 @@ from tests.conftest import ChainEnv, NodeSpec, node_settings
 from tests.identity_signers import Inbox, Installation, Wallet, create, signed
 from tests.integration.chain.helpers import (
     add_identity_update_call,
-    eventually,
     publish,
     send_raw_event,
     signed_update_envelope,
     stored_chain_payloads,
 )
+from tests.waiting import eventually_value
 from xmtp.identity.associations import association_pb2 as a
 from xmtp.identity.associations import signature_pb2 as s
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
@@ -176,7 +176,7 @@ async def test_get_inbox_ids_ignores_claims_the_state_does_not_hold(
             chain_env.contracts.identity_updates,
             add_identity_update_call(thief.key, signed_update_envelope(forged).SerializeToString()),
         )
-        await eventually(lambda: stored_chain_payloads(client, 1), lambda p: 3 in p)
+        await eventually_value(lambda: stored_chain_payloads(client, 1), lambda p: 3 in p)
         request = api.GetInboxIdsRequest(
             requests=[api.GetInboxIdsRequest.Request(identifier=victim.owner.address)]
         )

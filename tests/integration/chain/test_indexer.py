@@ -20,13 +20,13 @@ from tests.integration.chain.helpers import (
     canonical_payloads,
     commit_envelope,
     create_inbox,
-    eventually,
     identity_update_envelope,
     message_payload,
     publish,
     send_raw_event,
     stored_chain_payloads,
 )
+from tests.waiting import eventually_value
 from xnode.chain import abi
 from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.cursors import Cursor
@@ -47,13 +47,13 @@ def send_messages(chain: ChainEnv, texts: list[str], group: bytes = GROUP) -> No
 
 
 async def wait_indexed(client: NodeClient, chain: ChainEnv, count: int) -> None:
-    canonical = await eventually(
+    canonical = await eventually_value(
         lambda: asyncio.to_thread(
             canonical_payloads, chain.url, chain.contracts.group_messages, abi.MESSAGE_SENT
         ),
         lambda c: len(c) >= count,
     )
-    await eventually(lambda: stored_chain_payloads(client, 0), lambda s: s == canonical)
+    await eventually_value(lambda: stored_chain_payloads(client, 0), lambda s: s == canonical)
 
 
 async def test_backfills_from_the_deployment_block_in_pages(
@@ -110,8 +110,10 @@ async def test_malformed_events_are_recorded_and_skipped(
     )
     node = await start_node(**node_settings(database, node_spec, **chain_env.settings()))
     async with NodeClient(node.address) as client:
-        messages = await eventually(lambda: stored_chain_payloads(client, 0), lambda s: 3 in s)
-        updates = await eventually(lambda: stored_chain_payloads(client, 1), lambda s: 2 in s)
+        messages = await eventually_value(
+            lambda: stored_chain_payloads(client, 0), lambda s: 3 in s
+        )
+        updates = await eventually_value(lambda: stored_chain_payloads(client, 1), lambda s: 2 in s)
     assert sorted(messages) == [3] and sorted(updates) == [2]
     conn = await asyncpg.connect(database)
     skipped = await conn.fetch(

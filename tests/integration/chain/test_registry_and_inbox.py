@@ -6,7 +6,8 @@ from typing import Any
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
 from tests.identity_signers import Inbox, Wallet
-from tests.integration.chain.helpers import eventually, publish, signed_update_envelope
+from tests.integration.chain.helpers import publish, signed_update_envelope
+from tests.waiting import eventually_value
 from xmtp.identity.associations import association_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.chain.admin import add_node, set_node_status
@@ -33,13 +34,16 @@ async def test_registry_loads_and_follows_the_contract(
     async def snapshot() -> dict[int, bool]:
         return {n.node_id: n.enabled for n in registry.current().nodes.values()}
 
-    await eventually(snapshot, lambda s: s == {100: True, 200: True, 300: False, 400: True})
+    await eventually_value(snapshot, lambda s: s == {100: True, 200: True, 300: False, 400: True})
 
 
 async def _inbox_ids(client: NodeClient, identifiers: list[tuple[str, int]]) -> list[str | None]:
     request = api.GetInboxIdsRequest(
         requests=[
-            api.GetInboxIdsRequest.Request(identifier=i, identifier_kind=k) for i, k in identifiers
+            api.GetInboxIdsRequest.Request(
+                identifier=i, identifier_kind=association_pb2.IdentifierKind.Name(k)
+            )
+            for i, k in identifiers
         ]
     )
     response = await client.replication.GetInboxIds(request)

@@ -14,7 +14,6 @@ from tests.integration.chain.helpers import (
     client_bytes,
     commit_envelope,
     create_inbox,
-    eventually,
     group_topic,
     identity_update_envelope,
     message_payload,
@@ -22,6 +21,7 @@ from tests.integration.chain.helpers import (
     send_raw_event,
     stored_chain_payloads,
 )
+from tests.waiting import eventually, eventually_value
 from xnode.chain import abi
 from xnode.client.node import NodeClient, envelopes_of
 from xnode.core.cursors import Cursor
@@ -64,7 +64,7 @@ async def _stored(client: NodeClient) -> tuple[dict[int, Any], dict[int, Any]]:
 
 async def _matches_chain(client: NodeClient, chain: ChainEnv) -> tuple[Any, Any]:
     canonical = await _canonical(chain)
-    return await eventually(lambda: _stored(client), lambda s: s == canonical)
+    return await eventually_value(lambda: _stored(client), lambda s: s == canonical)
 
 
 async def _reorg_case(chain: ChainEnv, client: NodeClient, depth: int, replacements: int) -> None:
@@ -156,7 +156,7 @@ async def test_subscribers_see_only_confirmed_blocks(
             chain_env.rpc("anvil_reorg", depth, txs)
         chain_env.rpc("anvil_mine", 2)
         canonical, _ = await _matches_chain(client, chain_env)
-        await eventually(lambda: asyncio.sleep(0, len(received)), lambda n: n >= len(canonical))
+        await eventually(lambda: len(received) >= len(canonical))
         call.cancel()
         reader.cancel()
     assert received == [payload for _, (payload, _) in sorted(canonical.items())]

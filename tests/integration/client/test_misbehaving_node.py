@@ -4,7 +4,6 @@ and fails over to the real node."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 
 from tests.conftest import Network
 from tests.fake_peer import serve_replication_methods
+from tests.waiting import eventually_value
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
@@ -194,15 +194,14 @@ async def test_a_node_that_is_down_is_reported_once_as_failed_requests(
 
 
 async def until_reported(address: str, accused: int) -> mb.UnsignedMisbehaviorReport:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        against = [
+
+    async def against() -> list[mb.UnsignedMisbehaviorReport]:
+        return [
             r
             for r in await reports_held_by(address)
             if r.misbehaving_node_id == accused and not r.submitted_by_node  # a client's
         ]
-        if against:
-            assert len(against) == 1, against
-            return against[0]
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no report against node {accused} reached {address} in 10 s")
+
+    found = await eventually_value(against, bool, 10, f"a report against node {accused}")
+    assert len(found) == 1, found
+    return found[0]

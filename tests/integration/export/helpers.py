@@ -20,7 +20,7 @@ from tests.identity_signers import Inbox
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.client.node import NodeClient, mls_group_message
+from xnode.client.node import NodeClient, key_package_envelope, mls_group_message
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import (
     IndexedEnvelope,
@@ -29,7 +29,6 @@ from xnode.core.envelopes import (
     parse_originator_envelope,
     validate_payer_envelope,
 )
-from xnode.core.key_packages import encode_key_package, installation_key_of
 from xnode.core.topics import Topic, TopicKind
 from xnode.store.misbehavior import MisbehaviorStore
 from xnode.store.replication import ReplicationStore
@@ -47,14 +46,7 @@ def client_envelope(
     key) and `data` is not used; group messages carry `data` in an MLS PrivateMessage;
     identity updates create a new inbox (its id is the topic)."""
     if kind is TopicKind.KEY_PACKAGES:
-        aad = envelopes_pb2.AuthenticatedData(
-            target_topic=Topic(kind, installation_key_of(identifier)).raw
-        )
-        package = encode_key_package(identifier, int(time.time()) - 60)
-        upload = mls_pb2.UploadKeyPackageRequest(
-            key_package=mls_pb2.KeyPackageUpload(key_package_tls_serialized=package)
-        )
-        return envelopes_pb2.ClientEnvelope(aad=aad, upload_key_package=upload)
+        return key_package_envelope(identifier, int(time.time()) - 60)
     aad = envelopes_pb2.AuthenticatedData(target_topic=Topic(kind, identifier).raw)
     if kind is TopicKind.GROUP_MESSAGES:
         v1 = mls_pb2.GroupMessageInput.V1(data=mls_group_message(identifier, data))

@@ -20,13 +20,14 @@ from tests.integration.export.helpers import (
 )
 from xnode.client.node import NodeClient
 from xnode.core.cursors import Cursor
+from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.topics import Topic, TopicKind
 
 ITEM = Item(TopicKind.GROUP_MESSAGES, group(3))
 TOPIC = Topic(ITEM.kind, ITEM.identifier).raw
 
 
-def rows(spec: NodeSpec) -> list[tuple[Any, ...]]:
+def rows(spec: NodeSpec) -> list[IndexedEnvelope]:
     """Originator 200's 1 (originated 400 days ago: expired) and 2 (just now)."""
     old_ns = (int(time.time()) - 400 * DAY_S) * NS_PER_S
     key = spec.keys[200]

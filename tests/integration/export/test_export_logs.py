@@ -10,20 +10,19 @@ import pyarrow.parquet as pq
 
 from tests.conftest import NodeSpec, node_settings
 from tests.integration.export.helpers import Item, group, publish
-from tests.integration.logs.helpers import checkpoint_at, leaves_of, log_api
+from tests.integration.logs.helpers import FAST_CHECKPOINTS, checkpoint_at, leaves_of, log_api
 from xnode.commands.export import export_node
 from xnode.config import Settings
 from xnode.core.checkpoints import verify_checkpoint
 from xnode.core.topics import TopicKind
 
 GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
-FAST = {"log_checkpoint_envelopes": 10, "log_checkpoint_seconds": 0.2}
 
 
 async def test_with_logs_exports_leaves_and_checkpoints_whole(
     start_node: Any, database: str, node_spec: NodeSpec, tmp_path: Path
 ) -> None:
-    settings = node_settings(database, node_spec, **FAST)
+    settings = node_settings(database, node_spec, **FAST_CHECKPOINTS)
     node = await start_node(**settings)
     sent = await publish(node.address, 100, [GROUP] * 25)
     async with log_api(node.address) as api:

@@ -2,37 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import grpc
 
-from xnode.core.checkpoints import Checkpoint, verify_checkpoint
-from xnode.core.envelopes import parse_originator_envelope
-from xnode.core.merkle import leaf_hash
+from tests.waiting import eventually
+from xnode.core.checkpoints import Checkpoint, envelope_leaf, verify_checkpoint
 from xnode_api.logs.v1 import logs_pb2 as pb
 from xnode_api.logs.v1 import logs_pb2_grpc
 
-
-async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 30.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
+# Checkpoints every few envelopes and fractions of a second, so tests see them soon.
+FAST_CHECKPOINTS: dict[str, Any] = {"log_checkpoint_envelopes": 10, "log_checkpoint_seconds": 0.2}
 
 
 @asynccontextmanager
 async def log_api(address: str) -> AsyncIterator[logs_pb2_grpc.LogApiStub]:
     async with grpc.aio.insecure_channel(address) as channel:
-        yield logs_pb2_grpc.LogApiStub(channel)
+        yield logs_pb2_grpc.LogApiStub(channel)  # type: ignore[no-untyped-call]
 
 
 def leaves_of(raws: list[bytes]) -> list[bytes]:
-    """The leaf hashes of signed OriginatorEnvelopes: their signed-over content."""
-    return [leaf_hash(parse_originator_envelope(r).unsigned_raw) for r in raws]
+    """The leaves of signed OriginatorEnvelopes (format 2: content and expiry)."""
+    return [envelope_leaf(r) for r in raws]
 
 
 async def checkpoints(

@@ -1,5 +1,6 @@
 """`xnode audit` on a real Postgres: a clean node audits clean (also with expired envelopes
-whose leaves are kept, and with a real fork); each kind of tampering is found and named."""
+whose leaves are kept, and with a real fork); each kind of tampering is found and named; an
+envelope gone before the expiry its leaf commits to is a loss."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import asyncpg
 
 from tests.conftest import NodeSpec, node_settings
 from tests.integration.export.helpers import Item, group, publish, received_row, run_cli_async
-from tests.integration.logs.helpers import checkpoint_at, log_api
+from tests.integration.logs.helpers import FAST_CHECKPOINTS, checkpoint_at, log_api
 from xnode.commands.audit import AuditOptions, audit_node
 from xnode.config import Settings
 from xnode.core.audit import FaultKind, Verdict
@@ -22,13 +23,12 @@ from xnode.store.forks import resolve_fork
 from xnode_api.logs.v1 import logs_pb2
 
 GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
-FAST = {"log_checkpoint_envelopes": 10, "log_checkpoint_seconds": 0.2}
 QUIET = AuditOptions(show_progress=False)
 
 
 async def _node_history(start_node: Any, database: str, node_spec: NodeSpec) -> Settings:
     """A node that published 40 envelopes with checkpoints up to 40, then stopped."""
-    settings = node_settings(database, node_spec, **FAST)
+    settings = node_settings(database, node_spec, **FAST_CHECKPOINTS)
     node = await start_node(**settings)
     await publish(node.address, 100, [GROUP] * 40)
     async with log_api(node.address) as api:
@@ -88,21 +88,34 @@ async def test_clean_node_audits_clean_and_each_tampering_is_named(
 
     # A missing sequence id that did not expire: neither its envelope nor its leaf is held.
     five = await _sql(database, "SELECT * FROM log_leaves WHERE sequence_id = 5")
+    five_envelope = await _sql(
+        database, "SELECT * FROM originator_envelopes WHERE originator_sequence_id = 5"
+    )
 
     async def drop_five() -> None:
         await _sql(database, "DELETE FROM originator_envelopes WHERE originator_sequence_id = 5")
         await _sql(database, "DELETE FROM log_leaves WHERE sequence_id = 5")
 
     async def restore_five() -> None:
-        await _sql(database, "INSERT INTO log_leaves VALUES ($1, $2, $3, $4)", *five[0])
+        await _sql(database, "INSERT INTO log_leaves VALUES ($1, $2, $3, $4, $5)", *five[0])
 
     verdict = await _tampered(settings, drop_five, restore_five)
     assert verdict.faults[FaultKind.GAP] == 1, verdict.describe()
     assert "5..5" in verdict.details[0].detail
     assert not set(verdict.faults) - {FaultKind.GAP}  # roots past the gap are left unchecked
-    # Expired: the envelope is gone, its leaf kept (the leaf of 5 is back, its envelope not).
-    expired = await audit_node(settings, QUIET)
+    # The envelope is gone, its leaf kept (the leaf of 5 is back, its envelope not): a loss
+    # while the expiry the leaf commits to is ahead, expired once it has passed.
+    lost = await audit_node(settings, QUIET)
+    assert lost.faults == {FaultKind.LOST: 1} and lost.expired == 0, lost.describe()
+    assert lost.details[0].sequence_id == 5
+    after_expiry = AuditOptions(show_progress=False, now_unix=five[0]["expiry"])
+    expired = await audit_node(settings, after_expiry)
     assert expired.clean and expired.expired == 1, expired.describe()
+    await _sql(
+        database,
+        "INSERT INTO originator_envelopes VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        *five_envelope[0],
+    )
 
     # The newest checkpoint re-signed by the originator over a root its leaves do not give,
     # and then over the right root but with a broken previous-hash link.
@@ -120,6 +133,7 @@ async def test_clean_node_audits_clean_and_each_tampering_is_named(
             root=root,
             originator_ns=newest["originator_ns"],
             previous_hash=previous_hash,
+            leaf_format=2,
         ).SerializeToString()
         forged = logs_pb2.Checkpoint(
             unsigned_checkpoint=unsigned, signature=key.sign(checkpoint_digest(unsigned))

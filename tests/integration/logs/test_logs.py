@@ -18,12 +18,13 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tests.conftest import Network, NodeSpec, node_settings
 from tests.integration.export.helpers import Item, group, publish, write_plan
 from tests.integration.logs.helpers import (
+    FAST_CHECKPOINTS,
     checkpoint_at,
     checkpoints,
-    eventually,
     leaves_of,
     log_api,
 )
+from tests.waiting import eventually
 from xnode.api.logs import SERVICE_NAME
 from xnode.commands.prune import apply_plan
 from xnode.config import Settings
@@ -36,7 +37,6 @@ from xnode_api.logs.v1 import logs_pb2 as pb
 from xnode_api.logs.v1 import logs_pb2_grpc
 
 GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
-FAST = {"log_checkpoint_envelopes": 10, "log_checkpoint_seconds": 0.2}
 LATER = 2**40  # past every retention
 
 
@@ -44,7 +44,7 @@ async def test_checkpoints_commit_the_published_log_and_proofs_verify(
     start_node: Any, database: str, node_spec: NodeSpec
 ) -> None:
     key = node_spec.keys[100].public_key
-    node = await start_node(**node_settings(database, node_spec, **FAST))
+    node = await start_node(**node_settings(database, node_spec, **FAST_CHECKPOINTS))
     first = await publish(node.address, 100, [GROUP] * 37)
     async with log_api(node.address) as api:
         small = await checkpoint_at(api, 100, key, 37)
@@ -80,7 +80,7 @@ async def test_checkpoints_commit_the_published_log_and_proofs_verify(
 async def test_a_node_not_committing_its_log_publishes_the_same_and_keeps_no_log(
     start_node: Any, database: str, node_spec: NodeSpec
 ) -> None:
-    settings = node_settings(database, node_spec, log_commit_enabled=False, **FAST)
+    settings = node_settings(database, node_spec, log_commit_enabled=False, **FAST_CHECKPOINTS)
     node = await start_node(**settings)
     published = await publish(node.address, 100, [GROUP] * 37)
     conn = await asyncpg.connect(database)
@@ -121,7 +121,7 @@ async def test_run_proofs_prove_whole_runs_and_old_peers_are_asked_per_end(
     start_node: Any, database: str, node_spec: NodeSpec
 ) -> None:
     key = node_spec.keys[100].public_key
-    node = await start_node(**node_settings(database, node_spec, **FAST))
+    node = await start_node(**node_settings(database, node_spec, **FAST_CHECKPOINTS))
     leaves = leaves_of(await publish(node.address, 100, [GROUP] * 50))
     runs = [SequenceRange(1, 50), SequenceRange(5, 9), SequenceRange(20, 20), SequenceRange(33, 49)]
     async with log_api(node.address) as api:
@@ -183,7 +183,7 @@ async def test_log_api_is_in_health_and_reflection(
 async def test_fingerprints_and_leaves_match_the_log(
     start_node: Any, database: str, node_spec: NodeSpec
 ) -> None:
-    node = await start_node(**node_settings(database, node_spec, **FAST))
+    node = await start_node(**node_settings(database, node_spec, **FAST_CHECKPOINTS))
     leaves = leaves_of(await publish(node.address, 100, [GROUP] * 40))
     ranges = [(1, 40), (3, 17), (18, 18), (35, 90), (41, 50)]
     request = [pb.SequenceRange(first=f, last=last) for f, last in ranges]
@@ -215,8 +215,8 @@ async def test_the_peer_holds_the_originators_checkpoints_and_leaves(
     start_node: Any, network: Network
 ) -> None:
     key = network.spec.keys[100].public_key
-    a = await start_node(**network.settings(100, **FAST))
-    b = await start_node(**network.settings(200, **FAST))
+    a = await start_node(**network.settings(100, **FAST_CHECKPOINTS))
+    b = await start_node(**network.settings(200, **FAST_CHECKPOINTS))
     sent = await publish(a.address, 100, [GROUP] * 25)
     async with log_api(a.address) as on_a:
         issued = await checkpoint_at(on_a, 100, key, 25)
@@ -252,7 +252,7 @@ async def test_prune_leaves_the_leaves_and_old_roots_stay_checkable(
     start_node: Any, database: str, node_spec: NodeSpec, tmp_path: Path
 ) -> None:
     key = node_spec.keys[100].public_key
-    node = await start_node(**node_settings(database, node_spec, **FAST))
+    node = await start_node(**node_settings(database, node_spec, **FAST_CHECKPOINTS))
     leaves = leaves_of(await publish(node.address, 100, [GROUP] * 20))
     plan = write_plan(tmp_path / "plan.json", [(100, 1, 20)], LATER)
     _, result = await apply_plan(Settings(database_dsn=database), plan, show_progress=False)
@@ -282,7 +282,7 @@ async def test_a_checkpoint_follow_ends_with_unavailable_when_the_node_drains(
     the follower resumes elsewhere from its last checkpoint."""
     key = node_spec.keys[100].public_key
     grace = {"shutdown_grace_seconds": 120}
-    node = await start_node(**node_settings(database, node_spec, **FAST, **grace))
+    node = await start_node(**node_settings(database, node_spec, **FAST_CHECKPOINTS, **grace))
     await publish(node.address, 100, [GROUP] * 10)
     async with log_api(node.address) as api:
         await checkpoint_at(api, 100, key, 10)

@@ -10,17 +10,16 @@ from typing import Any
 
 from tests.conftest import NodeSpec, node_settings
 from tests.integration.export.helpers import Item, group, publish, run_cli_async
-from tests.integration.logs.helpers import checkpoint_at, log_api
+from tests.integration.logs.helpers import FAST_CHECKPOINTS, checkpoint_at, log_api
 from xnode.core.topics import TopicKind
 
 GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
-FAST = {"log_checkpoint_envelopes": 10, "log_checkpoint_seconds": 0.2}
 
 
 async def test_a_proof_from_a_node_verifies_offline_and_tampering_fails(
     start_node: Any, database: str, node_spec: NodeSpec, tmp_path: Path
 ) -> None:
-    node = await start_node(**node_settings(database, node_spec, **FAST))
+    node = await start_node(**node_settings(database, node_spec, **FAST_CHECKPOINTS))
     sent = await publish(node.address, 100, [GROUP] * 21)
     public_key = "0x" + node_spec.keys[100].public_key.hex()
     async with log_api(node.address) as api:

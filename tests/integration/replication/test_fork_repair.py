@@ -16,9 +16,9 @@ import pytest
 
 from tests.conftest import Network, NodeSpec
 from tests.integration.export.helpers import Item, group, received_row, store_received
-from tests.integration.logs.helpers import eventually
 from tests.integration.replication.test_forks import duplicate_reports
 from tests.integration.replication.test_replication import stored
+from tests.waiting import eventually
 from xnode.core.crypto import SigningKey
 from xnode.core.evidence import why_unproven
 from xnode.core.forks import log_keeps
@@ -28,7 +28,7 @@ from xnode_api.forks.v1 import forks_pb2 as pb
 from xnode_api.forks.v1 import forks_pb2_grpc
 
 GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
-FAST = {"replication_repair_seconds": 0.3}
+FAST: dict[str, Any] = {"replication_repair_seconds": 0.3}
 FORKS = "SELECT * FROM sequence_forks ORDER BY originator_sequence_id, envelope_hash"
 
 

@@ -14,6 +14,7 @@ import grpc
 
 from tests.conftest import Network
 from tests.fake_peer import serve_subscribe_originators
+from tests.waiting import eventually
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import group_message_envelope
@@ -49,6 +50,7 @@ class ForkingPeer:
     async def subscribe(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
         token = token_from_metadata(context.invocation_metadata())
         caller = verify_token(token, self.registry, 200, int(time.time())).node_id
+        assert caller is not None, "only registered nodes replicate here"
         script = self.scripts.get(caller, [])
         wanted = api.SubscribeOriginatorsRequest.FromString(request).filter.originator_node_ids
         if script and list(wanted) == [200]:  # not when asked to relay others' logs
@@ -59,13 +61,6 @@ class ForkingPeer:
 
     async def serve(self, address: str) -> grpc.aio.Server:
         return await serve_subscribe_originators(self.subscribe, address)
-
-
-async def eventually(check: Any, within_s: float = 20.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not await check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
 
 
 async def forks_of(node: Any) -> list[pb.Fork]:

@@ -4,7 +4,6 @@ statuses. The peer is a small gRPC server in the test standing in for node 200."
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -12,6 +11,7 @@ import grpc
 
 from tests.conftest import Network
 from tests.fake_peer import serve_subscribe_originators
+from tests.waiting import eventually_value
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core import wire
@@ -42,13 +42,13 @@ async def reports_about(node: Any, node_id: int) -> list[mb.UnsignedMisbehaviorR
 
 
 async def wait_for_report(node: Any, kind: int) -> mb.UnsignedMisbehaviorReport:
-    deadline = time.monotonic() + 30  # failures are retried with backoff; CI machines are busy
-    while time.monotonic() < deadline:
-        found = [r for r in await reports_about(node, 200) if r.type == kind]
-        if found:
-            return found[0]
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no {mb.Misbehavior.Name(kind)} report")  # type: ignore[arg-type]
+
+    async def found() -> list[mb.UnsignedMisbehaviorReport]:
+        return [r for r in await reports_about(node, 200) if r.type == kind]
+
+    # Failures are retried with backoff, so the report may take a few rounds.
+    reports = await eventually_value(found, bool, what=f"a {mb.Misbehavior.Name(kind)} report")
+    return reports[0]
 
 
 async def test_a_slow_first_answer_is_reported_with_its_time(

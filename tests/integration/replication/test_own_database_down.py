@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 
 from tests.conftest import Network
 from tests.fake_peer import serve_subscribe_originators
+from tests.waiting import eventually
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.misbehavior import LIVENESS_TYPES
 from xnode.devtools.postgres import PgCluster
@@ -59,13 +60,6 @@ def withheld() -> float:
     return value or 0.0
 
 
-async def until(check: Any, within_s: float = 20.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not await check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
-
-
 async def liveness_reports(dsn: str) -> list[mb.UnsignedMisbehaviorReport]:
     conn = await asyncpg.connect(dsn)
     try:
@@ -93,7 +87,7 @@ async def test_no_liveness_reports_while_the_own_database_is_down(
         async def peer_reported() -> bool:  # the failing peer is reported while all is well
             return any(r.misbehaving_node_id == 200 for r in await liveness_reports(dsn))
 
-        await until(peer_reported)
+        await eventually(peer_reported)
         before = withheld()
         await allow_connections(pg_cluster, dsn, False)
         # From here on the node's connections are gone: a report built earlier may still be
@@ -105,7 +99,7 @@ async def test_no_liveness_reports_while_the_own_database_is_down(
             async def retried_while_down() -> bool:
                 return peer.requests >= asked + 2
 
-            await until(retried_while_down)
+            await eventually(retried_while_down)
         finally:
             await allow_connections(pg_cluster, dsn, True)
         reopened = peer.requests
@@ -113,7 +107,7 @@ async def test_no_liveness_reports_while_the_own_database_is_down(
         async def retried_just_after() -> bool:  # 200 still fails as the database is back
             return peer.requests >= reopened + 3
 
-        await until(retried_just_after)
+        await eventually(retried_just_after)
         peer.failing = False
         window_end = time.time_ns()
     finally:

@@ -19,8 +19,9 @@ from tests.integration.export.helpers import (
     store_received,
     write_plan,
 )
-from tests.integration.logs.helpers import checkpoint_at, eventually, log_api
+from tests.integration.logs.helpers import checkpoint_at, log_api
 from tests.integration.replication.test_replication import metric, stored
+from tests.waiting import eventually
 from xnode.commands.prune import apply_plan
 from xnode.config import Settings
 from xnode.core import misbehavior

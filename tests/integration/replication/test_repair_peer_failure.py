@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 import asyncpg
 import pytest
 
-from tests.integration.logs.helpers import eventually
+from tests.waiting import eventually
 from xnode.core.reconciliation import Fingerprint, SequenceRange
 from xnode.replication.anti_entropy import Repair
 from xnode.replication.ingest import OriginatorLog
@@ -45,6 +45,14 @@ class StoppingPeer:
         self, originator: int, ranges: Sequence[SequenceRange]
     ) -> list[tuple[int, bytes]]:
         raise AssertionError("no listing expected")
+
+    async def run_proofs(
+        self, originator: int, runs: Sequence[SequenceRange], tree_size: int
+    ) -> list[tuple[list[bytes], list[bytes]]]:
+        raise AssertionError("no proofs expected")
+
+    async def envelopes(self, originator: int, run: SequenceRange) -> list[bytes]:
+        raise AssertionError("no envelopes expected")
 
 
 def no_originator_log(originator: int) -> OriginatorLog:

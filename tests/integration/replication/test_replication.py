@@ -4,8 +4,6 @@ receiving node, depends_on against replicated originators, registry changes."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -13,6 +11,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tests.conftest import Network
+from tests.waiting import eventually
 from xnode.client.node import NodeClient, envelopes_of, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
@@ -22,14 +21,6 @@ from xnode.core.registry import Registry
 PAYER = SigningKey.generate()
 GROUP = bytes(range(16))
 TOPIC = b"\x00" + GROUP
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 15.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
 
 
 async def stored(address: str, originator: int) -> list[bytes]:
@@ -170,13 +161,13 @@ async def test_disabled_node_is_disconnected_and_reconnected_when_enabled(
     await eventually(disconnected)
 
     async def relayed() -> bool:  # 100's envelopes now come through 300, for a while
-        return worker.links[100].fallback_peers == [300]
+        return bool(worker.links[100].fallback_peers == [300])
 
     await eventually(relayed)
     network.set_enabled(100, True)
 
     async def reconnected() -> bool:
-        return worker.links[100].direct_running
+        return bool(worker.links[100].direct_running)
 
     await eventually(reconnected)
 

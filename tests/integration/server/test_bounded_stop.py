@@ -5,6 +5,7 @@ with the stacks of the tasks still pending, and forced; the steps after it still
 from __future__ import annotations
 
 import asyncio
+from collections.abc import MutableMapping
 from typing import Any
 
 from structlog.testing import capture_logs
@@ -17,7 +18,7 @@ BOUND = {"shutdown_grace_seconds": 0.0, "stop_step_seconds": 1.0}
 STOPPED_WITHIN_S = 60
 
 
-def overruns(logged: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def overruns(logged: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:
     return [e for e in logged if e["event"] == "node_stop_step_overran"]
 
 

@@ -9,6 +9,7 @@ import time
 import asyncpg
 import pytest
 
+from tests.waiting import eventually_value
 from xnode.client.node import group_message_envelope
 from xnode.core.checkpoints import envelope_leaf
 from xnode.core.crypto import SigningKey
@@ -319,16 +320,16 @@ async def stored_as_signed(pool: asyncpg.Pool, signed: list[IndexedEnvelope]) ->
 
 async def claim_waiting(pool: asyncpg.Pool) -> None:
     """Until a fast-path claim waits on the clock row's lock (deadline 10 s)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        waiting = await pool.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND query LIKE '%WITH claimed AS%'"
+
+    async def waiting() -> int:
+        return int(
+            await pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE '%WITH claimed AS%'"
+            )
         )
-        if waiting == 1:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("no claim waited on the clock row")
+
+    await eventually_value(waiting, (1).__eq__, 10, "a claim waiting on the clock row")
 
 
 async def test_pipelined_batches_overtaken_by_another_process_are_signed_again_not_refused(

@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 
 from tests.integration.store.test_sequencer import envelopes
+from tests.waiting import eventually
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, Originable
 from xnode.core.errors import Reason, Rejected
@@ -24,13 +25,6 @@ from xnode.usecases.originator import Originator
 
 NODE = 100
 KEY = SigningKey.generate()
-
-
-async def eventually(condition: object, within_s: float = 10.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -13,7 +14,12 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.chain import abi
 from xnode.chain.contracts import load_artifact
 from xnode.client.node import group_message_envelope
-from xnode.core.chain_payloads import ChainEvent, MalformedPayload, build_chain_payload
+from xnode.core.chain_payloads import (
+    ChainEvent,
+    MalformedPayload,
+    build_chain_payload,
+    vouches_for,
+)
 from xnode.core.crypto import SigningKey, blockchain_proof_digest, recover_public_key
 from xnode.core.envelopes import parse_originator_envelope
 from xnode.core.mls import ContentType, WireFormat, encode_framing
@@ -142,3 +148,19 @@ def test_call_data_matches_the_artifacts_abi(
     contract = Web3().eth.contract(abi=load_artifact(name).abi)
     expected = contract.encode_abi(function, args=[key, b"payload"])
     assert "0x" + build(key, b"payload").hex() == expected
+
+
+def test_a_registered_nodes_copy_vouches_for_a_read_only_nodes_payload() -> None:
+    """A read-only node's own proof is by a key in no registry; a registered node's copy of
+    the same payload (same content, same transaction) is what it serves instead."""
+    registered, stranger = KEY, SigningKey.generate()
+    keys = {registered.public_key}
+    own = build_chain_payload(_event(0, COMMIT), 1, stranger).raw
+    theirs = build_chain_payload(_event(0, COMMIT), 1, registered).raw
+    assert own != theirs and vouches_for(own, theirs, keys)
+    assert not vouches_for(own, own, keys)  # signed by no registry key
+    other_content = build_chain_payload(_event(0, COMMIT), 2, registered).raw  # another time
+    assert not vouches_for(own, other_content, keys)
+    moved = dataclasses.replace(_event(0, COMMIT), transaction_hash=bytes([8]) * 32)
+    assert not vouches_for(own, build_chain_payload(moved, 1, registered).raw, keys)
+    assert not vouches_for(own, b"\xff not an envelope", keys)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
-from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.client.node import group_message_envelope
 from xnode.core import merkle
 from xnode.core.audit import (
@@ -21,6 +21,7 @@ from xnode.core.checkpoints import Checkpoint, sign_checkpoint
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
 from xnode.core.forks import envelope_hash, log_keeps
+from xnode.core.leaves import FORMAT_V1, envelope_leaf, signed_content
 from xnode.core.mls import ContentType, WireFormat, encode_framing
 
 KEY = SigningKey((11).to_bytes(32, "big"))
@@ -40,9 +41,11 @@ def envelope(sequence_id: int, data: bytes = b"m", key: SigningKey = KEY) -> byt
 
 
 def leaf(raw: bytes) -> bytes:
-    return merkle.leaf_hash(
-        envelopes_pb2.OriginatorEnvelope.FromString(raw).unsigned_originator_envelope
-    )
+    return envelope_leaf(raw)
+
+
+def expiry(raw: bytes) -> int:
+    return signed_content(raw)[1]
 
 
 def checkpoints(leaves: list[bytes], sizes: list[int]) -> list[Checkpoint]:
@@ -53,13 +56,18 @@ def checkpoints(leaves: list[bytes], sizes: list[int]) -> list[Checkpoint]:
     return chain
 
 
+Row = tuple[int, bytes | None, bytes | None]
+RowWithExpiry = tuple[int, bytes | None, bytes | None, int | None]
+
+
 def replay(
-    rows: list[tuple[int, bytes | None, bytes | None]],
+    rows: Sequence[Row | RowWithExpiry],
     signed: list[bytes],
     forked: tuple[int, ...] = (),
+    now: int = 0,
 ) -> Verdict:
     verdict = Verdict()
-    audit = OriginatorAudit(100, KEYS, signed, forked, verdict)
+    audit = OriginatorAudit(100, KEYS, signed, forked, verdict, now)
     for row in rows:
         audit.row(*row)
     audit.finish()
@@ -69,15 +77,42 @@ def replay(
 RAWS = [envelope(i) for i in range(1, 9)]
 LEAVES = [leaf(r) for r in RAWS]
 CHAIN = checkpoints(LEAVES, [3, 8])
-ROWS = [(i + 1, LEAVES[i], RAWS[i]) for i in range(8)]
+ROWS: list[Row] = [(i + 1, LEAVES[i], RAWS[i]) for i in range(8)]
+
+
+def without_envelopes(upto: int) -> list[RowWithExpiry]:
+    """ROWS with the envelopes of sequence ids 1..upto gone, their leaves' expiry kept."""
+    return [
+        (s, LEAVES[s - 1], None if s <= upto else RAWS[s - 1], expiry(RAWS[s - 1]))
+        for s in range(1, 9)
+    ]
 
 
 def test_a_clean_history_with_expired_envelopes_is_clean() -> None:
-    rows = [(s, lf, None if s <= 2 else raw) for s, lf, raw in ROWS]  # 1 and 2 expired
-    verdict = replay(rows, [c.signed for c in CHAIN])
+    after_expiry = expiry(RAWS[1])
+    verdict = replay(without_envelopes(2), [c.signed for c in CHAIN], now=after_expiry)
     assert verdict.clean, verdict.describe()
     assert (verdict.envelopes, verdict.expired, verdict.checkpoints) == (6, 2, 2)
     assert "CLEAN" in verdict.describe()
+
+
+def test_a_leaf_without_its_envelope_before_its_committed_expiry_is_a_loss() -> None:
+    before_expiry = expiry(RAWS[0]) - 1
+    verdict = replay(without_envelopes(2), [c.signed for c in CHAIN], now=before_expiry)
+    assert verdict.faults == {FaultKind.LOST: 2}
+    assert verdict.expired == 0
+    assert "lost_envelope" in verdict.describe() and "CLEAN" not in verdict.describe()
+
+
+def test_format_1_leaves_keep_their_old_rule_and_still_match_their_envelopes() -> None:
+    v1 = [envelope_leaf(raw, FORMAT_V1) for raw in RAWS]
+    rows: list[RowWithExpiry] = [
+        (s, v1[s - 1], None if s <= 2 else RAWS[s - 1], None) for s in range(1, 9)
+    ]
+    v1_chain = checkpoints(v1, [3, 8])
+    verdict = replay(rows, [c.signed for c in v1_chain])
+    assert verdict.clean, verdict.describe()
+    assert (verdict.expired, verdict.format1_without_envelope) == (0, 2)
 
 
 def test_a_gap_a_bad_signature_and_a_foreign_leaf_are_named() -> None:

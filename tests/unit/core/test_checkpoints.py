@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -17,7 +18,6 @@ from xnode.core.checkpoints import (
     check_consistent,
     check_follows,
     check_inclusion,
-    envelope_leaf,
     forked_version_covered,
     parse_checkpoint,
     sign_checkpoint,
@@ -128,13 +128,6 @@ def test_chain_originators_and_empty_logs_have_no_checkpoints() -> None:
         parse_checkpoint(b"\xff\xff")
 
 
-def test_the_leaf_is_the_signed_content() -> None:
-    from xmtp.xmtpv4.envelopes import envelopes_pb2
-
-    raw = envelopes_pb2.OriginatorEnvelope(unsigned_originator_envelope=b"abc").SerializeToString()
-    assert envelope_leaf(raw) == merkle.leaf_hash(b"abc")
-
-
 @given(st.integers(1, 40), st.data())
 def test_a_checkpoint_over_the_other_version_of_a_fork_is_recognised(
     size: int, data: st.DataObject
@@ -155,3 +148,28 @@ def test_a_checkpoint_over_the_other_version_of_a_fork_is_recognised(
     assert forked_version_covered(over_other, sequence_id, proof, [decoy, other]) == other
     assert forked_version_covered(over_other, sequence_id, proof, [decoy]) is None
     assert forked_version_covered(over_log, sequence_id, proof, [other]) is None
+
+
+def test_checkpoints_name_their_leaf_format_and_formats_are_never_compared() -> None:
+    tree = leaves(4)
+    signed = sign_checkpoint(KEY, NODE, 4, merkle.root_of(tree), 4, None)
+    assert signed.leaf_format == 2
+    assert parse_checkpoint(signed.signed)[0].leaf_format == 2
+    unsigned = logs_pb2.UnsignedCheckpoint(
+        originator_node_id=NODE,
+        tree_size=2,
+        root=merkle.root_of(tree[:2]),
+        originator_ns=2,
+        previous_hash=FIRST_PREVIOUS,
+    ).SerializeToString()  # as signed before leaf format 2: no leaf_format field
+    old = logs_pb2.Checkpoint(
+        unsigned_checkpoint=unsigned, signature=KEY.sign(checkpoint_digest(unsigned))
+    ).SerializeToString()
+    format_1 = verify_checkpoint(old, KEY.public_key)
+    assert format_1.leaf_format == 1
+    proof = merkle.consistency_proof(
+        2, 4, lambda level, index: merkle.root_of(tree[index << level : (index + 1) << level])
+    )
+    check_consistent(dataclasses.replace(format_1, leaf_format=2), signed, proof)  # same trees
+    with pytest.raises(CheckpointError, match="leaf formats 1 and 2"):
+        check_consistent(format_1, signed, proof)

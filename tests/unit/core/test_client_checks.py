@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import replace
 
@@ -112,13 +113,9 @@ def test_a_client_envelope_the_payer_did_not_sign_is_unauthenticated() -> None:
     payer = payer_envelope()
     payer.ClearField("payer_signature")
     valid = validate_payer_envelope(payer_envelope(), NODE)
-    unsigned = type(valid)(**{**_fields(valid), "raw": payer.SerializeToString()})
+    unsigned = dataclasses.replace(valid, raw=payer.SerializeToString())
     with pytest.raises(UnauthenticatedData, match="no payer signature"):
         check_received(originate(unsigned, NODE, 1, time.time_ns(), NODE_KEY).raw, KEYS)
-
-
-def _fields(valid: object) -> dict[str, object]:
-    return {name: getattr(valid, name) for name in valid.__slots__}  # type: ignore[attr-defined]
 
 
 def test_a_publish_answer_must_carry_the_payer_envelope_sent() -> None:

@@ -18,7 +18,7 @@ def envelopes(*tags: int) -> list[Envelope]:
 
 
 def rpc_error(code: grpc.StatusCode) -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), "refused")
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), "refused", None)
 
 
 class ScriptedNode:

@@ -11,10 +11,14 @@ from xnode.observability.metrics import MetricsServer
 from xnode.observability.worker_metrics import WorkerMetrics
 
 
-def _worker(published: float, stored: float) -> tuple[str, MetricsServer]:
+def _worker(published: float, stored: float, streams: int = 0) -> tuple[str, MetricsServer]:
     registry = CollectorRegistry()
     Counter("xnode_published", "Published", registry=registry).inc(published)
     Gauge("xnode_clock", "Clock", ["originator"], registry=registry).labels("100").set(stored)
+    open_streams = Gauge("xnode_open_subscriptions", "Open", ["method"], registry=registry)
+    open_streams.labels("SubscribeEnvelopes").set(streams)
+    ended = Counter("xnode_subscriptions_ended", "Ended", ["method", "reason"], registry=registry)
+    ended.labels("SubscribeEnvelopes", "fell_behind").inc(streams // 10)
     server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
     return f"127.0.0.1:{server.server_port}", MetricsServer(server, thread)
 
@@ -39,3 +43,18 @@ def test_samples_of_every_worker_are_merged_by_name_with_a_worker_label() -> Non
         ({"originator": "100", "worker": "0"}, 7.0),
         ({"originator": "100", "worker": "1"}, 9.0),
     ]
+
+
+def test_subscription_families_are_summed_over_the_workers() -> None:
+    first, first_server = _worker(3, 7, streams=400)
+    second, second_server = _worker(5, 9, streams=600)
+    try:
+        merged = {m.name: m for m in WorkerMetrics(lambda: [(0, first), (1, second)]).collect()}
+    finally:
+        first_server.stop()
+        second_server.stop()
+    open_streams = [(s.labels, s.value) for s in merged["xnode_open_subscriptions"].samples]
+    assert open_streams == [({"method": "SubscribeEnvelopes"}, 1000.0)]
+    ended = [(s.name, s.labels, s.value) for s in merged["xnode_subscriptions_ended"].samples]
+    labels = {"method": "SubscribeEnvelopes", "reason": "fell_behind"}
+    assert ended == [("xnode_subscriptions_ended_total", labels, 100.0)]

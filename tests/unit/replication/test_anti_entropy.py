@@ -20,6 +20,7 @@ from xnode.core.checkpoints import Checkpoint, sign_checkpoint
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, build_payer_envelope, originate
 from xnode.core.envelopes import validate_payer_envelope as valid_payer
+from xnode.core.forks import ForkResolution
 from xnode.core.reconciliation import Fingerprint, SequenceRange
 from xnode.core.verification import InvalidEnvelope, Position, Verdict
 from xnode.replication import anti_entropy
@@ -42,6 +43,7 @@ class Side:
     def __init__(self, envelopes: dict[int, IndexedEnvelope], expired: Sequence[int] = ()):
         self.held_leaves = {s: e.leaf or b"" for s, e in envelopes.items()}
         self.held = {s: e.raw for s, e in envelopes.items() if s not in expired}
+        self.expired = set(expired)
         self.checkpoint: Checkpoint | None = None
         self.node_id = 200
         self.bytes_exchanged = 0
@@ -65,6 +67,17 @@ class Side:
 
     async def absent(self, originator: int, ranges: Sequence[SequenceRange]) -> list[int]:
         return [s for r in ranges for s in range(r.first, r.last + 1) if s not in self.held_leaves]
+
+    async def lost(
+        self, originator: int, ranges: Sequence[SequenceRange], now_unix: int, limit: int
+    ) -> list[tuple[int, bytes]]:
+        """Leaves without their envelope that are not expired."""
+        return [
+            (s, self.held_leaves[s])
+            for r in ranges
+            for s in range(r.first, r.last + 1)
+            if s in self.held_leaves and s not in self.held and s not in self.expired
+        ][:limit]
 
     async def tree_size(self, originator: int) -> int:
         size = 0
@@ -105,8 +118,10 @@ class Store:
     async def newest_per_originator(self) -> dict[int, Position]:
         return {}
 
-    async def stored_envelopes(self, originator: int, ids: Sequence[int]) -> dict[int, bytes]:
-        return {s: self.rows[s] for s in ids if s in self.rows}
+    async def stored_envelopes(
+        self, originator: int, sequence_ids: Sequence[int]
+    ) -> dict[int, bytes]:
+        return {s: self.rows[s] for s in sequence_ids if s in self.rows}
 
     async def insert_received(
         self, envelopes: Sequence[IndexedEnvelope], notice_token: str
@@ -115,7 +130,13 @@ class Store:
         for e in new:
             self.rows[e.sequence_id] = e.raw
             self.side.held_leaves[e.sequence_id] = e.leaf or b""
+            self.side.held[e.sequence_id] = e.raw
         return [(NODE, e.sequence_id) for e in new]
+
+    async def resolve_forks(
+        self, envelopes: Sequence[IndexedEnvelope]
+    ) -> list[ForkResolution | None]:
+        raise AssertionError("no forks in these tests")
 
 
 class Reports:
@@ -187,6 +208,36 @@ async def test_expired_envelopes_are_nothing_to_fetch_and_no_fault() -> None:
     outcome = await repair.repair(Side(LOG, expired=range(1, 51)), NODE)
     assert (outcome.stored, outcome.expired, outcome.rejected) == (0, 50, 0)
     assert not reports.filed and not forks
+
+
+def losing(ids: range) -> tuple[Repair, Store]:
+    """A node holding the whole log's leaves whose envelopes `ids` are lost (not expired)."""
+    repair, side, store, _, _ = repair_here(dict(LOG))
+    for s in ids:
+        del side.held[s], store.rows[s]
+    side.checkpoint = checkpoint_of(LOG)
+    return repair, store
+
+
+async def test_lost_envelopes_are_fetched_back_by_name_checked_against_the_leaves_held() -> None:
+    repair, store = losing(range(60, 161))
+    outcome = await repair.repair(Side(LOG), NODE)
+    assert (outcome.lost, outcome.restored, outcome.rejected) == (101, 101, 0)
+    assert outcome.wanted == 0  # the fingerprints agree: only the losses were asked for
+    assert all(store.rows[s] == LOG[s].raw for s in range(60, 161))
+    repair, store = losing(range(60, 161))
+    other = {**LOG, **{s: signed(s, b"other") for s in range(60, 161)}}
+    outcome = await repair.repair(Side(other), NODE)  # validly signed, not the leaves held
+    assert (outcome.restored, outcome.rejected) == (0, 101)
+    assert all(s not in store.rows for s in range(60, 161))
+
+
+async def test_a_loss_no_peer_serves_stays_a_loss_and_is_asked_again() -> None:
+    repair, _ = losing(range(10, 21))
+    first = await repair.repair(Side(LOG, expired=range(10, 21)), NODE)
+    assert (first.lost, first.restored) == (11, 0)
+    again = await repair.repair(Side(LOG), NODE, losses_only=True)
+    assert (again.lost, again.restored) == (11, 11)
 
 
 async def test_a_fork_goes_to_the_hook_with_both_envelopes() -> None:

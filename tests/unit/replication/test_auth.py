@@ -1,4 +1,4 @@
-"""Node tokens (XIP-49 3.2.5, wire-facts.md): format, signature scheme and every refusal."""
+"""Node tokens (XIP-49 3.2.5, docs/protocol.md): format, signature scheme and every refusal."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import (
     IndexedEnvelope,
+    Originable,
     StoredEnvelope,
     ValidPayerEnvelope,
     build_payer_envelope,
@@ -21,6 +22,22 @@ from xnode.core.query import EnvelopeQuery
 NODE = 100
 PAYER = SigningKey.generate()
 GROUP = b"g" * 16
+
+
+class FixedClock:
+    """A clock that moves only when a test sets `now` (whole seconds)."""
+
+    def __init__(self, now_s: int) -> None:
+        self.now = now_s
+
+    def now_ns(self) -> int:
+        return self.now * 1_000_000_000
+
+    def now_s(self) -> int:
+        return self.now
+
+    def monotonic_s(self) -> float:
+        return float(self.now)
 
 
 def payer_envelope(
@@ -70,10 +87,12 @@ class FakeOriginator:
         self.published: list[list[ValidPayerEnvelope]] = []
         self.next_seq = 1
 
-    async def publish(self, envelopes: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
-        self.published.append(list(envelopes))
+    async def publish(self, envelopes: Sequence[Originable]) -> list[IndexedEnvelope]:
+        valid = [e for e in envelopes if isinstance(e, ValidPayerEnvelope)]
+        assert len(valid) == len(envelopes), "Publish hands over the envelopes it validated"
+        self.published.append(valid)
         out = []
-        for e in envelopes:
+        for e in valid:
             raw = b"local:" + body(e)
             out.append(IndexedEnvelope(NODE, self.next_seq, 0, e.topic.raw, 0, None, raw))
             self.next_seq += 1

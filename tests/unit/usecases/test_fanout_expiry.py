@@ -3,6 +3,7 @@ is given, exactly as queries do (core.retention.is_expired)."""
 
 from __future__ import annotations
 
+from tests.unit.usecases.fakes import FixedClock
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import StoredEnvelope
 from xnode.core.retention import NEVER
@@ -12,29 +13,12 @@ TOPIC = b"\x00" + b"g" * 16
 EXPIRY = 1_700_000_000
 
 
-class FixedClock:
-    def __init__(self, now_s: int) -> None:
-        self.now = now_s
-
-    def now_ns(self) -> int:
-        return self.now * 1_000_000_000
-
-    def now_s(self) -> int:
-        return self.now
-
-    def monotonic_s(self) -> float:
-        return float(self.now)
-
-
 async def _nothing_stored(_node: int, _after: int, _up_to: int) -> list[StoredEnvelope]:
     return []
 
 
 def _delivered(listener: Listener) -> list[int]:
-    seqs = []
-    while not listener.queue.empty():
-        seqs += [e.sequence_id for e in listener.queue.get_nowait()]
-    return seqs
+    return [e.sequence_id for batch in listener.take() for e in batch.envelopes]
 
 
 async def test_an_envelope_is_dropped_once_the_clock_reaches_its_expiry() -> None:

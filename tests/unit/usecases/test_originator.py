@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from xnode.core.envelopes import IndexedEnvelope, ValidPayerEnvelope
+from xnode.core.envelopes import IndexedEnvelope, Originable, ValidPayerEnvelope
 from xnode.core.errors import Reason, Rejected
 from xnode.usecases.originator import GATHER_MIN, GATHER_PATIENCE, Originator
 
@@ -20,7 +20,7 @@ class FakeLog:
         self.fail_times = fail_times
         self.committed: list[int] = []
 
-    async def append(self, batch: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
+    async def append(self, batch: Sequence[Originable]) -> list[IndexedEnvelope]:
         await asyncio.sleep(0.01)  # a commit takes time, so requests pile up
         if self.fail_times:
             self.fail_times -= 1
@@ -97,7 +97,7 @@ async def test_two_batches_are_appended_at_once_and_reported_in_stored_order() -
     committed: list[int] = []
     next_seq = 1
 
-    async def append(batch: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
+    async def append(batch: Sequence[Originable]) -> list[IndexedEnvelope]:
         nonlocal next_seq, overlap
         first, next_seq = next_seq, next_seq + len(batch)
         running.append(first)
@@ -126,7 +126,7 @@ async def test_few_waiting_envelopes_wait_for_the_batch_in_flight() -> None:
     sizes: list[int] = []
     next_seq = 1
 
-    async def append(batch: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
+    async def append(batch: Sequence[Originable]) -> list[IndexedEnvelope]:
         nonlocal next_seq, overlap, running
         first, next_seq = next_seq, next_seq + len(batch)
         running += 1
@@ -213,7 +213,7 @@ async def test_a_lone_publish_waits_only_a_few_idle_turns() -> None:
             turns += 1
             await asyncio.sleep(0)
 
-    async def append(batch: Sequence[ValidPayerEnvelope]) -> list[IndexedEnvelope]:
+    async def append(batch: Sequence[Originable]) -> list[IndexedEnvelope]:
         appended_at.append(turns)
         return [IndexedEnvelope(100, 1, 0, b"t", 0, None, b"x")]
 

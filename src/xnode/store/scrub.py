@@ -1,0 +1,46 @@
+"""The scrub's reads and its one write (xnode.replication.scrub): every leaf held with its
+envelope, if any, in (originator, sequence id) order a page at a time; and withdrawing an
+envelope whose stored bytes its leaf does not commit to."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from xnode.core.leaves import HeldLeaf
+
+_PAGE = """
+SELECT l.originator_node_id, l.sequence_id, l.leaf_hash, l.expiry, e.envelope
+FROM log_leaves AS l
+LEFT JOIN originator_envelopes AS e
+    ON e.originator_node_id = l.originator_node_id AND e.originator_sequence_id = l.sequence_id
+WHERE (l.originator_node_id, l.sequence_id) > ($1, $2)
+ORDER BY l.originator_node_id, l.sequence_id LIMIT $3
+"""
+# Only the bytes judged, and only while the leaf is the one judged against: a fork that
+# replaced both meanwhile is left alone.
+_WITHDRAW = """
+DELETE FROM originator_envelopes AS e USING log_leaves AS l
+WHERE e.originator_node_id = $1 AND e.originator_sequence_id = $2 AND e.envelope = $3
+    AND l.originator_node_id = $1 AND l.sequence_id = $2 AND l.leaf_hash = $4
+"""
+
+
+class ScrubStore:
+    def __init__(self, pool: asyncpg.Pool | asyncpg.Connection) -> None:
+        self._pool = pool
+
+    async def page(self, after: tuple[int, int], limit: int) -> list[HeldLeaf]:
+        rows = await self._pool.fetch(_PAGE, after[0], after[1], limit)
+        return [
+            HeldLeaf(r[0], r[1], bytes(r[2]), r[3], None if r[4] is None else bytes(r[4]))
+            for r in rows
+        ]
+
+    async def withdraw(self, row: HeldLeaf) -> bool:
+        """Deletes the envelope `row` holds; False when it changed since it was read."""
+        if row.raw is None:
+            return False
+        done = await self._pool.execute(
+            _WITHDRAW, row.originator_node_id, row.sequence_id, row.raw, row.leaf
+        )
+        return bool(done.endswith(" 1"))
