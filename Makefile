@@ -7,9 +7,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-$(shell cat pyproject.toml package-lock.json 2>/dev/null | sha1sum | cut -c1-12)
 NODES ?= 3
 
-.PHONY: setup run test test-fast lint proto proto-check contracts bench image spark-dist clean
+.PHONY: setup ha-packages run test test-fast lint proto proto-check contracts bench image spark-dist clean
 
-setup: $(STAMP)
+setup: $(STAMP) ha-packages
+
+# Patroni and etcd for `xnode devnet --ha` and its tests (docs/ha.md); quick when present.
+ha-packages:
+	@bash scripts/install_ha.sh
 
 $(STAMP):
 	@command -v $(PYTHON) >/dev/null || { echo "python3 is required"; exit 1; }

@@ -23,6 +23,7 @@ from tests.timeout_tasks import pytest_timeout_set_timer  # noqa: F401
 from xnode.core.crypto import SigningKey
 from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.devnet import wait_serving
+from xnode.devtools.patroni import HaCluster, start_ha_cluster
 from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_cluster
 from xnode.store.migrate import upgrade_to_head
 
@@ -44,6 +45,21 @@ def pg_cluster() -> Iterator[PgCluster]:
         pytest.fail(f"PostgreSQL could not start, so database tests cannot run: {exc}")
     cluster.create_database(TEMPLATE)
     upgrade_to_head(cluster.dsn(TEMPLATE))
+    yield cluster
+    cluster.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ha_cluster() -> Iterator[HaCluster]:
+    """etcd and two Patroni members (a primary and a synchronous standby) for a module's
+    tests; a test that fails one over leaves it with both members back (`wait_ready`)."""
+    root = Path(tempfile.mkdtemp(prefix="xnode-ha-"))
+    root.chmod(0o755)  # the `postgres` user must reach the members' directories inside
+    try:
+        cluster = start_ha_cluster(root / "ha")
+    except PostgresError as exc:
+        pytest.fail(f"Patroni and etcd could not start (`make setup` installs them): {exc}")
     yield cluster
     cluster.stop()
     shutil.rmtree(root, ignore_errors=True)

@@ -183,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the NodeRegistry on a second anvil (chain id 31338), apart from the app chain "
         "of the payload contracts",
     )
+    devnet.add_argument(
+        "--ha",
+        action="store_true",
+        help="node 100's database on Patroni and etcd: a primary and a synchronous standby "
+        "it follows across failovers (docs/ha.md)",
+    )
     devnet.set_defaults(func=_cmd_devnet)
     add_chain_parser(sub)
     add_export_parsers(sub)

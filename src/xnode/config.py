@@ -35,7 +35,26 @@ class Settings(BaseSettings):
         "", description="Origins browsers may call the HTTP port from, comma-separated; * any"
     )
     database_dsn: str = Field(
-        "postgresql://postgres@127.0.0.1:5432/xnode", description="PostgreSQL DSN"
+        "postgresql://postgres@127.0.0.1:5432/xnode",
+        description="PostgreSQL DSN; several hosts (postgresql://u@h1:p1,h2:p2/db): the one "
+        "taking writes is used and followed across failovers (docs/ha.md)",
+    )
+    database_connect_timeout_seconds: float = Field(
+        2.0, description="Longest wait for one database host to answer a connect", gt=0
+    )
+    database_replica_dsn: str = Field(
+        "",
+        description="A streaming replica of the node's database: envelope queries and "
+        "subscriptions' catch-up read there when it holds what they ask for (docs/ha.md); "
+        "empty: everything reads the primary",
+    )
+    database_replica_check_seconds: float = Field(
+        0.5, description="How often the replica's clock and lag are read", gt=0
+    )
+    database_primary_check_seconds: float = Field(
+        0.5,
+        description="With several database hosts: how often they are asked which takes writes",
+        gt=0,
     )
     signer_key: SecretStr | None = Field(
         None, description="Node secp256k1 private key, hex (or use signer_key_file)"

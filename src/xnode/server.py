@@ -72,7 +72,9 @@ from xnode.store.logs import LogStore
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.misbehavior import MisbehaviorLog, MisbehaviorStore
 from xnode.store.notifications import CommitListener
+from xnode.store.primary import Connect, Database
 from xnode.store.probe import PostgresProbe
+from xnode.store.replica import Replica, ReplicaWatch
 from xnode.store.replication import ReplicationStore
 from xnode.store.scrub import ScrubStore
 from xnode.store.sequencer import Sequencer
@@ -88,8 +90,10 @@ from xnode.usecases.limits import ApiLimits
 from xnode.usecases.logs import CheckpointIntake, CheckpointIssuer, LogQueries
 from xnode.usecases.node_state import NodeState
 from xnode.usecases.originator import BatchStats, Originator
+from xnode.usecases.ports import EnvelopeReader
 from xnode.usecases.publish import Publish
 from xnode.usecases.query import Query
+from xnode.usecases.reads import RoutedReads, for_catch_up, for_queries
 from xnode.usecases.registry_source import RegistrySource
 from xnode.usecases.subscribe import Subscribe
 from xnode_api.fees.v1 import fees_pb2_grpc
@@ -345,7 +349,8 @@ async def _start(
         stack.push_async_callback(chain.close)
     registry = await open_registry(settings, chain)
     node_id = resolve_node_id(settings, key, registry)
-    pool = await _open_database(settings, node_id, key, stack)
+    database = Database(settings.database_dsn, settings.database_connect_timeout_seconds)
+    pool = await _open_database(settings, database, node_id, key, stack)
     store = EnvelopeStore(pool)
     state = NodeState(
         node_id,
@@ -364,7 +369,7 @@ async def _start(
             chain,
             settings,
             chain_store,
-            LeaderLock(settings.database_dsn),
+            LeaderLock(database.connect),
             key,
             state.stored,
             _forgetting(identity, state.rewound),
@@ -381,7 +386,7 @@ async def _start(
     )
     replication = None
     if registry is not None and role.primary:
-        own_store = PostgresProbe(settings.database_dsn)  # its own connection, not the monitor's
+        own_store = PostgresProbe(database.connect)  # its own connection, not the monitor's
         stack.callback(own_store.close)
         replication = ReplicationWorker(
             None if settings.read_only else node_id,  # read-only: its tokens name its key
@@ -407,10 +412,13 @@ async def _start(
         )
         if role.shares_ports:
             elsewhere = OtherWorkersCommits(state, issuer, sequencer)
-    listener = CommitListener(settings.database_dsn, token, elsewhere)
+    listener = CommitListener(database.connect, token, elsewhere)
     stack.push_async_callback(listener.stop)
     listener.start()
-    parts = NodeParts(store, state, originator, reports, registry, chain_parts, logs, identity)
+    replica = await _open_replica(settings, pool, stack)
+    parts = NodeParts(
+        store, state, originator, reports, registry, chain_parts, logs, identity, database, replica
+    )
     served = await _serve(settings, node_id, parts, tls.served, stack, role)
     if replication is not None:
         await replication.start()
@@ -539,17 +547,35 @@ def _chain_vouchers(
 
 
 async def _open_database(
-    settings: Settings, node_id: int, key: SigningKey, stack: StopSteps
+    settings: Settings, database: Database, node_id: int, key: SigningKey, stack: StopSteps
 ) -> asyncpg.Pool:
-    """Migrated, pooled and claimed for this node."""
+    """Migrated, pooled and claimed for this node; with several hosts, following the primary."""
+    if len(database.hosts) > 1:
+        await database.find()
+        database.start_watch(settings.database_primary_check_seconds)
+        stack.push_async_callback(database.stop_watch)
     if settings.migrate_on_start:
-        await asyncio.to_thread(upgrade_to_head, settings.database_dsn)
-    pool = await create_pool(settings)
+        await asyncio.to_thread(upgrade_to_head, database.primary_dsn)
+    pool = await create_pool(settings, database.connect)
     # close() waits for every connection to be released; forced, the pool is terminated.
     stack.push_step(pool.close, "Pool.close", pool.terminate)
     if not settings.read_only:  # a read-only node's database may later serve a registered one
         await claim_database(pool, node_id, key.public_key)
     return pool
+
+
+async def _open_replica(
+    settings: Settings, primary: asyncpg.Pool, stack: StopSteps
+) -> Replica | None:
+    """The streaming replica's pool and watch, when database_replica_dsn is set."""
+    if not settings.database_replica_dsn:
+        return None
+    pool = await create_pool(settings, dsn=settings.database_replica_dsn)
+    stack.push_step(pool.close, "Pool.close (replica)", pool.terminate)
+    watch = ReplicaWatch(pool, primary, settings.database_replica_check_seconds)
+    await watch.start()
+    stack.push_async_callback(watch.stop)
+    return Replica(EnvelopeStore(pool), watch)
 
 
 async def _start_chain(parts: ChainServices, stack: AsyncExitStack) -> None:
@@ -572,6 +598,8 @@ class NodeParts:
     chain: ChainServices | None
     logs: LogStore | None = None
     identity: IdentityUpdates | None = None
+    database: Database | None = None  # how dedicated connections find the primary
+    replica: Replica | None = None  # reads for queries and catch-up, when configured
 
 
 @dataclass(frozen=True)
@@ -616,8 +644,14 @@ async def _serve(
     slots = SharedSubscriptionSlots(parts.store.pool)
     stack.push_async_callback(slots.close)
     limits = ApiLimits(settings.limit_policy(), SharedBuckets(parts.store.pool), slots)
+    catch_up: EnvelopeReader = store
+    queried: EnvelopeReader = store
+    if parts.replica is not None:
+        replica, watch = parts.replica.store, parts.replica.watch
+        catch_up = RoutedReads(store, replica, watch, for_catch_up(parts.state.vector_clock))
+        queried = RoutedReads(store, replica, watch, for_queries)
     subscribe = Subscribe(
-        store,
+        catch_up,
         parts.state.fanout,
         keepalive_s=settings.keepalive_seconds,
         limits=limits,
@@ -650,7 +684,7 @@ async def _serve(
         )
         logs = LogService(queries)
         end_streams.append(queries.close_all)
-    query = Query(store, chain.store if chain else None, limits, parts.identity)
+    query = Query(queried, chain.store if chain else None, limits, parts.identity)
     service = EnvelopeService(publish, query, subscribe, auth.caller)
     misbehavior = MisbehaviorService(
         parts.reports, lambda: current_registry().keys(), limits, auth.caller
@@ -673,7 +707,7 @@ async def _serve(
     http_address = await _serve_http(settings, http_handlers, stack, tls, role.shares_ports)
     # Before the HTTP port waits on its requests: streams end, publishes are refused.
     stack.push_async_callback(serving.quiesce)
-    probe = PostgresProbe(settings.database_dsn)
+    probe = PostgresProbe((parts.database or Database(settings.database_dsn)).connect)
     stack.callback(probe.close)
     dependencies = health_dependencies(chain is not None)
     dependencies[LOG_SERVICE] = dependencies["query"]  # the database
@@ -758,7 +792,26 @@ def _node_gauges(parts: NodeParts) -> list[ScrapedGauge]:
     ]
     if parts.chain is not None:
         gauges += _chain_gauges(parts.chain)
+    if parts.replica is not None:
+        gauges += _replica_gauges(parts.replica.watch)
     return gauges
+
+
+def _replica_gauges(watch: ReplicaWatch) -> list[ScrapedGauge]:
+    return [
+        ScrapedGauge(
+            "xnode_database_replica_lag_bytes",
+            "WAL bytes the read replica has yet to replay (none while it does not answer)",
+            [],
+            _single(lambda: watch.lag_bytes),
+        ),
+        ScrapedGauge(
+            "xnode_database_replica_lag_seconds",
+            "Age of the last transaction the read replica replayed while it trails; 0 caught up",
+            [],
+            _single(lambda: watch.lag_seconds),
+        ),
+    ]
 
 
 def _single(read: Callable[[], float | None]) -> Reading:
@@ -795,9 +848,14 @@ def _chain_gauges(chain: ChainServices) -> list[ScrapedGauge]:
     ]
 
 
-async def create_pool(settings: Settings) -> asyncpg.Pool:
+async def create_pool(
+    settings: Settings, connect: Connect | None = None, dsn: str | None = None
+) -> asyncpg.Pool:
+    """`connect`: how a connection is opened (Database.connect follows the primary); `dsn`:
+    another database than the node's (its replica)."""
     return await asyncpg.create_pool(
-        settings.database_dsn,
+        dsn or settings.database_dsn,
+        connect=connect,
         min_size=2,
         max_size=settings.db_pool_size,
         # Our queries are short index scans; JIT compiling them costs far more than running

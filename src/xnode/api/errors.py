@@ -39,7 +39,9 @@ CURSOR_TRAILER = "xnode-cursor-bin"
 
 T = TypeVar("T")
 Context = grpc.aio.ServicerContext[Any, Any]
-StoreErrors = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+# asyncpg raises InternalClientError ("cannot switch to state ...") for a query sent on a
+# connection its server dropped mid-operation (a database host lost, docs/ha.md): retry.
+StoreErrors = (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError)
 
 
 def count_rejected(api: str, method: str, reason: str) -> None:

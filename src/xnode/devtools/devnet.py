@@ -4,7 +4,8 @@ A private Postgres cluster (one database per node), anvil with the contracts dep
 every node registered in the NodeRegistry, and N replicating nodes, each with its own key,
 ports and metrics. `--read-only-nodes M` adds M read-only nodes (XIP-49 3.4: unregistered,
 they replicate and serve, and refuse publishes); `--two-chains` puts the NodeRegistry on a
-second anvil apart from the payload contracts' (the XIP's L1 and app chain).
+second anvil apart from the payload contracts' (the XIP's L1 and app chain); `--ha` puts
+node 100's database on Patroni (a primary and a synchronous standby, devtools.patroni).
 Prints a table of endpoints and writes them, with node ids, keys, DSNs and contract addresses,
 to `<dir>/devnet.json`. Ctrl-C stops everything and loses nothing: nodes drain, anvil dumps its
 state to `<dir>/anvil-state.json` (loaded next time) and Postgres shuts down cleanly, so the
@@ -35,6 +36,7 @@ from xnode.core.fees import FeeSchedule
 from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.certs import devnet_ca
 from xnode.devtools.devgateway import GATEWAY_HTTP_PORT, GATEWAY_PORT, spawn_gateway
+from xnode.devtools.patroni import HaCluster, start_ha_cluster
 from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_cluster
 from xnode.tls import ClientTls, open_blocking_channel, target_of
 
@@ -389,6 +391,7 @@ def run_devnet(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     processes: list[subprocess.Popen[bytes]] = []
+    ha: HaCluster | None = None
     chain: DevChain | None = None
     registry_chain: DevChain | None = None
     try:
@@ -422,6 +425,15 @@ def run_devnet(args: argparse.Namespace) -> int:
         certs = tls_env(state, nodes) if args.tls else {}
         ca_file = state / "tls" / "ca.pem" if args.tls else None
         client_tls = ClientTls.from_files(ca_file) if ca_file else None
+        if args.ha:
+            try:
+                with console.status("starting Patroni and etcd (node 100's database)"):
+                    ha = start_ha_cluster(state / "ha", "xnode-100")
+                ha.create_database("xnode_100")
+            except PostgresError as exc:
+                console.print(f"[red]xnode devnet --ha: {exc}")
+                return 1
+            nodes[0].dsn = ha.dsn("xnode_100")
         nodes += plan_read_only(state, cluster, args.read_only_nodes)
         # Read-only nodes serve plaintext (no certificate of theirs) but check their peers'.
         peer_ca = {"XNODE_TLS_PEER_CA_FILE": str(ca_file)} if ca_file else {}
@@ -460,6 +472,8 @@ def run_devnet(args: argparse.Namespace) -> int:
         if registry_chain is not None:
             described_chain["registry_chain"] = registry_chain.describe()
         description = json.loads(_describe(nodes, cluster, described_chain, ca_file))
+        if ha is not None:
+            description["ha"] = ha.describe()
         description["gateway"] = {
             "address": gateway,
             "url": f"{scheme}://{gateway}",
@@ -480,4 +494,6 @@ def run_devnet(args: argparse.Namespace) -> int:
             chain.stop()
         if registry_chain is not None:
             registry_chain.stop()
+        if ha is not None:
+            ha.stop()
         cluster.stop()

@@ -38,7 +38,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _as_server_user(cmd: list[str]) -> list[str]:
+def as_server_user(cmd: list[str]) -> list[str]:
     if os.geteuid() != 0:
         return cmd
     if shutil.which("runuser") is None:
@@ -60,7 +60,7 @@ def _run(cmd: list[str], what: str) -> None:
     for tool in ("initdb", "pg_ctl"):
         if cmd[0] == tool and shutil.which(tool) is None:
             raise PostgresError(f"`{tool}` is not on PATH: install the PostgreSQL server")
-    done = subprocess.run(_as_server_user(cmd), capture_output=True, text=True, check=False)
+    done = subprocess.run(as_server_user(cmd), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise PostgresError(f"{what} failed: {done.stderr.strip() or done.stdout.strip()}")
 
@@ -111,11 +111,11 @@ def _reachable_by_server_user(directory: Path) -> bool:
     """True when the `postgres` OS user can enter `directory` (and so every parent of it)."""
     if os.geteuid() != 0:
         return True
-    probe = _as_server_user(["test", "-x", str(directory)])
+    probe = as_server_user(["test", "-x", str(directory)])
     return subprocess.run(probe, capture_output=True, check=False).returncode == 0
 
 
-def _server_reachable(data_dir: Path) -> Path:
+def server_reachable(data_dir: Path) -> Path:
     """Where the cluster can live: `data_dir`, or a linked directory the server user can reach.
 
     Run as root, Postgres runs as `postgres`, which cannot enter a private parent (a clone
@@ -163,7 +163,7 @@ def _initdb(data_dir: Path) -> None:
 
 def start_cluster(data_dir: Path, *, fsync: bool = True, attempts: int = 5) -> PgCluster:
     """Starts (initializing if needed) a cluster on a free 127.0.0.1 port; reuses a running one."""
-    data_dir = _server_reachable(data_dir.absolute()).resolve()
+    data_dir = server_reachable(data_dir.absolute()).resolve()
     port = _running_port(data_dir)
     if port is not None:
         return PgCluster(data_dir, port)

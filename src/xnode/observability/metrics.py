@@ -47,6 +47,11 @@ COMMIT_LATENCY = Histogram(
 ENVELOPES_STORED = Counter(
     "xnode_envelopes_stored_total", "Envelopes stored, by originator", ["originator"]
 )
+READS_ROUTED = Counter(
+    "xnode_reads_routed_total",
+    "Envelope queries and catch-up pages, by the database that served them (replica, primary)",
+    ["to"],
+)
 OPEN_SUBSCRIPTIONS = Gauge("xnode_open_subscriptions", "Open subscription streams", ["method"])
 SUBSCRIPTION_DELIVERIES = Counter(
     "xnode_subscription_deliveries_total",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncpg
 
+from xnode.store.primary import Connect
+
 # Only one process per database indexes the chain (pg_try_advisory_lock on this key).
 INDEXER_LOCK_KEY = 0x786E6F6465_01
 
@@ -13,14 +15,14 @@ class LeaderLock:
     (chain.ports.IndexerLock). Losing the connection releases it, and another process takes
     over."""
 
-    def __init__(self, dsn: str) -> None:
-        self._dsn = dsn
+    def __init__(self, connect: Connect) -> None:
+        self._connect = connect
         self._conn: asyncpg.Connection | None = None
         self._held = False
 
     async def held(self) -> bool:
         if self._conn is None or self._conn.is_closed():
-            self._conn, self._held = await asyncpg.connect(self._dsn), False
+            self._conn, self._held = await self._connect(), False
         if not self._held:
             self._held = bool(
                 await self._conn.fetchval("SELECT pg_try_advisory_lock($1)", INDEXER_LOCK_KEY)

@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable, Iterable
 import asyncpg
 import structlog
 
+from xnode.store.primary import Connect
+
 log = structlog.get_logger(__name__)
 
 NOTIFY_CHANNEL = "xnode_envelopes"
@@ -37,8 +39,8 @@ class CommitListener:
 
     Notices that this process sent itself carry its token and are skipped."""
 
-    def __init__(self, dsn: str, token: str, on_committed: OnCommitted) -> None:
-        self._dsn = dsn
+    def __init__(self, connect: Connect, token: str, on_committed: OnCommitted) -> None:
+        self._connect = connect
         self._token = token
         self._on_committed = on_committed
         self._task: asyncio.Task[None] | None = None
@@ -59,7 +61,7 @@ class CommitListener:
         delay = 0.5
         while True:
             try:
-                conn = await asyncpg.connect(self._dsn)
+                conn = await self._connect()
             except (OSError, asyncpg.PostgresError) as exc:
                 log.warning("commit_listener_connect_failed", error=str(exc), retry_s=delay)
                 await asyncio.sleep(delay)

@@ -9,12 +9,14 @@ import asyncio
 
 import asyncpg
 
+from xnode.store.primary import Connect
+
 PROBE_TIMEOUT_S = 1.0
 
 
 class PostgresProbe:
-    def __init__(self, dsn: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
-        self._dsn = dsn
+    def __init__(self, connect: Connect, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+        self._connect = connect
         self._timeout_s = timeout_s
         self._conn: asyncpg.Connection | None = None
 
@@ -23,7 +25,7 @@ class PostgresProbe:
         try:
             async with asyncio.timeout(self._timeout_s):
                 if self._conn is None or self._conn.is_closed():
-                    self._conn = await asyncpg.connect(self._dsn)
+                    self._conn = await self._connect()
                 await self._conn.fetchval("SELECT 1")
         except Exception:  # whatever the failure, the answer is "not reachable"
             self.close()

@@ -184,3 +184,28 @@ class StopSteps(AsyncExitStack):
         super().push_async_callback(
             bounded_step, name or _step_name(step), step, self.deadline_s, force
         )
+
+
+class Repeating:
+    """Awaits `step` every `interval_s` (after the step before ends) in a task of its own,
+    from `start` until `stop`."""
+
+    def __init__(self, step: Callable[[], Awaitable[None]], interval_s: float, name: str) -> None:
+        self._step = step
+        self._interval_s = interval_s
+        self._name = name
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=self._name)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            await self._step()

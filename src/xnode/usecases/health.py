@@ -5,12 +5,11 @@ the node drains."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Mapping
 
 import structlog
 
+from xnode.usecases.concurrency import Repeating
 from xnode.usecases.ports import ChainStatus, DatabaseProbe, HealthBoard
 
 log = structlog.get_logger(__name__)
@@ -35,9 +34,8 @@ class HealthMonitor:
         self._depends_on = depends_on
         self._database = database
         self._chain = chain
-        self._interval_s = interval_s
         self._down: dict[str, str] = {}  # dependency -> why it is down
-        self._task: asyncio.Task[None] | None = None
+        self._repeating = Repeating(self.check, interval_s, "health-monitor")
 
     @property
     def down(self) -> Mapping[str, str]:
@@ -46,14 +44,10 @@ class HealthMonitor:
     async def start(self) -> None:
         """Publishes the status once before returning, then every `interval_s`."""
         await self.check()
-        self._task = asyncio.create_task(self._run(), name="health-monitor")
+        self._repeating.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._repeating.stop()
 
     async def drain(self) -> None:
         """The node is shutting down: nothing serves any more."""
@@ -78,8 +72,3 @@ class HealthMonitor:
                 log.warning("dependency_down", dependency=dependency, reason=reason)
         for dependency in self._down.keys() - down.keys():
             log.info("dependency_up", dependency=dependency)
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            await self.check()

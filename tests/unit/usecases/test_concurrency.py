@@ -10,7 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from xnode.usecases import concurrency
-from xnode.usecases.concurrency import StopSteps, all_or_cancel, pending_task_stacks
+from xnode.usecases.concurrency import Repeating, StopSteps, all_or_cancel, pending_task_stacks
 
 
 class PeerDown(Exception):
@@ -123,3 +123,23 @@ async def test_a_step_that_ignores_being_forced_is_left_behind(
     events = [e["event"] for e in logged]
     assert events.count("node_stop_step_overran") == 1
     assert events.count("node_stop_step_abandoned") == 1
+
+
+async def test_repeating_steps_until_stopped_and_no_longer() -> None:
+    steps = 0
+    third = asyncio.Event()
+
+    async def step() -> None:
+        nonlocal steps
+        steps += 1
+        if steps == 3:
+            third.set()
+
+    repeating = Repeating(step, 0.001, "repeating-test")
+    repeating.start()
+    await asyncio.wait_for(third.wait(), 10)
+    await repeating.stop()
+    stopped_at = steps
+    await asyncio.sleep(0.01)  # ten intervals: a step still running would have counted
+    assert steps == stopped_at
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == "repeating-test"]

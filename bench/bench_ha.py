@@ -1,0 +1,187 @@
+"""High availability benchmark: publish throughput with the synchronous standby against
+without it (the same primary, the same run), and failover times (docs/ha.md).
+
+    .venv/bin/python bench/bench_ha.py [--seconds 8] [--rounds 2] [--callers 32]
+
+Starts etcd and two Patroni members (xnode.devtools.patroni). Throughput: an `xnode run`
+process on a database whose commits wait for the standby (synchronous_commit on) and one on a
+database of the same primary that does not wait (synchronous_commit local), alternated.
+Failover: a node on the multi-host DSN publishes while the primary's host is killed (kill -9);
+timed are the promotion (Patroni's REST /primary answering on the standby), when each way of
+finding the primary sees it (xnode.store.primary.Database, the node's way, against Patroni's
+REST endpoints), and the node's first answered publish after the promotion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import grpc
+from bench_node import NODE, PAYER, run_callers, start_node_process
+
+from xnode.client.node import NodeClient
+from xnode.core.crypto import SigningKey
+from xnode.devtools.patroni import HaCluster, start_ha_cluster
+from xnode.devtools.postgres import PgCluster
+from xnode.store.primary import Database
+
+GROUP = bytes([3]) * 16
+POLL_S = 0.02
+UNLIMITED = {"XNODE_LIMITS_ENABLED": "false"}  # one payer's rate limit is not measured here
+
+
+def leader_cluster(ha: HaCluster) -> PgCluster:
+    leader = ha.leader()
+    assert leader is not None
+    member = ha.members[leader]
+    return PgCluster(member.data_dir, member.pg_port)
+
+
+async def publish_rate(address: str, seconds: float, callers: int, batch: int) -> float:
+    async with NodeClient(address) as client:
+
+        async def one() -> int:
+            payloads = [b"x" * 64] * batch
+            return len(await client.publish_group_messages(PAYER, NODE, GROUP, payloads))
+
+        return await run_callers(callers, seconds, one)
+
+
+async def throughput(ha: HaCluster, work: Path, args: argparse.Namespace) -> None:
+    cluster = leader_cluster(ha)
+    key = SigningKey.generate()
+    nodes = {}
+    for name, commit in (("sync", "on"), ("local", "local")):
+        database = f"bench_{name}"
+        cluster.create_database(database)
+        # Before the node connects: the setting holds for the database's new sessions.
+        alter = f"ALTER DATABASE {database} SET synchronous_commit = {commit}"
+        subprocess.run(["psql", cluster.dsn(), "-qc", alter], check=True)
+        directory = work / name
+        directory.mkdir()
+        nodes[name] = await asyncio.to_thread(
+            start_node_process, cluster, directory, key, database, UNLIMITED
+        )
+    print(f"throughput, env/s ({args.callers} callers, {args.seconds:g} s each, alternated)")
+    try:
+        for batch in (1, 100):
+            for round_ in range(args.rounds):
+                for name, (_, address) in nodes.items():
+                    rate = await publish_rate(address, args.seconds, args.callers, batch)
+                    standby = "waits for the standby" if name == "sync" else "primary only"
+                    print(f"  batch {batch:3} round {round_ + 1} {standby:22} {rate:9,.0f}")
+    finally:
+        for proc, _ in nodes.values():
+            proc.terminate()
+            proc.wait(30)
+
+
+async def first_seen(probe: Callable[[], Awaitable[bool]], deadline: float) -> float | None:
+    """Monotonic time `probe()` first returned true, polling until `deadline`."""
+    while time.monotonic() < deadline:
+        if await probe():
+            return time.monotonic()
+        await asyncio.sleep(POLL_S)
+    return None
+
+
+async def failover(ha: HaCluster, work: Path, round_: int) -> None:
+    cluster = leader_cluster(ha)
+    key = SigningKey.generate()
+    name = f"bench_failover_{round_}"
+    directory = work / name
+    directory.mkdir()
+    on_every_host = {
+        **UNLIMITED,
+        "XNODE_DATABASE_DSN": ha.dsn(name),
+        "XNODE_DATABASE_PRIMARY_CHECK_SECONDS": "0.2",
+    }
+    proc, address = await asyncio.to_thread(
+        start_node_process, cluster, directory, key, name, on_every_host
+    )
+    answered: list[float] = []
+    stop = asyncio.Event()
+
+    async def publisher() -> None:
+        async with NodeClient(address) as client:
+            while not stop.is_set():
+                try:
+                    await client.publish_group_messages(PAYER, NODE, GROUP, [b"y"])
+                    answered.append(time.monotonic())
+                except grpc.aio.AioRpcError:
+                    await asyncio.sleep(POLL_S)
+
+    old = ha.leader()
+    assert old is not None
+    new = next(n for n in ha.members if n != old)
+    finder = Database(ha.dsn(name), 1.0)
+    await finder.find()
+    tasks = [asyncio.create_task(publisher()) for _ in range(8)]
+    try:
+        while len(answered) < 100:
+            await asyncio.sleep(POLL_S)
+        killed = time.monotonic()
+        ha.signal_member(old, signal.SIGKILL)
+        deadline = killed + 60
+
+        async def rest_sees() -> bool:
+            return await asyncio.to_thread(ha.leader) == new
+
+        async def finder_sees() -> bool:
+            try:
+                return await finder.find() == list(ha.members).index(new)
+            except OSError:
+                return False
+
+        rest_at, dsn_at = await asyncio.gather(
+            first_seen(rest_sees, deadline), first_seen(finder_sees, deadline)
+        )
+        promoted = min(t for t in (rest_at, dsn_at) if t is not None)
+
+        async def served() -> bool:
+            return any(t > promoted for t in answered)
+
+        served_at = await first_seen(served, deadline)
+        assert served_at is not None and rest_at is not None and dsn_at is not None
+        print(
+            f"  round {round_ + 1}: kill -9 -> promotion seen {promoted - killed:5.2f} s;"
+            f" REST /primary {rest_at - killed:5.2f} s, multi-host DSN {dsn_at - killed:5.2f} s;"
+            f" node answers {served_at - promoted:5.2f} s after the promotion"
+        )
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        proc.terminate()
+        proc.wait(30)
+    ha.start_member(old)
+    await asyncio.to_thread(ha.wait_ready)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--callers", type=int, default=32)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="xnode-bench-ha-"))
+    work.chmod(0o755)
+    ha = await asyncio.to_thread(start_ha_cluster, work / "ha")
+    try:
+        await throughput(ha, work, args)
+        print("failover (kill -9 of the primary's Patroni and Postgres)")
+        for round_ in range(args.rounds):
+            await failover(ha, work, round_)
+    finally:
+        ha.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
