@@ -39,6 +39,7 @@ from xnode.chain.node import (
     chain_services,
     connect_chain,
 )
+from xnode.chain.receipts import Transactions
 from xnode.chain.verify import ChainSetupError
 from xnode.chain.wallets import Erc1271Wallets
 from xnode.config import Settings
@@ -686,8 +687,9 @@ async def _serve(
         end_streams.append(queries.close_all)
     query = Query(queried, chain.store if chain else None, limits, parts.identity)
     service = EnvelopeService(publish, query, subscribe, auth.caller)
+    transactions = Transactions(chain.connection.rpc, chain.connection.contracts) if chain else None
     misbehavior = MisbehaviorService(
-        parts.reports, lambda: current_registry().keys(), limits, auth.caller
+        parts.reports, lambda: current_registry().keys(), limits, auth.caller, transactions
     )
     server, health_servicer, address = _grpc_server(
         settings,

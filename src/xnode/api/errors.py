@@ -32,6 +32,7 @@ STATUS_OF = {
     Reason.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     # Not a retry: this node never originates; the client must publish elsewhere.
     Reason.READ_ONLY: grpc.StatusCode.FAILED_PRECONDITION,
+    Reason.NO_CHAIN: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 # The node's cursor travels with DEPENDS_ON_AHEAD as a serialized Cursor.

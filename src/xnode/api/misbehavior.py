@@ -13,15 +13,21 @@ import grpc
 import structlog
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.api.errors import StoreErrors, abort_limited, abort_store, count_rejected
+from xnode.api.errors import StoreErrors, abort_limited, abort_rejected, abort_store
 from xnode.core import wire
+from xnode.core.chain_evidence import ChainFacts, transactions_named
 from xnode.core.cursors import MAX_SEQUENCE_ID
 from xnode.core.errors import Reason, Rejected
 from xnode.core.evidence import RegistryKeys, why_unproven
 from xnode.core.limits import LimitExceeded
-from xnode.core.misbehavior import SAFETY_TYPES, check_client_report, type_name
+from xnode.core.misbehavior import (
+    BLOCKCHAIN_INCONSISTENCY,
+    SAFETY_TYPES,
+    check_client_report,
+    type_name,
+)
 from xnode.usecases.limits import ApiLimits, Caller
-from xnode.usecases.ports import MisbehaviorReports
+from xnode.usecases.ports import ChainTransactions, MisbehaviorReports
 
 log = structlog.get_logger(__name__)
 
@@ -35,21 +41,36 @@ class MisbehaviorService:
         keys: Callable[[], RegistryKeys],
         limits: ApiLimits | None = None,
         caller_of: Callable[[Context], Caller] | None = None,
+        chain: ChainTransactions | None = None,
     ) -> None:
-        """`keys`: the registry keys a client's safety report must prove its claim against."""
+        """`keys`: the registry keys a client's safety report must prove its claim against;
+        `chain`: where BLOCKCHAIN_INCONSISTENCY claims are checked (None: a node without a
+        chain refuses them)."""
         self._store = store
         self._keys = keys
+        self._chain = chain
         self._limits = limits
         self._caller_of = caller_of or (lambda context: Caller.from_peer(context.peer()))
 
-    def _check(self, report: mb.UnsignedMisbehaviorReport) -> None:
+    async def _check(self, report: mb.UnsignedMisbehaviorReport) -> None:
         check_client_report(report)
         if int(report.type) in SAFETY_TYPES:
             # A report this node signs must prove itself (xnode.core.evidence): hosting
             # unprovable accusations would lend them this node's signature.
-            failure = why_unproven(report, self._keys())
+            failure = why_unproven(report, self._keys(), await self._chain_facts(report))
             if failure is not None:
                 raise Rejected(Reason.MALFORMED, f"the report proves nothing: {failure}")
+
+    async def _chain_facts(self, report: mb.UnsignedMisbehaviorReport) -> ChainFacts | None:
+        if int(report.type) != BLOCKCHAIN_INCONSISTENCY:
+            return None
+        if self._chain is None:
+            raise Rejected(
+                Reason.NO_CHAIN,
+                "this node reads no chain, so it cannot check a BLOCKCHAIN_INCONSISTENCY "
+                "claim: submit it to a node that does",
+            )
+        return await self._chain.facts(transactions_named(report.safety.envelopes))
 
     async def SubmitMisbehaviorReport(
         self, request: mb.SubmitMisbehaviorReportRequest, context: Context
@@ -60,10 +81,9 @@ class MisbehaviorService:
             except LimitExceeded as exc:
                 await abort_limited(context, exc, "misbehavior")
         try:
-            self._check(request.report)
+            await self._check(request.report)
         except Rejected as exc:
-            count_rejected("misbehavior", "SubmitMisbehaviorReport", exc.reason.value)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await abort_rejected(context, exc, "misbehavior", "SubmitMisbehaviorReport")
         try:
             await self._store.add(request.report)
         except StoreErrors as exc:

@@ -22,6 +22,8 @@ class Reason(StrEnum):
     UNAVAILABLE = "unavailable"
     # XIP-49 3.4: a read-only node originates nothing; clients publish to registered nodes.
     READ_ONLY = "read_only"
+    # A claim only the chain can settle, sent to a node that reads no chain.
+    NO_CHAIN = "no_chain"
 
 
 class Rejected(Exception):

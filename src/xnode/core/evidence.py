@@ -15,8 +15,15 @@ aggregation job (it counts only what this says is proven). What proves what:
 - a timestamp further in the future than the XIP allows is judged at receipt against the
   receiver's clock: the report says what its reporter saw, but nothing in it proves that the
   envelope arrived before its time, so it proves no OUT_OF_ORDER by itself;
-- CAUSAL_ORDERING and BLOCKCHAIN_INCONSISTENCY need state beyond the report (other
-  envelopes, the chain): never proven by a report alone.
+- CAUSAL_ORDERING: an envelope of the accused whose depends_on names the accused's own
+  sequence id at or after the envelope's own: the originator validates depends_on against
+  what it has seen (3.3.4 2.3) and cannot have seen its own later envelopes (the one
+  dependency cycle a single originator's signatures prove). A cycle or a missing dependency
+  through other originators' envelopes proves nothing against one of them: each signed its
+  own claim, and any of them may be the one that lied;
+- BLOCKCHAIN_INCONSISTENCY: a chain payload the accused vouched for (its BlockchainProof
+  signature) whose transaction, on the chain, carried other content
+  (xnode.core.chain_evidence); checked against `chain`, the looked-up transactions.
 Every envelope in a safety report must be signed by the accused: a report padded with
 someone else's envelopes is not clean evidence."""
 
@@ -30,12 +37,14 @@ from google.protobuf.message import DecodeError
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode.core.chain_evidence import ChainFacts, why_not_inconsistent
 from xnode.core.crypto import SignatureError, originator_digest, recover_public_key
 from xnode.core.envelopes import received_payer
 from xnode.core.errors import Rejected
 from xnode.core.misbehavior import (
+    BLOCKCHAIN_INCONSISTENCY,
+    CAUSAL_ORDERING,
     DUPLICATE_SEQUENCE_ID,
-    INVALID_PAYLOAD,
     OUT_OF_ORDER,
     SAFETY_TYPES,
     type_name,
@@ -133,33 +142,67 @@ def _invalid_payload(signed: Sequence[SignedEnvelope], node_id: int) -> None:
     raise Unproven(f"every envelope passes the {PAYER_ENVELOPE_RULE}")
 
 
-def check_claim(report: mb.UnsignedMisbehaviorReport, keys: RegistryKeys) -> None:
+def own_dependency_ahead(signed: SignedEnvelope, node_id: int) -> int | None:
+    """The sequence id of `node_id` that the envelope's depends_on names at or after its own
+    (a dependency its originator cannot have seen), or None."""
+    try:
+        payer = envelopes_pb2.PayerEnvelope.FromString(signed.payer_envelope_bytes)
+        client = envelopes_pb2.ClientEnvelope.FromString(payer.unsigned_client_envelope)
+    except DecodeError:
+        return None
+    named = client.aad.depends_on.node_id_to_sequence_id.get(node_id, 0)
+    return named if named >= signed.sequence_id else None
+
+
+def _causal_ordering(signed: Sequence[SignedEnvelope], node_id: int) -> None:
+    for envelope in signed:
+        if own_dependency_ahead(envelope, node_id) is not None:
+            return
+    raise Unproven(
+        "no envelope depends on the accused's own sequence id at or after its own (a cycle "
+        "or a missing dependency through other originators does not show which one lied)"
+    )
+
+
+def check_claim(
+    report: mb.UnsignedMisbehaviorReport, keys: RegistryKeys, chain: ChainFacts | None = None
+) -> None:
     """Raises Unproven, naming what failed, unless the report's own envelopes prove that its
-    misbehaving node did what its type says."""
+    misbehaving node did what its type says. `chain`: the transactions a
+    BLOCKCHAIN_INCONSISTENCY report names, as the chain has them (None: not looked up)."""
     kind, node_id = int(report.type), report.misbehaving_node_id
     if kind not in SAFETY_TYPES or report.WhichOneof("failure") != "safety":
         raise Unproven(f"a {type_name(kind)} report carries no proof: only safety reports do")
-    if kind not in (DUPLICATE_SEQUENCE_ID, OUT_OF_ORDER, INVALID_PAYLOAD):
-        raise Unproven(f"a {type_name(kind)} claim cannot be checked from the report alone")
     node_keys = keys.get(node_id)
     if not node_keys:
         raise Unproven(f"misbehaving node {node_id} has no registry key")
     envelopes = report.safety.envelopes
     if not envelopes:
         raise Unproven("the report carries no envelopes")
+    if kind == BLOCKCHAIN_INCONSISTENCY:
+        if chain is None:
+            raise Unproven("a BLOCKCHAIN_INCONSISTENCY claim is checked against the chain")
+        failure = why_not_inconsistent(envelopes, node_keys, chain)
+        if failure is not None:
+            raise Unproven(failure)
+        return
     signed = [_signed_by(e, i, node_id, node_keys) for i, e in enumerate(envelopes)]
     if kind == DUPLICATE_SEQUENCE_ID:
         _fork(signed)
     elif kind == OUT_OF_ORDER:
         _out_of_order(signed)
+    elif kind == CAUSAL_ORDERING:
+        _causal_ordering(signed, node_id)
     else:
         _invalid_payload(signed, node_id)
 
 
-def why_unproven(report: mb.UnsignedMisbehaviorReport, keys: RegistryKeys) -> str | None:
+def why_unproven(
+    report: mb.UnsignedMisbehaviorReport, keys: RegistryKeys, chain: ChainFacts | None = None
+) -> str | None:
     """None when the report proves its claim, else what failed."""
     try:
-        check_claim(report, keys)
+        check_claim(report, keys, chain)
     except Unproven as exc:
         return str(exc)
     return None

@@ -3,11 +3,12 @@ implement them, server.py wires them (XIP-49 3.3.3, 3.3.4 step 4, 3.2.8)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.associations import WalletCheck
+from xnode.core.chain_evidence import ChainFacts
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import IndexedEnvelope, Originable, StoredEnvelope, ValidPayerEnvelope
 from xnode.core.forks import Fork, ForkDigest
@@ -46,6 +47,15 @@ class MisbehaviorReports(Protocol):
 
     async def after(self, after_ns: int) -> list[bytes]:
         """Serialized reports stored after `after_ns`, oldest first, a page at most."""
+        ...
+
+
+class ChainTransactions(Protocol):
+    """The chain's own record of transactions (what BLOCKCHAIN_INCONSISTENCY is judged by)."""
+
+    async def facts(self, transaction_hashes: Iterable[bytes]) -> ChainFacts:
+        """The outcomes of those the chain knows; Rejected(UNAVAILABLE) when it cannot be
+        asked now."""
         ...
 
 

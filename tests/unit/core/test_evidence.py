@@ -12,6 +12,7 @@ from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import group_message_envelope
 from xnode.core import misbehavior
 from xnode.core.crypto import SigningKey, originator_digest
+from xnode.core.cursors import Cursor
 from xnode.core.envelopes import build_payer_envelope
 from xnode.core.evidence import check_claim, payer_rule_broken, why_unproven
 
@@ -23,9 +24,15 @@ NOW = time.time_ns()
 
 
 def signed(
-    seq: int, ns: int = NOW, text: bytes = b"hi", key: SigningKey = KEY, target: int = 100
+    seq: int,
+    ns: int = NOW,
+    text: bytes = b"hi",
+    key: SigningKey = KEY,
+    target: int = 100,
+    depends_on: dict[int, int] | None = None,
 ) -> bytes:
-    payer = build_payer_envelope(group_message_envelope(bytes(16), text), PAYER, target)
+    client = group_message_envelope(bytes(16), text, Cursor(depends_on or {}))
+    payer = build_payer_envelope(client, PAYER, target)
     unsigned = envelopes_pb2.UnsignedOriginatorEnvelope(
         originator_node_id=100,
         originator_sequence_id=seq,
@@ -97,9 +104,45 @@ def test_invalid_payload_names_the_payer_envelope_rule() -> None:
     assert "every envelope passes the payer-envelope rule" in (why_unproven(honest, KEYS) or "")
 
 
-def test_claims_beyond_the_report_and_liveness_prove_nothing() -> None:
-    causal = report(misbehavior.CAUSAL_ORDERING, signed(1))
-    assert "cannot be checked from the report alone" in (why_unproven(causal, KEYS) or "")
+def test_a_dependency_on_the_originators_own_future_proves_causal_ordering() -> None:
+    ahead = report(misbehavior.CAUSAL_ORDERING, signed(4, depends_on={100: 4, 200: 9}))
+    assert why_unproven(ahead, KEYS) is None
+    later = report(misbehavior.CAUSAL_ORDERING, signed(4), signed(5, depends_on={100: 7}))
+    assert why_unproven(later, KEYS) is None
+
+
+@pytest.mark.parametrize(
+    ("envelopes", "failure"),
+    [
+        ((signed(4, depends_on={100: 3}),), "no envelope depends on the accused's own"),
+        ((signed(4, depends_on={200: 90}),), "through other originators does not show"),
+        ((signed(4, depends_on={100: 4}, key=STRANGER),), "envelope 0: not signed by node 100"),
+        ((unsigned_copy(signed(4, depends_on={100: 9})),), "envelope 0: carries no"),
+    ],
+    ids=["what it had seen", "another originator's", "forged", "unsigned"],
+)
+def test_honest_dependencies_or_forged_envelopes_prove_no_causal_ordering(
+    envelopes: tuple[bytes, ...], failure: str
+) -> None:
+    claim = report(misbehavior.CAUSAL_ORDERING, *envelopes)
+    assert failure in (why_unproven(claim, KEYS) or "")
+
+
+def test_tampering_with_a_causal_ordering_proof_breaks_it() -> None:
+    envelope = envelopes_pb2.OriginatorEnvelope.FromString(signed(4, depends_on={100: 4}))
+    unsigned = envelopes_pb2.UnsignedOriginatorEnvelope.FromString(
+        envelope.unsigned_originator_envelope
+    )
+    unsigned.originator_sequence_id = 5  # as if the dependency were one the node had seen
+    envelope.unsigned_originator_envelope = unsigned.SerializeToString()
+    claim = report(misbehavior.CAUSAL_ORDERING, envelope.SerializeToString())
+    assert "envelope 0: not signed by node 100" in (why_unproven(claim, KEYS) or "")
+
+
+def test_chain_claims_need_the_chain_and_liveness_proves_nothing() -> None:
+    chain = report(misbehavior.BLOCKCHAIN_INCONSISTENCY, signed(1))
+    assert "checked against the chain" in (why_unproven(chain, KEYS) or "")
+    assert "carries no blockchain proof" in (why_unproven(chain, KEYS, {}) or "")
     liveness = mb.UnsignedMisbehaviorReport(
         misbehaving_node_id=100,
         type=misbehavior.UNRESPONSIVE_NODE,
