@@ -174,8 +174,14 @@ def spawn_node(tmp_path: Path) -> Iterator[Callable[..., NodeProcess]]:
     processes: list[NodeProcess] = []
 
     def _spawn(
-        dsn: str, spec: NodeSpec, node_id: int = 100, wait: bool = True, **extra: str
+        dsn: str,
+        spec: NodeSpec,
+        node_id: int = 100,
+        wait: bool = True,
+        command: str = "run",
+        **extra: str,
     ) -> NodeProcess:
+        """`command`: the xnode command run with the node's settings (`run`, `watchdog`)."""
         address = f"127.0.0.1:{free_port()}"
         env = {
             **os.environ,
@@ -188,9 +194,10 @@ def spawn_node(tmp_path: Path) -> Iterator[Callable[..., NodeProcess]]:
             "XNODE_WORKERS": "1",  # one process (tests/e2e/ops/test_workers.py runs more)
             **{f"XNODE_{k.upper()}": v for k, v in extra.items()},
         }
-        log = tmp_path / f"node-{node_id}-{len(processes)}.log"
+        name = "node" if command == "run" else command
+        log = tmp_path / f"{name}-{node_id}-{len(processes)}.log"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "xnode.cli", "run"],
+            [sys.executable, "-m", "xnode.cli", command],
             env=env,
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,

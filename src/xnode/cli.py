@@ -11,7 +11,7 @@ from pathlib import Path
 import uvloop
 
 from xnode.chain.cli import add_chain_parser
-from xnode.commands.cli import add_audit_parser, add_export_parsers
+from xnode.commands.cli import add_audit_parser, add_export_parsers, add_watchdog_parser
 from xnode.config import add_settings_flags, settings_from_args, settings_table
 from xnode.gateway.cli import add_gateway_parser
 
@@ -193,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_chain_parser(sub)
     add_export_parsers(sub)
     add_audit_parser(sub)
+    add_watchdog_parser(sub)
     add_gateway_parser(sub)
     _client_parsers(sub)
     return parser

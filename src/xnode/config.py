@@ -319,6 +319,33 @@ class Settings(BaseSettings):
     payer_deny_list: str = Field(
         "", description="Payer addresses (0x hex, comma separated) whose publishes are refused"
     )
+    watchdog_interval_seconds: float = Field(
+        30.0, description="xnode watchdog: seconds between two rounds of probes", gt=0
+    )
+    watchdog_timeout_seconds: float = Field(
+        10.0,
+        description="xnode watchdog: a probe unanswered this long is UNRESPONSIVE_NODE (XIP T)",
+        gt=0,
+    )
+    watchdog_slow_seconds: float = Field(
+        5.0,
+        description="xnode watchdog: an answer slower than this is SLOW_NODE (XIP t)",
+        gt=0,
+    )
+    watchdog_as_node: bool = Field(
+        False,
+        description="xnode watchdog files its reports as this node (its database, signed with "
+        "its key); otherwise it submits them as a client to other nodes",
+    )
+    watchdog_report_copies: int = Field(
+        2, description="xnode watchdog as a client: nodes each report is submitted to", ge=1
+    )
+    watchdog_envelopes_per_round: int = Field(
+        200,
+        description="xnode watchdog: envelopes asked of each node per round (compared across "
+        "nodes and, for chain payloads, with the chain)",
+        ge=1,
+    )
 
     @field_validator("payer_allow_list", "payer_deny_list")
     @classmethod

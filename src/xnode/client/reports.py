@@ -86,7 +86,7 @@ class Reporter:
             safety=mb.SafetyFailure(envelopes=[signed]),
         )
         if why_unproven(report, self._keys) is None:
-            self._submit(report)
+            self.submit(report)
 
     def liveness(self, node_id: int, code: grpc.StatusCode, waited_s: float) -> None:
         """After a call to `node_id` failed with `code` following `waited_s`."""
@@ -100,7 +100,7 @@ class Reporter:
         if now - self._last_liveness.get((node_id, kind), -self._interval_s) < self._interval_s:
             return
         self._last_liveness[(node_id, kind)] = now
-        self._submit(
+        self.submit(
             mb.UnsignedMisbehaviorReport(
                 reporter_time_ns=self._clock_ns(),
                 misbehaving_node_id=node_id,
@@ -111,7 +111,8 @@ class Reporter:
             )
         )
 
-    def _submit(self, report: mb.UnsignedMisbehaviorReport) -> None:
+    def submit(self, report: mb.UnsignedMisbehaviorReport) -> None:
+        """Sends `report` to `copies` enabled nodes other than the accused, in the background."""
         accused = report.misbehaving_node_id
         others = [n.node_id for n in available_nodes(self._registry) if n.node_id != accused]
         for to in others[: self._copies]:

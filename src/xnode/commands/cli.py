@@ -121,3 +121,26 @@ def add_export_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     prune.add_argument("--dry-run", action="store_true", help="count, delete nothing")
     prune.set_defaults(func=_cmd_prune)
+
+
+def _cmd_watchdog(args: argparse.Namespace) -> int:
+    from xnode.commands.watch import WatchdogError, watch
+
+    settings = settings_from_args(args)
+    try:
+        asyncio.run(watch(settings, once=args.once))
+    except WatchdogError as exc:
+        print(f"xnode watchdog: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def add_watchdog_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    watchdog = sub.add_parser(
+        "watchdog",
+        help="probe every registered node's client APIs and file the misbehavior it proves "
+        "(XIP-49 3.2.7; docs/watchdog.md)",
+    )
+    add_settings_flags(watchdog)
+    watchdog.add_argument("--once", action="store_true", help="one round of probes, then exit")
+    watchdog.set_defaults(func=_cmd_watchdog)

@@ -247,3 +247,28 @@ GATEWAY_READ_FAILOVERS = Counter(
     "(a status code, health_check, check_failed, ended)",
     ["method", "node", "cause"],
 )
+
+
+# --- xnode watchdog (XIP-49 3.2.7) ------------------------------------------------------------
+
+WATCHDOG_PROBES = Counter(
+    "xnode_watchdog_probes_total",
+    "Watchdog probes of a node's client APIs, by probed node, API (health, query) and status",
+    ["probed", "api", "status"],
+)
+WATCHDOG_PROBE_SECONDS = Histogram(
+    "xnode_watchdog_probe_seconds",
+    "Watchdog probe latency, by API (health, query); unanswered probes count the timeout",
+    ["api"],
+    buckets=(*_FAST, 4.0, 8.0, 16.0),
+)
+WATCHDOG_REPORTS = Counter(
+    "xnode_watchdog_reports_total",
+    "Misbehavior reports the watchdog filed, by type and accused node",
+    ["type", "accused"],
+)
+WATCHDOG_WITHHELD_ROUNDS = Counter(
+    "xnode_watchdog_withheld_rounds_total",
+    "Rounds whose liveness reports were withheld: every probed node failed (the watchdog's "
+    "own network is the likelier fault)",
+)
