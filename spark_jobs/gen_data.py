@@ -240,12 +240,18 @@ def signed_envelope(
     data: bytes,
     payer_key: SigningKey = _PAYER,
     fees: Fees = NO_FEES,
+    depends_on: Mapping[int, int] | None = None,
 ) -> bytes:
     """A real OriginatorEnvelope for a group message, signed by `key` as originator `node_id`
-    with `fees`, for a payer envelope signed by `payer_key`."""
+    with `fees`, for a payer envelope signed by `payer_key`, depending on `depends_on`."""
     topic = Topic(TopicKind.GROUP_MESSAGES, keccak256(b"group", data[:8]))
+    aad = envelopes_pb2.AuthenticatedData(
+        target_originator=node_id,
+        target_topic=topic.raw,
+        depends_on=envelopes_pb2.Cursor(node_id_to_sequence_id=depends_on or {}),
+    )
     client = envelopes_pb2.ClientEnvelope(
-        aad=envelopes_pb2.AuthenticatedData(target_originator=node_id, target_topic=topic.raw),
+        aad=aad,
         group_message=mls_pb2.GroupMessageInput(
             v1=mls_pb2.GroupMessageInput.V1(data=mls_group_message(topic.identifier, data))
         ),

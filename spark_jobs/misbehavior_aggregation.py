@@ -2,6 +2,7 @@
 
     python -m spark_jobs.misbehavior_aggregation --input DIR [--input DIR ...] --out OUTDIR
         [--threshold N] [--window-minutes M] [--master URL]
+        [--chain-rpc-url URL --contracts-file FILE]
 
 Only what the signatures prove is trusted; the exported convenience columns are ignored in
 favour of the signed report:
@@ -11,8 +12,12 @@ favour of the signed report:
 - a safety report counts only if its own envelopes prove its claim, re-checked here against
   the registry keys by xnode.core.evidence (the node uses the same checker): a fork for
   DUPLICATE_SEQUENCE_ID, timestamps that go back for OUT_OF_ORDER, a broken payer-envelope
-  rule for INVALID_PAYLOAD; claims it cannot check are rejected (unverified_proof). Two honest
-  envelopes in one report flag nobody. One proof flags the node;
+  rule for INVALID_PAYLOAD, a dependency on the originator's own later sequence id for
+  CAUSAL_ORDERING, a chain payload its transaction did not carry for BLOCKCHAIN_INCONSISTENCY
+  (checked against the chain given by --chain-rpc-url and --contracts-file: the transactions
+  the reports name are read on the driver; without them these reports are unverified);
+  claims it cannot check are rejected (unverified_proof). Two honest envelopes in one report
+  flag nobody. One proof flags the node;
 - liveness reports count only from registered nodes: a report the host filed itself
   (`submitted_by_node`, host signature recovering to the host's registry key), per
   misbehaving node, type and window of reporter_time_ns; the node is flagged when distinct
@@ -43,6 +48,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.functions import arrow_udf
 from pyspark.sql.pandas.types import from_arrow_type
 
+from spark_jobs.chain_facts import fetch_chain_facts, named_transactions, payload_contracts
 from spark_jobs.council_report import CouncilData, render_html, render_markdown
 from spark_jobs.inputs import (
     ExportFiles,
@@ -57,6 +63,7 @@ from spark_jobs.output import atomic_directory
 from spark_jobs.session import build_session
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode.core.chain_evidence import ChainFacts
 from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import (
     SignatureError,
@@ -69,6 +76,7 @@ from xnode.core.crypto import (
 from xnode.core.evidence import RegistryKeys, why_unproven
 from xnode.core.misbehavior import LIVENESS_TYPES, SAFETY_TYPES
 
+ChainLookup = Callable[[list[bytes]], ChainFacts]
 DEFAULT_THRESHOLD = 2
 DEFAULT_WINDOW_MINUTES = 60
 # Unsigned protobuf fields wider than the columns they land in. A host signs whatever a client
@@ -164,10 +172,12 @@ def _duplicate_pair(
     return None
 
 
-def verify_report(raw: bytes, registry: RegistryKeys | None = None) -> dict[str, Any]:
+def verify_report(
+    raw: bytes, registry: RegistryKeys | None = None, chain: ChainFacts | None = None
+) -> dict[str, Any]:
     """Decodes one exported `report`, recovers every signer and, for a safety report, says
-    why its envelopes do not prove its claim against `registry` (xnode.core.evidence);
-    policy is applied in Spark."""
+    why its envelopes do not prove its claim against `registry` and `chain`
+    (xnode.core.evidence); policy is applied in Spark."""
     try:
         report = mb.MisbehaviorReport.FromString(raw)
         unsigned = mb.UnsignedMisbehaviorReport.FromString(report.unsigned_misbehavior_report)
@@ -200,22 +210,25 @@ def verify_report(raw: bytes, registry: RegistryKeys | None = None) -> dict[str,
         pair = _duplicate_pair(envelopes)
         if pair is not None:
             out["duplicate_originator"], out["duplicate_sequence_id"] = pair
-        out["proof_error"] = why_unproven(unsigned, registry or {})
+        out["proof_error"] = why_unproven(unsigned, registry or {}, chain)
     return out
 
 
-def verify_batch(reports: pa.Array, registry: RegistryKeys | None = None) -> pa.Array:
+def verify_batch(
+    reports: pa.Array, registry: RegistryKeys | None = None, chain: ChainFacts | None = None
+) -> pa.Array:
     """Arrow in, Arrow out: no pandas needed on the driver or the workers. (mapInArrow would
     need pandas on the driver in pyspark 4.3; a scalar Arrow UDF does not.)"""
-    return pa.array([verify_report(r, registry) for r in reports.to_pylist()], type=VERIFIED)
+    verified = [verify_report(r, registry, chain) for r in reports.to_pylist()]
+    return pa.array(verified, type=VERIFIED)
 
 
-def verify_reports(registry: RegistryKeys) -> Callable[[str], Column]:
-    """The verification UDF, with the registry keys shipped to the workers in its closure
-    (a few keys per node)."""
+def verify_reports(registry: RegistryKeys, chain: ChainFacts | None) -> Callable[[str], Column]:
+    """The verification UDF, with the registry keys and the named transactions' outcomes
+    shipped to the workers in its closure (a few keys per node, a few transactions)."""
 
     def batch(reports: pa.Array) -> pa.Array:
-        return verify_batch(reports, registry)
+        return verify_batch(reports, registry, chain)
 
     # The eval type (scalar Arrow UDF) is inferred from the hints; pyspark's stubs only
     # describe calls that pass it explicitly, which is deprecated at runtime.
@@ -282,7 +295,12 @@ def _rejection() -> tuple[Column, Column]:
     return code, detail
 
 
-def verified_reports(raw: DataFrame, registry: DataFrame, registry_keys: RegistryKeys) -> DataFrame:
+def verified_reports(
+    raw: DataFrame,
+    registry: DataFrame,
+    registry_keys: RegistryKeys,
+    chain: ChainFacts | None = None,
+) -> DataFrame:
     """One row per distinct (host, unsigned report), with `reason_code` null when accepted."""
     keys = registry.select("node_id", "keys")
     checked = raw.select(
@@ -290,7 +308,7 @@ def verified_reports(raw: DataFrame, registry: DataFrame, registry_keys: Registr
         "server_time_ns",
         "host_node_id",
         "report",
-        verify_reports(registry_keys)("report").alias("v"),
+        verify_reports(registry_keys, chain)("report").alias("v"),
     ).join(F.broadcast(keys.toDF("host_node_id", "host_keys")), "host_node_id", "left")
     code, detail = _rejection()
     checked = checked.withColumn("reason_code", code).withColumn("reason", detail)
@@ -442,13 +460,16 @@ def aggregate(
     registry: Mapping[int, frozenset[bytes]],
     threshold: int = DEFAULT_THRESHOLD,
     window_minutes: int = DEFAULT_WINDOW_MINUTES,
+    chain: ChainLookup | None = None,
 ) -> dict[str, pa.Table]:
-    """The five result tables, plus `counts` (rows read, outcome per reason)."""
+    """The five result tables, plus `counts` (rows read, outcome per reason). `chain`
+    looks up the transactions BLOCKCHAIN_INCONSISTENCY reports name (None: not checked)."""
     if threshold < 1 or window_minutes < 1:
         raise ValueError("threshold and window minutes must be positive")
     with spark_read_errors(f"reports under {', '.join(str(b) for b in files)}"):
         raw = load_reports(spark, files)
-        verified = verified_reports(raw, registry_frame(spark, registry), registry)
+        facts = chain(named_transactions(raw)) if chain is not None else None
+        verified = verified_reports(raw, registry_frame(spark, registry), registry, facts)
         verified = verified.persist(StorageLevel.MEMORY_AND_DISK)  # every output reads it
         try:
             accepted = verified.where(F.col("reason_code").isNull())
@@ -507,10 +528,11 @@ def run(
     out: str | Path,
     threshold: int = DEFAULT_THRESHOLD,
     window_minutes: int = DEFAULT_WINDOW_MINUTES,
+    chain: ChainLookup | None = None,
 ) -> CouncilData:
     """Validates inputs (InputError), aggregates, and writes OUTDIR atomically."""
     files, registry = find_report_files(inputs), read_registry(inputs)
-    tables = aggregate(spark, files, registry, threshold, window_minutes)
+    tables = aggregate(spark, files, registry, threshold, window_minutes, chain)
     data = council_data(tables, registry, inputs, threshold, window_minutes)
     write_outputs(out, tables, data)
     return data
@@ -523,10 +545,28 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--threshold", type=int, default=DEFAULT_THRESHOLD)
     parser.add_argument("--window-minutes", type=int, default=DEFAULT_WINDOW_MINUTES)
     parser.add_argument("--master", default=None, help="Spark master (default local[*])")
+    parser.add_argument(
+        "--chain-rpc-url",
+        default=None,
+        help="JSON-RPC URL of the app chain: BLOCKCHAIN_INCONSISTENCY reports are checked there",
+    )
+    parser.add_argument(
+        "--contracts-file", default=None, help="the contracts file nodes use (with --chain-rpc-url)"
+    )
     args = parser.parse_args(argv)
     if args.threshold < 1 or args.window_minutes < 1:
         parser.error("--threshold and --window-minutes must be positive")
+    if (args.chain_rpc_url is None) != (args.contracts_file is None):
+        parser.error("--chain-rpc-url and --contracts-file go together")
     return args
+
+
+def chain_lookup(url: str | None, contracts_file: str | None) -> ChainLookup | None:
+    """Reads the chain for the named transactions, or None without a chain."""
+    if url is None or contracts_file is None:
+        return None
+    contracts = payload_contracts(contracts_file)
+    return lambda txs: fetch_chain_facts(url, contracts, txs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -534,9 +574,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Before the JVM starts, so bad input fails fast.
         files, registry = find_report_files(args.input), read_registry(args.input)
+        chain = chain_lookup(args.chain_rpc_url, args.contracts_file)
         spark = build_session(args.master, app_name="xnode-misbehavior-aggregation")
         try:
-            tables = aggregate(spark, files, registry, args.threshold, args.window_minutes)
+            tables = aggregate(spark, files, registry, args.threshold, args.window_minutes, chain)
         finally:
             spark.stop()
         data = council_data(tables, registry, args.input, args.threshold, args.window_minutes)

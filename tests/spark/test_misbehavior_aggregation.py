@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,8 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_jobs import gen_data as g
+from tests.conftest import ChainEnv
+from tests.integration.chain.helpers import add_message_call, message_payload, send_raw_event
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.client.node import key_package_envelope
+from xnode.core.chain_payloads import ChainEvent, build_chain_payload
 from xnode.core.crypto import SigningKey, blockchain_proof_digest
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
 
@@ -346,3 +350,40 @@ def test_no_honest_node_is_flagged_by_forged_or_misleading_reports(
 
     assert [(r["misbehaving_node_id"], r["type"]) for r in data.flagged] == [(600, DUPLICATE)]
     assert data.outcomes["unverified_proof"] == 3 * len(misleading)
+
+
+def test_causal_and_chain_proofs_flag_only_the_guilty(
+    spark: Any, aggregation: ModuleType, tmp_path: Path, chain_env: ChainEnv
+) -> None:
+    """Node 600 vouches for a chain payload its transaction did not carry; 700 signs a
+    dependency on its own future. 500 vouches for the chain's own payload and signs an
+    honest dependency: it is flagged by nothing, with or without the chain."""
+    CAUSAL, CHAIN = 6, 8
+    group = bytes(range(16))
+    payload = message_payload(group, "on chain")
+    call = add_message_call(group, payload)
+    tx = send_raw_event(chain_env.url, chain_env.owner, chain_env.contracts.group_messages, call)
+    event = ChainEvent(0, 1, group, payload, 0, bytes(32), tx, 0)
+    doctored = dataclasses.replace(event, payload=message_payload(group, "doctored"))
+    host = Host(100, KEYS[100])
+    proofs = [
+        (600, CHAIN, [build_chain_payload(doctored, 1, KEYS[600]).raw]),
+        (500, CHAIN, [build_chain_payload(event, 1, KEYS[500]).raw]),
+        (700, CAUSAL, [g.signed_envelope(700, KEYS[700], 4, T0, b"x", depends_on={700: 4})]),
+        (500, CAUSAL, [g.signed_envelope(500, KEYS[500], 4, T0, b"y", depends_on={500: 3})]),
+    ]
+    for accused, kind, envelopes in proofs:
+        host.add(g.safety_report(accused, kind, envelopes, T0, submitted_by_node=True))
+    host.write(tmp_path / "export", KEYS)
+    chain = aggregation.chain_lookup(chain_env.url, str(chain_env.contracts_file))
+
+    checked = aggregation.run(spark, [tmp_path / "export"], tmp_path / "out", chain=chain)
+    unchecked = aggregation.run(spark, [tmp_path / "export"], tmp_path / "out2")
+
+    def flags(data: Any) -> list[tuple[int, int]]:
+        return sorted((r["misbehaving_node_id"], r["type"]) for r in data.flagged)
+
+    assert flags(checked) == [(600, CHAIN), (700, CAUSAL)]
+    assert checked.outcomes == {"accepted": 2, "unverified_proof": 2}
+    assert flags(unchecked) == [(700, CAUSAL)]
+    assert unchecked.outcomes == {"accepted": 1, "unverified_proof": 3}

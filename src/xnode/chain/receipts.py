@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from xnode.chain import abi
 from xnode.chain.contracts import DeployedContracts
 from xnode.chain.rpc import ChainRpc, ChainRpcError, ChainUnavailable
 from xnode.core.chain_evidence import ChainFacts, TxOutcome
-from xnode.core.chain_payloads import ChainEvent, MalformedPayload
+from xnode.core.chain_logs import receipt_outcome
 from xnode.core.errors import Reason, Rejected
 
 
@@ -25,17 +24,7 @@ class Transactions:
     async def outcome(self, transaction_hash: bytes) -> TxOutcome | None:
         """None when the chain does not know the transaction (or has not mined it)."""
         receipt = await self._rpc.call("eth_getTransactionReceipt", "0x" + transaction_hash.hex())
-        if not receipt:
-            return None
-        events: list[ChainEvent] = []
-        for entry in receipt.get("logs", []):
-            if str(entry.get("address", "")).lower() not in self._contracts:
-                continue
-            try:
-                events.append(abi.decode_payload_log(entry))
-            except MalformedPayload:
-                continue  # not a payload event (or one the indexer skips too)
-        return TxOutcome(abi.hex_int(receipt.get("status", "0x1")) == 1, tuple(events))
+        return receipt_outcome(receipt, self._contracts)
 
     async def facts(self, transaction_hashes: Iterable[bytes]) -> ChainFacts:
         """The outcomes of the transactions the chain knows; Rejected(UNAVAILABLE) when the

@@ -3,10 +3,13 @@ transaction it names; re-orgs and unknown transactions convict nobody."""
 
 from __future__ import annotations
 
+from eth_abi.abi import encode
+
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.client.node import group_message_envelope
 from xnode.core import misbehavior
 from xnode.core.chain_evidence import TxOutcome, transactions_named
+from xnode.core.chain_logs import MESSAGE_SENT, receipt_outcome
 from xnode.core.chain_payloads import ChainEvent, build_chain_payload
 from xnode.core.crypto import SigningKey
 from xnode.core.evidence import why_unproven
@@ -71,3 +74,27 @@ def test_an_originators_envelope_is_no_chain_payload() -> None:
     envelope = envelopes_pb2.OriginatorEnvelope.FromString(served(event(b"doctored")))
     envelope.ClearField("blockchain_proof")
     assert "carries no blockchain proof" in (claim(envelope.SerializeToString()) or "")
+
+
+def _log(address: str, payload: bytes) -> dict[str, object]:
+    data = encode(["bytes"], [payload])
+    return {
+        "address": address,
+        "topics": ["0x" + t.hex() for t in (MESSAGE_SENT, GROUP + bytes(16), (3).to_bytes(32))],
+        "data": "0x" + data.hex(),
+        "blockNumber": "0xa",
+        "blockHash": "0x" + bytes(32).hex(),
+        "transactionHash": "0x" + TX.hex(),
+        "logIndex": "0x0",
+    }
+
+
+def test_a_receipt_counts_only_the_payload_contracts_logs() -> None:
+    contract, impostor = "0x" + "11" * 20, "0x" + "22" * 20
+    payload = event().payload
+    receipt = {"status": "0x1", "logs": [_log(impostor, b"look-alike"), _log(contract, payload)]}
+    outcome = receipt_outcome(receipt, {contract})
+    assert outcome is not None and outcome.succeeded
+    assert [e.payload for e in outcome.events] == [payload]
+    assert receipt_outcome({"status": "0x0", "logs": []}, {contract}) == TxOutcome(False, ())
+    assert receipt_outcome(None, {contract}) is None
