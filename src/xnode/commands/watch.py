@@ -37,6 +37,8 @@ class WatchdogError(RuntimeError):
 
 
 async def watch(settings: Settings, once: bool = False) -> None:
+    if settings.watchdog_slow_seconds >= settings.watchdog_timeout_seconds:
+        raise WatchdogError("watchdog_slow_seconds must be below watchdog_timeout_seconds")
     configure_logging(settings.log_level, settings.log_format)
     async with AsyncExitStack() as stack:
         chain = None

@@ -142,21 +142,23 @@ def _invalid_payload(signed: Sequence[SignedEnvelope], node_id: int) -> None:
     raise Unproven(f"every envelope passes the {PAYER_ENVELOPE_RULE}")
 
 
-def own_dependency_ahead(signed: SignedEnvelope, node_id: int) -> int | None:
-    """The sequence id of `node_id` that the envelope's depends_on names at or after its own
-    (a dependency its originator cannot have seen), or None."""
+def own_dependency_ahead(
+    sequence_id: int, payer_envelope_bytes: bytes, originator: int
+) -> int | None:
+    """The sequence id of `originator` that an envelope's depends_on names at or after the
+    envelope's own (a dependency its originator cannot have seen), or None."""
     try:
-        payer = envelopes_pb2.PayerEnvelope.FromString(signed.payer_envelope_bytes)
+        payer = envelopes_pb2.PayerEnvelope.FromString(payer_envelope_bytes)
         client = envelopes_pb2.ClientEnvelope.FromString(payer.unsigned_client_envelope)
     except DecodeError:
         return None
-    named = client.aad.depends_on.node_id_to_sequence_id.get(node_id, 0)
-    return named if named >= signed.sequence_id else None
+    named = client.aad.depends_on.node_id_to_sequence_id.get(originator, 0)
+    return named if named >= sequence_id else None
 
 
 def _causal_ordering(signed: Sequence[SignedEnvelope], node_id: int) -> None:
-    for envelope in signed:
-        if own_dependency_ahead(envelope, node_id) is not None:
+    for e in signed:
+        if own_dependency_ahead(e.sequence_id, e.payer_envelope_bytes, node_id) is not None:
             return
     raise Unproven(
         "no envelope depends on the accused's own sequence id at or after its own (a cycle "

@@ -24,7 +24,7 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.constants import CHAIN_ORIGINATORS
-from xnode.core.evidence import RegistryKeys, why_unproven
+from xnode.core.evidence import RegistryKeys, own_dependency_ahead, why_unproven
 from xnode.core.misbehavior import (
     CAUSAL_ORDERING,
     DUPLICATE_SEQUENCE_ID,
@@ -121,7 +121,9 @@ class EnvelopeWitness:
         claims: list[tuple[int, list[bytes]]] = []
         if first is None:
             self._remember(key, raw)
-            claims.append((CAUSAL_ORDERING, [raw]))
+            # Parsed first, the signature recovered only for a likely proof.
+            if own_dependency_ahead(key[1], unsigned.payer_envelope_bytes, origin) is not None:
+                claims.append((CAUSAL_ORDERING, [raw]))
         elif first != raw and key not in self._forked:
             claims.append((DUPLICATE_SEQUENCE_ID, [first, raw]))
         reports = [safety_report(kind, origin, envelopes, now_ns) for kind, envelopes in claims]

@@ -46,7 +46,12 @@ async def test_one_round_reports_the_doctored_chain_payload_and_the_node_down(
     fake = await serve_replication_methods({"QueryEnvelopes": handler}, addresses[200])
     try:
         watchdog = Settings(
-            **{**chain_env.settings(), "metrics_address": "", "watchdog_timeout_seconds": 5}
+            **{
+                **chain_env.settings(),
+                "metrics_address": "",
+                "watchdog_timeout_seconds": 5,
+                "watchdog_slow_seconds": 2,
+            }
         )
         await watch(watchdog, once=True)
     finally:

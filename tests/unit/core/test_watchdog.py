@@ -3,7 +3,7 @@ and the watchdog's own isolation convict nobody; forks and self-dependencies are
 
 from __future__ import annotations
 
-from tests.unit.core.test_evidence import KEYS, STRANGER, signed
+from tests.unit.core.test_evidence import KEYS, NOW, STRANGER, signed
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.core import misbehavior
 from xnode.core.watchdog import EnvelopeWitness, Probe, liveness_kind, liveness_reports
@@ -55,3 +55,11 @@ def test_an_envelope_depending_on_its_originators_future_is_filed() -> None:
     (causal,) = witness.offer(signed(3, depends_on={100: 3}), 1)
     assert causal.type == misbehavior.CAUSAL_ORDERING
     assert witness.offer(signed(4, depends_on={100: 3, 200: 50}), 2) == []
+
+
+def test_an_honest_originator_with_a_clock_minutes_off_is_filed_for_nothing() -> None:
+    witness = EnvelopeWitness(KEYS)
+    skew = 7 * 60 * 10**9
+    for seq, ns in [(1, NOW + skew), (2, NOW + skew + 1), (3, NOW - skew)]:
+        # the third goes back in time: replication's OUT_OF_ORDER check, not the watchdog's
+        assert witness.offer(signed(seq, ns=ns, depends_on={100: seq - 1}), NOW) == []
