@@ -117,3 +117,8 @@ async def test_blockchain_inconsistency_is_checked_against_the_chain(
 
         await client.submit_misbehavior_report(client_report(kind, 200, doctored))
         assert await taken(client) == [(kind, 200)]
+
+        chain_env.anvil.stop()  # the chain cannot be asked: come back later, not "invalid"
+        error = await refused(client, client_report(kind, 200, doctored))
+        assert error.code() == grpc.StatusCode.UNAVAILABLE
+        assert "cannot read the chain now" in (error.details() or "")
