@@ -41,6 +41,8 @@ def test_requirements_are_the_imported_distributions_without_spark_s_own() -> No
     found = p.distributions(closure.third_party)
     assert set(found) == {
         "coincurve",
+        # The council job decodes chain logs (BLOCKCHAIN_INCONSISTENCY, core.chain_logs).
+        "eth-abi",
         "protobuf",
         "pyarrow",
         "pycryptodome",
