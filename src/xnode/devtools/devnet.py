@@ -316,7 +316,7 @@ def _print_table(
         f"https://{gateway[0]}" if ca_file else gateway[0],
         f"{scheme}://{gateway[1]}",
         "",
-        "(PayerApi: clients publish here)",
+        "(PayerApi: clients publish and read here)",
     )
     console.print(table)
     console.print(
