@@ -502,7 +502,7 @@ def _ratio(node: float, bare: float) -> str:
 
 
 def report(scenario: Scenario, node: Figures, bare: Figures, frame_len: int) -> None:
-    print(f"\n### {scenario.name} (shared machine), envelopes of {frame_len} bytes framed\n")
+    print(f"\n### {scenario.name}, envelopes of {frame_len} bytes framed\n")
     print("| measure | node | empty-stream ceiling | ratio |\n|---|---|---|---|")
     lat = node.latencies_ms
     p50, p99 = (percentile(lat, 50), percentile(lat, 99)) if lat else (0.0, 0.0)
