@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -37,6 +38,17 @@ from xnode.usecases.registry_source import WatchedRegistry
 SERVING: bytes = health_pb2.HealthCheckResponse(
     status=health_pb2.HealthCheckResponse.SERVING
 ).SerializeToString()
+
+
+def health_until(frozen: asyncio.Event) -> Callable[[bytes, Any], Awaitable[bytes]]:
+    """A fake node's health check: SERVING, until `frozen` is set; then it never answers."""
+
+    async def health(request: bytes, context: Any) -> bytes:
+        if frozen.is_set():
+            await asyncio.Event().wait()
+        return SERVING
+
+    return health
 
 
 def failovers(method: str, node: int, cause: str) -> float:
@@ -147,11 +159,6 @@ async def test_a_publish_to_a_node_that_freezes_goes_to_the_next_one(
     await start_node(**network.settings(200))
     frozen, taken = asyncio.Event(), asyncio.Event()
 
-    async def health(request: bytes, context: Any) -> bytes:
-        if frozen.is_set():
-            await asyncio.Event().wait()
-        return SERVING
-
     async def take(request: bytes, context: Any) -> bytes:
         taken.set()
         await asyncio.Event().wait()
@@ -163,7 +170,7 @@ async def test_a_publish_to_a_node_that_freezes_goes_to_the_next_one(
     node = await serve_replication_methods(
         {"PublishPayerEnvelopes": unary},
         network.addresses[300],
-        health=health,
+        health=health_until(frozen),
         service="xmtp.xmtpv4.message_api.PublishApi",
     )
     try:
@@ -345,11 +352,6 @@ async def test_the_wait_for_a_chain_payload_leaves_a_node_that_freezes(network: 
     it once it fails its health check, not at chain_visibility_seconds."""
     frozen, asked = asyncio.Event(), asyncio.Event()
 
-    async def health(request: bytes, context: Any) -> bytes:
-        if frozen.is_set():
-            await asyncio.Event().wait()
-        return SERVING
-
     async def behind(request: bytes, context: Any) -> bytes:
         asked.set()
         if frozen.is_set():
@@ -362,7 +364,7 @@ async def test_the_wait_for_a_chain_payload_leaves_a_node_that_freezes(network: 
     node = await serve_replication_methods(
         {"QueryEnvelopes": unary},
         network.addresses[300],
-        health=health,
+        health=health_until(frozen),
         service="xmtp.xmtpv4.message_api.QueryApi",
     )
     entry = Registry.from_json(network.spec.nodes_file.read_text()).nodes[300]
