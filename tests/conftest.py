@@ -50,10 +50,11 @@ def pg_cluster() -> Iterator[PgCluster]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def ha_cluster() -> Iterator[HaCluster]:
-    """etcd and two Patroni members (a primary and a synchronous standby) for a module's
-    tests; a test that fails one over leaves it with both members back (`wait_ready`)."""
+    """etcd and two Patroni members (a primary and a synchronous standby), new for each test:
+    after a failover, Patroni 3.0.2 can keep a stale synchronous-standby key in etcd ("updated
+    by someone else"), and a shared cluster then never reports a sync standby again."""
     root = Path(tempfile.mkdtemp(prefix="xnode-ha-"))
     root.chmod(0o755)  # the `postgres` user must reach the members' directories inside
     try:
