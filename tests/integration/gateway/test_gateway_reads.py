@@ -51,6 +51,26 @@ def health_until(frozen: asyncio.Event) -> Callable[[bytes, Any], Awaitable[byte
     return health
 
 
+async def freezing_node(
+    network: Network,
+    service: str,
+    method: str,
+    answer: Callable[[bytes, Any], Awaitable[bytes]],
+    frozen: asyncio.Event,
+) -> grpc.aio.Server:
+    """Node 300 as a fake answering one method of a message_api service, healthy until
+    `frozen` is set."""
+    unary = grpc.unary_unary_rpc_method_handler(
+        answer, request_deserializer=bytes, response_serializer=bytes
+    )
+    return await serve_replication_methods(
+        {method: unary},
+        network.addresses[300],
+        health=health_until(frozen),
+        service=f"xmtp.xmtpv4.message_api.{service}",
+    )
+
+
 def failovers(method: str, node: int, cause: str) -> float:
     labels = {"method": method, "node": str(node), "cause": cause}
     return REGISTRY.get_sample_value("xnode_gateway_read_failovers_total", labels) or 0.0
@@ -164,15 +184,7 @@ async def test_a_publish_to_a_node_that_freezes_goes_to_the_next_one(
         await asyncio.Event().wait()
         return b""
 
-    unary = grpc.unary_unary_rpc_method_handler(
-        take, request_deserializer=bytes, response_serializer=bytes
-    )
-    node = await serve_replication_methods(
-        {"PublishPayerEnvelopes": unary},
-        network.addresses[300],
-        health=health_until(frozen),
-        service="xmtp.xmtpv4.message_api.PublishApi",
-    )
+    node = await freezing_node(network, "PublishApi", "PublishPayerEnvelopes", take, frozen)
     try:
         gateway = await gateway_for(node_check_seconds=0.2, node_check_timeout_seconds=1.0)
         group, topic = topic_preferring(network, 300)
@@ -358,15 +370,7 @@ async def test_the_wait_for_a_chain_payload_leaves_a_node_that_freezes(network: 
             await asyncio.Event().wait()
         return b""  # an empty QueryEnvelopesResponse: not indexed yet
 
-    unary = grpc.unary_unary_rpc_method_handler(
-        behind, request_deserializer=bytes, response_serializer=bytes
-    )
-    node = await serve_replication_methods(
-        {"QueryEnvelopes": unary},
-        network.addresses[300],
-        health=health_until(frozen),
-        service="xmtp.xmtpv4.message_api.QueryApi",
-    )
+    node = await freezing_node(network, "QueryApi", "QueryEnvelopes", behind, frozen)
     entry = Registry.from_json(network.spec.nodes_file.read_text()).nodes[300]
     channels = NodeChannels(1 << 20, 5.0)
     checks = NodeHealth(WatchedRegistry(Registry([entry])), channels, 0.2, 1.0)
