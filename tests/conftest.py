@@ -52,9 +52,8 @@ def pg_cluster() -> Iterator[PgCluster]:
 
 @pytest.fixture
 def ha_cluster() -> Iterator[HaCluster]:
-    """etcd and two Patroni members (a primary and a synchronous standby), new for each test:
-    after a failover, Patroni 3.0.2 can keep a stale synchronous-standby key in etcd ("updated
-    by someone else"), and a shared cluster then never reports a sync standby again."""
+    """etcd and two Patroni members (a primary and a synchronous standby), new for each test,
+    so that no test meets the members another test left frozen, killed or rewound."""
     root = Path(tempfile.mkdtemp(prefix="xnode-ha-"))
     root.chmod(0o755)  # the `postgres` user must reach the members' directories inside
     try:

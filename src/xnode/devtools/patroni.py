@@ -112,7 +112,11 @@ def _config(member: Member, scope: str, etcd: str) -> dict[str, object]:
         "scope": scope,
         "name": member.name,
         "restapi": {"listen": member.rest[7:], "connect_address": member.rest[7:]},
-        "etcd3": {"hosts": [etcd]},
+        # etcd's v2 protocol: Patroni 3.0.2 renews the leader key there by compare-and-swap.
+        # Its etcd3 code puts the key unconditionally when its lease has expired, so a primary
+        # thawed after a failover takes the lock back and the promoted member's commits are
+        # lost (docs/ha.md).
+        "etcd": {"hosts": [etcd]},
         "bootstrap": {
             "dcs": DCS,
             "initdb": [{"encoding": "UTF8"}, {"locale": "C"}, {"auth": "trust"}],
@@ -212,10 +216,39 @@ class HaCluster:
             leader = next((n for n, r in roles.items() if r == "leader"), None)
             if leader and "sync_standby" in roles.values() and self._sync_streaming(leader):
                 return leader
+            if leader:
+                self.clear_stale_sync_key(leader)
             time.sleep(0.2)
         raise PostgresError(
             f"Patroni did not get a primary and a sync standby: {roles}\n{self.diagnosis()}"
         )
+
+    def sync_key(self) -> dict[str, object] | None:
+        """Patroni's /sync key in etcd: {"leader": ..., "sync_standby": ...}, or None."""
+        reply = _get_json(self.sync_url)
+        node = reply.get("node") if isinstance(reply, dict) else None
+        if not isinstance(node, dict):
+            return None
+        value: object = json.loads(node["value"])
+        return value if isinstance(value, dict) else None
+
+    def clear_stale_sync_key(self, leader: str) -> bool:
+        """Deletes a /sync key that names another member as leader; returns whether it did.
+
+        Patroni 3.0.2 (Debian 12) writes /sync only when the key names the leader itself, so
+        after a leader change that left the key naming the former leader, no standby is made
+        synchronous again. Without the key the leader writes a fresh one (docs/ha.md)."""
+        key = self.sync_key()
+        if key is None or key.get("leader") in (None, leader):
+            return False
+        request = urllib.request.Request(self.sync_url, method="DELETE")
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(request, timeout=2.0).close()
+        return True
+
+    @property
+    def sync_url(self) -> str:
+        return f"http://127.0.0.1:{self.etcd_port}/v2/keys/service/{self.scope}/sync"
 
     def diagnosis(self) -> str:
         """Each member's replication as Postgres sees it and the end of its Patroni log."""
@@ -321,6 +354,7 @@ def _start_etcd(root: Path, port: int) -> subprocess.Popen[bytes]:
             f"--listen-peer-urls={peer}",
             f"--initial-advertise-peer-urls={peer}",
             f"--initial-cluster=xnode-dev={peer}",
+            "--enable-v2=true",  # Patroni's `etcd` (v2) client: see _config
         ],
         stdout=log,
         stderr=log,
