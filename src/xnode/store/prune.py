@@ -27,7 +27,7 @@ _IDENTITY_KIND = bytes([TopicKind.IDENTITY_UPDATES])
 _IN_RANGES = """
 FROM unnest($1::int[], $2::bigint[], $3::bigint[]) AS r(node_id, first_id, last_id)
 CROSS JOIN LATERAL (
-    SELECT ctid, originator_node_id, topic, expiry_unixtime, originator_ns
+    SELECT tableoid, ctid, originator_node_id, topic, expiry_unixtime, originator_ns
     FROM originator_envelopes x
     WHERE x.originator_node_id = r.node_id
       AND x.originator_sequence_id BETWEEN r.first_id AND r.last_id
@@ -40,10 +40,14 @@ _IDENTITY = "substring(e.topic FROM 1 FOR 1) = $4"
 _EXPIRED = f"coalesce(nullif(e.expiry_unixtime, 0), e.originator_ns / {NS_PER_SECOND} + $6) <= $5"
 
 # Deleting by the row ids found above is a TID scan, whatever the planner thinks of the ranges.
+# A row id is a place within one partition (migration 0009): the partition must match too.
 _DELETE = f"""
-WITH deleted AS (
-    DELETE FROM originator_envelopes
-    WHERE ctid = ANY(ARRAY(SELECT e.ctid {_IN_RANGES} WHERE NOT {_IDENTITY} AND {_EXPIRED}))
+WITH found AS MATERIALIZED (
+    SELECT e.tableoid, e.ctid {_IN_RANGES} WHERE NOT {_IDENTITY} AND {_EXPIRED}
+), deleted AS (
+    DELETE FROM originator_envelopes x
+    WHERE x.ctid = ANY(ARRAY(SELECT ctid FROM found))
+      AND (x.tableoid, x.ctid) IN (SELECT tableoid, ctid FROM found)
     RETURNING originator_node_id
 )
 SELECT originator_node_id, count(*) FROM deleted GROUP BY 1

@@ -35,7 +35,7 @@ WITH rows AS (
 ), inserted AS (
     INSERT INTO originator_envelopes
     SELECT * FROM rows
-    ON CONFLICT (originator_node_id, originator_sequence_id) DO NOTHING
+    -- a sequence id already stored is skipped (migration 0009's envelope_keys trigger)
     RETURNING originator_node_id, originator_sequence_id
 ), leaves AS (
     INSERT INTO log_leaves

@@ -1,0 +1,139 @@
+"""The envelope table partitioned by expiry (migration 0009, xnode.store.partitions): a month of
+envelopes expires by dropping partitions, no expired envelope is served meanwhile, leaves and
+what never expires stay; (originator, sequence id) stays unique across partitions."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from tests.integration.export.helpers import DAY_S, NS_PER_S, Item, chain_row, group, received_row
+from tests.unit.usecases.fakes import FixedClock
+from xnode.core.crypto import SigningKey
+from xnode.core.cursors import Cursor
+from xnode.core.envelopes import IndexedEnvelope
+from xnode.core.forks import newcomer_wins
+from xnode.core.partitions import EXPIRED, LATER, period_name
+from xnode.core.query import EnvelopeQuery
+from xnode.core.topics import TopicKind
+from xnode.store.envelopes import EnvelopeStore
+from xnode.store.forks import resolve_fork
+from xnode.store.partitions import EnvelopePartitions, read_layout
+from xnode.store.replication import ReplicationStore
+
+ORIGINATOR = 300
+KEY = SigningKey.generate()
+START = int(time.time())  # the migrated template's partitions start from the real now
+HOUR_NS = 3600 * NS_PER_S
+MESSAGE = Item(TopicKind.GROUP_MESSAGES, group(1), retention_days=1)
+LONG = Item(TopicKind.GROUP_MESSAGES, group(2), retention_days=210)  # past the 200 days ahead
+IDENTITY = Item(TopicKind.IDENTITY_UPDATES, group(3))
+
+
+@pytest.fixture
+async def pool(database: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await asyncpg.create_pool(database, min_size=1, max_size=4)
+    yield pool
+    await pool.close()
+
+
+def month(first_seq: int = 1) -> list[IndexedEnvelope]:
+    """A month of messages kept a day, one every 4 hours from START; every 30th is kept
+    210 days, every 45th is an identity update."""
+    rows = []
+    for i in range(30 * 6):
+        item = IDENTITY if i % 45 == 44 else LONG if i % 30 == 29 else MESSAGE
+        ns = START * NS_PER_S + i * 4 * HOUR_NS
+        rows.append(received_row(ORIGINATOR, KEY, first_seq + i, ns, item))
+    return rows
+
+
+async def count(pool: asyncpg.Pool, sql: str) -> int:
+    value = await pool.fetchval(sql)
+    assert isinstance(value, int)
+    return value
+
+
+async def sequence_ids(pool: asyncpg.Pool, table: str) -> set[int]:
+    rows = await pool.fetch(
+        f"SELECT originator_sequence_id FROM {table} WHERE originator_node_id = $1", ORIGINATOR
+    )
+    return {r[0] for r in rows}
+
+
+async def served(pool: asyncpg.Pool, now: int) -> list[tuple[int, int]]:
+    """(sequence id, expiry) of every envelope a query from the start serves at `now`."""
+    store = EnvelopeStore(pool, FixedClock(now))
+    query = EnvelopeQuery(topics=(), originators=(ORIGINATOR, 0), cursor=Cursor({}))
+    return [(e.sequence_id, e.expiry) for e in await store.query(query, 10_000)]
+
+
+async def test_a_month_expires_by_dropping_partitions(pool: asyncpg.Pool) -> None:
+    rows = month()
+    chain = [chain_row(0, s, START * NS_PER_S, MESSAGE) for s in (1, 2)]
+    await ReplicationStore(pool).insert_received(rows + chain, "test")
+    leaves = await count(pool, "SELECT count(*) FROM log_leaves")
+    assert leaves == len(rows)
+    partitions = EnvelopePartitions(pool)
+    expiry = {e.sequence_id: e.expiry for e in rows}
+    dropped: list[str] = []
+    for day in range(0, 41):
+        now = START + day * DAY_S
+        done = await partitions.maintain(now, ahead_days=200, period_days=7)
+        assert not done.skipped
+        dropped += done.dropped
+        seen = await served(pool, now)
+        ours = [(s, e) for s, e in seen if s in expiry and e == expiry[s]]
+        assert all(e == 0 or e > now for _, e in seen), f"day {day}: an expired one served"
+        # Everything unexpired is served: only expired envelopes went.
+        assert {s for s, _ in ours} == {s for s, e in expiry.items() if e == 0 or e > now}
+    # Every period up to the month's end went, and with them every message kept a day.
+    last = START + 40 * DAY_S
+    assert period_name((START + 2 * DAY_S) // (7 * DAY_S) * 7 * DAY_S) in dropped
+    kept = {e.sequence_id for e in rows if e.expiry == 0 or e.expiry > last}
+    assert await sequence_ids(pool, "originator_envelopes") == kept
+    assert await sequence_ids(pool, "envelope_keys") == kept
+    # The log keeps every leaf (format 2 leaves name the expiry that explains the gap).
+    assert await count(pool, "SELECT count(*) FROM log_leaves") == leaves
+    assert await count(pool, "SELECT count(*) FROM originator_envelopes") == len(kept) + 2
+    # The 210-day envelopes moved out of `later` into periods added as time went on.
+    layout = await read_layout(pool)
+    assert layout.horizon > max(expiry.values())
+    assert await count(pool, f"SELECT count(*) FROM {LATER}") == 0
+    assert await count(pool, f"SELECT count(*) FROM {EXPIRED}") == 0
+
+
+async def test_a_sequence_id_is_stored_once_across_partitions(pool: asyncpg.Pool) -> None:
+    store = ReplicationStore(pool)
+    first = received_row(ORIGINATOR, KEY, 1, START * NS_PER_S, MESSAGE)
+    # Another version of id 1 (a fork) whose expiry falls in another partition.
+    other = received_row(ORIGINATOR, KEY, 1, START * NS_PER_S, LONG)
+    assert await store.insert_received([first], "t") == [(ORIGINATOR, 1)]
+    assert await store.insert_received([first, other], "t") == []
+    rows = await pool.fetch(
+        "SELECT tableoid::regclass::text, expiry_unixtime FROM originator_envelopes"
+    )
+    week = first.expiry // (7 * DAY_S) * 7 * DAY_S
+    assert [tuple(r) for r in rows] == [(period_name(week), first.expiry)]
+
+
+async def test_a_fork_replacing_across_partitions_keeps_its_key(pool: asyncpg.Pool) -> None:
+    """The newcomer has another expiry: its row moves to another partition, and the key
+    follows it (still guarding the id, now with the newcomer's expiry)."""
+    store = ReplicationStore(pool)
+    stored = received_row(ORIGINATOR, KEY, 1, START * NS_PER_S, MESSAGE)
+    newcomer = received_row(ORIGINATOR, KEY, 1, START * NS_PER_S + 1, LONG)
+    if not newcomer_wins(stored.raw, newcomer.raw):
+        stored, newcomer = newcomer, stored
+    await store.insert_received([stored], "t")
+    async with pool.acquire() as conn, conn.transaction():
+        resolution = await resolve_fork(conn, newcomer)
+    assert resolution is not None and resolution.replaced
+    rows = await pool.fetch("SELECT expiry_unixtime, envelope FROM originator_envelopes")
+    assert [(r[0], bytes(r[1])) for r in rows] == [(newcomer.expiry, newcomer.raw)]
+    assert await pool.fetchval("SELECT expiry_unixtime FROM envelope_keys") == newcomer.expiry
+    assert await store.insert_received([stored], "t") == []
+    assert await count(pool, "SELECT count(*) FROM originator_envelopes") == 1
