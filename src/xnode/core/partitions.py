@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xnode.core.constants import SECONDS_PER_DAY
 
@@ -24,6 +24,17 @@ DEFAULT_PERIOD_DAYS = 7
 DEFAULT_AHEAD_DAYS = 200  # past the XIP's default retention (183 days)
 
 _RANGE = re.compile(r"FOR VALUES FROM \((.+)\) TO \((.+)\)")
+
+
+@dataclass
+class Maintenance:
+    """What one run did; `skipped` when another process held the lock."""
+
+    added: list[str] = field(default_factory=list)
+    moved: int = 0  # rows of `later` moved into added periods
+    dropped: list[str] = field(default_factory=list)
+    keys_released: int = 0
+    skipped: bool = False
 
 
 class LayoutError(ValueError):

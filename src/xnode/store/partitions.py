@@ -7,8 +7,6 @@ again at the next run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import asyncpg
 
 from xnode.core.partitions import (
@@ -16,6 +14,7 @@ from xnode.core.partitions import (
     LATER,
     TABLE,
     Layout,
+    Maintenance,
     Partition,
     layout,
     parse_bound,
@@ -32,17 +31,6 @@ SELECT c.relname, pg_get_expr(c.relpartbound, c.oid)
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = '{TABLE}'::regclass
 """
-
-
-@dataclass
-class Maintenance:
-    """What one run did; `skipped` when another process held the lock."""
-
-    added: list[str] = field(default_factory=list)
-    moved: int = 0  # rows of `later` moved into added periods
-    dropped: list[str] = field(default_factory=list)
-    keys_released: int = 0
-    skipped: bool = False
 
 
 async def read_layout(conn: asyncpg.Connection | asyncpg.Pool) -> Layout:

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncpg
 
 from xnode.core.constants import NS_PER_SECOND
-from xnode.core.prune_plan import Plan, PlanRange, batches
+from xnode.core.prune_plan import Plan, PlanRange, batches, load_plan
 from xnode.core.retention import DEFAULT_RETENTION_SECONDS
 from xnode.core.topics import TopicKind
 
 _IDENTITY_KIND = bytes([TopicKind.IDENTITY_UPDATES])
+PLAN_BATCH_SIZE = 5000  # ids per transaction, as `xnode prune` defaults
 
 # One primary-key range scan per named range. asyncpg prepares statements, and the generic plan
 # of a plain join (or a LATERAL the planner flattens into one) guesses the ranges are large and
@@ -117,3 +119,28 @@ async def prune(
         if on_batch is not None:
             on_batch()
     return dict(sorted(result.items()))
+
+
+class ScheduledPlan:
+    """A retention plan file applied by the node's retention runs (xnode.usecases.retention)
+    each time it changes: a plan is tried once per version of the file, so a refused one is
+    reported once, not at every run."""
+
+    def __init__(self, pool: asyncpg.Pool, path: Path, batch_size: int = PLAN_BATCH_SIZE):
+        self._pool = pool
+        self._path = path
+        self._batch_size = batch_size
+        self._applied: int | None = None  # the file's mtime_ns when last tried
+
+    async def apply_if_new(self) -> int | None:
+        try:
+            changed = self._path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return None
+        if changed == self._applied:
+            return None
+        self._applied = changed
+        plan = load_plan(self._path)
+        async with self._pool.acquire() as conn:
+            result = await prune(conn, plan, self._batch_size)
+        return sum(c.deleted for c in result.values())

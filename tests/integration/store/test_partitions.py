@@ -4,24 +4,42 @@ what never expires stay; (originator, sequence id) stays unique across partition
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
 
-from tests.integration.export.helpers import DAY_S, NS_PER_S, Item, chain_row, group, received_row
+from tests.conftest import NodeSpec, node_settings
+from tests.integration.export.helpers import (
+    DAY_S,
+    NS_PER_S,
+    Item,
+    chain_row,
+    group,
+    received_row,
+    write_plan,
+)
 from tests.unit.usecases.fakes import FixedClock
+from tests.waiting import eventually
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.forks import newcomer_wins
 from xnode.core.partitions import EXPIRED, LATER, period_name
+from xnode.core.prune_plan import Plan, PlanRange
 from xnode.core.query import EnvelopeQuery
 from xnode.core.topics import TopicKind
 from xnode.store.envelopes import EnvelopeStore
 from xnode.store.forks import resolve_fork
 from xnode.store.partitions import EnvelopePartitions, read_layout
+from xnode.store.prune import ScheduledPlan, prune
 from xnode.store.replication import ReplicationStore
 
 ORIGINATOR = 300
@@ -137,3 +155,82 @@ async def test_a_fork_replacing_across_partitions_keeps_its_key(pool: asyncpg.Po
     assert await pool.fetchval("SELECT expiry_unixtime FROM envelope_keys") == newcomer.expiry
     assert await store.insert_received([stored], "t") == []
     assert await count(pool, "SELECT count(*) FROM originator_envelopes") == 1
+
+
+async def test_runs_at_once_take_turns(database: str) -> None:
+    """Several processes (or nodes) sharing the database: the lock makes one run wait or
+    skip, never two add the same period."""
+    pools = [await asyncpg.create_pool(database, min_size=1, max_size=1) for _ in range(3)]
+    try:
+        runs = [EnvelopePartitions(p).maintain(START, 400, 7) for p in pools]
+        done = await asyncio.gather(*runs)
+        layout = await read_layout(pools[0])
+    finally:
+        await asyncio.gather(*(p.close() for p in pools))
+    added = [name for d in done for name in d.added]
+    assert len(added) == len(set(added)) > 0
+    assert layout.horizon >= START + 400 * DAY_S
+
+
+async def test_a_plan_deletes_only_in_the_partition_of_the_row_it_found(
+    pool: asyncpg.Pool,
+) -> None:
+    """Row ids repeat across partitions: the first row of two partitions has the same one."""
+    expired = received_row(ORIGINATOR, KEY, 1, (START - 30 * DAY_S) * NS_PER_S, MESSAGE)
+    kept = received_row(ORIGINATOR + 1, KEY, 1, START * NS_PER_S, LONG)
+    await ReplicationStore(pool).insert_received([expired, kept], "t")
+    places = await pool.fetch("SELECT ctid, tableoid FROM originator_envelopes")
+    assert len({r[0] for r in places}) == 1 and len({r[1] for r in places}) == 2, places
+    plan = Plan(START, 1, (PlanRange(ORIGINATOR, 1, 1),))
+    async with pool.acquire() as conn:
+        result = await prune(conn, plan, batch_size=10)
+    assert result[ORIGINATOR].deleted == 1
+    rows = await pool.fetch("SELECT originator_node_id FROM originator_envelopes")
+    assert [r[0] for r in rows] == [ORIGINATOR + 1]
+    assert await count(pool, "SELECT count(*) FROM envelope_keys") == 1
+
+
+async def test_the_node_runs_retention_on_its_schedule(
+    database: str, node_spec: NodeSpec, start_node: Any
+) -> None:
+    await start_node(**node_settings(database, node_spec, retention_partitions_ahead_days=300))
+    conn = await asyncpg.connect(database)
+    try:
+        await eventually(
+            lambda: horizon_past(conn, int(time.time()) + 300 * DAY_S),
+            what="the node's first retention run adding 300 days of partitions",
+        )
+    finally:
+        await conn.close()
+
+
+async def horizon_past(conn: asyncpg.Connection, at: int) -> bool:
+    return (await read_layout(conn)).horizon >= at
+
+
+def test_xnode_partitions_by_hand(database: str) -> None:
+    env = {**os.environ, "XNODE_DATABASE_DSN": database}
+    now = START + 30 * DAY_S
+    run = [sys.executable, "-m", "xnode.cli", "partitions", "--now", str(now)]
+    done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    first_week = START // (7 * DAY_S) * 7 * DAY_S
+    assert f"dropped {period_name(first_week)}" in done.stdout
+    assert f"added {period_name(first_week + 29 * 7 * DAY_S)}" in done.stdout
+    again = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120)
+    assert again.stdout.strip() == "nothing to add or drop"
+
+
+async def test_a_plan_file_is_applied_once_per_version(pool: asyncpg.Pool, tmp_path: Path) -> None:
+    """The node applies the Spark job's plan when it changes (`retention_plan_file`): rows
+    that expired in a partition still kept go before the partition does."""
+    rows = month()[:12]  # two days, expired by START + 3 days
+    await ReplicationStore(pool).insert_received(rows, "t")
+    path = tmp_path / "plan.json"
+    scheduled = ScheduledPlan(pool, path)
+    assert await scheduled.apply_if_new() is None  # no plan yet
+    write_plan(path, [(ORIGINATOR, 1, 12)], START + 3 * DAY_S)
+    assert await scheduled.apply_if_new() == 12
+    assert await scheduled.apply_if_new() is None  # the same file: not again
+    assert await count(pool, "SELECT count(*) FROM originator_envelopes") == 0
+    assert await count(pool, "SELECT count(*) FROM log_leaves") == 12
