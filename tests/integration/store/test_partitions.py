@@ -5,6 +5,7 @@ what never expires stay; (originator, sequence id) stays unique across partition
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import subprocess
 import sys
@@ -26,18 +27,20 @@ from tests.integration.export.helpers import (
     received_row,
     write_plan,
 )
+from tests.integration.logs.test_migration import upgrade_to
 from tests.unit.usecases.fakes import FixedClock
 from tests.waiting import eventually
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.forks import newcomer_wins
-from xnode.core.partitions import EXPIRED, LATER, period_name
+from xnode.core.partitions import EXPIRED, LATER, NEVER, period_name
 from xnode.core.prune_plan import Plan, PlanRange
 from xnode.core.query import EnvelopeQuery
 from xnode.core.topics import TopicKind
 from xnode.store.envelopes import EnvelopeStore
 from xnode.store.forks import resolve_fork
+from xnode.store.migrate import upgrade_to_head
 from xnode.store.partitions import EnvelopePartitions, read_layout
 from xnode.store.prune import ScheduledPlan, prune
 from xnode.store.replication import ReplicationStore
@@ -67,6 +70,11 @@ def month(first_seq: int = 1) -> list[IndexedEnvelope]:
         ns = START * NS_PER_S + i * 4 * HOUR_NS
         rows.append(received_row(ORIGINATOR, KEY, first_seq + i, ns, item))
     return rows
+
+
+def week_of(expiry: int) -> str:
+    """The period partition an expiry falls in (weekly, as the template was migrated)."""
+    return period_name(expiry // (7 * DAY_S) * 7 * DAY_S)
 
 
 async def count(pool: asyncpg.Pool, sql: str) -> int:
@@ -110,7 +118,7 @@ async def test_a_month_expires_by_dropping_partitions(pool: asyncpg.Pool) -> Non
         assert {s for s, _ in ours} == {s for s, e in expiry.items() if e == 0 or e > now}
     # Every period up to the month's end went, and with them every message kept a day.
     last = START + 40 * DAY_S
-    assert period_name((START + 2 * DAY_S) // (7 * DAY_S) * 7 * DAY_S) in dropped
+    assert week_of(START + 2 * DAY_S) in dropped
     kept = {e.sequence_id for e in rows if e.expiry == 0 or e.expiry > last}
     assert await sequence_ids(pool, "originator_envelopes") == kept
     assert await sequence_ids(pool, "envelope_keys") == kept
@@ -134,8 +142,7 @@ async def test_a_sequence_id_is_stored_once_across_partitions(pool: asyncpg.Pool
     rows = await pool.fetch(
         "SELECT tableoid::regclass::text, expiry_unixtime FROM originator_envelopes"
     )
-    week = first.expiry // (7 * DAY_S) * 7 * DAY_S
-    assert [tuple(r) for r in rows] == [(period_name(week), first.expiry)]
+    assert [tuple(r) for r in rows] == [(week_of(first.expiry), first.expiry)]
 
 
 async def test_a_fork_replacing_across_partitions_keeps_its_key(pool: asyncpg.Pool) -> None:
@@ -214,9 +221,8 @@ def test_xnode_partitions_by_hand(database: str) -> None:
     run = [sys.executable, "-m", "xnode.cli", "partitions", "--now", str(now)]
     done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    first_week = START // (7 * DAY_S) * 7 * DAY_S
-    assert f"dropped {period_name(first_week)}" in done.stdout
-    assert f"added {period_name(first_week + 29 * 7 * DAY_S)}" in done.stdout
+    assert f"dropped {week_of(START)}" in done.stdout
+    assert f"added {week_of(now + 200 * DAY_S - 1)}" in done.stdout
     again = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120)
     assert again.stdout.strip() == "nothing to add or drop"
 
@@ -234,3 +240,45 @@ async def test_a_plan_file_is_applied_once_per_version(pool: asyncpg.Pool, tmp_p
     assert await scheduled.apply_if_new() is None  # the same file: not again
     assert await count(pool, "SELECT count(*) FROM originator_envelopes") == 0
     assert await count(pool, "SELECT count(*) FROM log_leaves") == 12
+
+
+async def test_an_upgrade_from_0008_keeps_every_envelope(empty_database: str) -> None:
+    await asyncio.to_thread(upgrade_to, empty_database, "0008")
+    at = START * NS_PER_S
+    current = received_row(ORIGINATOR, KEY, 2, at + 7 * DAY_S * NS_PER_S, MESSAGE)
+    rows = {
+        EXPIRED: received_row(ORIGINATOR, KEY, 1, at - 11 * DAY_S * NS_PER_S, MESSAGE),
+        week_of(current.expiry): current,
+        LATER: received_row(ORIGINATOR, KEY, 3, at, dataclasses.replace(LONG, retention_days=250)),
+        NEVER: received_row(ORIGINATOR, KEY, 4, at, IDENTITY),
+    }
+    conn = await asyncpg.connect(empty_database)
+    try:
+        await conn.executemany(
+            "INSERT INTO originator_envelopes VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 2)",
+            [
+                (e.originator_node_id, e.sequence_id, e.originator_ns, e.topic,
+                 e.expiry or None, e.payer_address, e.raw)
+                for e in rows.values()
+            ],
+        )  # fmt: skip
+        usage = await conn.fetchval("SELECT sum(envelopes) FROM payer_usage")
+        await asyncio.to_thread(upgrade_to_head, empty_database)
+        places = await conn.fetch(
+            "SELECT tableoid::regclass::text, originator_sequence_id, envelope"
+            " FROM originator_envelopes"
+        )
+        keys = await conn.fetchval("SELECT count(*) FROM envelope_keys")
+        # Still counted once, and still enforced and counted after the upgrade.
+        assert await conn.fetchval("SELECT sum(envelopes) FROM payer_usage") == usage == 4
+        async with asyncpg.create_pool(empty_database, min_size=1, max_size=1) as pool:
+            store = ReplicationStore(pool)
+            assert await store.insert_received(list(rows.values()), "t") == []
+            fifth = received_row(ORIGINATOR, KEY, 5, at, MESSAGE)
+            assert await store.insert_received([fifth], "t") == [(ORIGINATOR, 5)]
+        assert await conn.fetchval("SELECT sum(envelopes) FROM payer_usage") == 5
+    finally:
+        await conn.close()
+    by_place = {r[0]: (r[1], bytes(r[2])) for r in places}
+    assert by_place == {name: (e.sequence_id, e.raw) for name, e in rows.items()}
+    assert keys == 4
