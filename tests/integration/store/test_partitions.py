@@ -37,7 +37,7 @@ from xnode.core.forks import newcomer_wins
 from xnode.core.partitions import EXPIRED, LATER, NEVER, period_name
 from xnode.core.prune_plan import Plan, PlanRange
 from xnode.core.query import EnvelopeQuery
-from xnode.core.topics import TopicKind
+from xnode.core.topics import Topic, TopicKind
 from xnode.store.envelopes import EnvelopeStore
 from xnode.store.forks import resolve_fork
 from xnode.store.migrate import upgrade_to_head
@@ -52,6 +52,7 @@ HOUR_NS = 3600 * NS_PER_S
 MESSAGE = Item(TopicKind.GROUP_MESSAGES, group(1), retention_days=1)
 LONG = Item(TopicKind.GROUP_MESSAGES, group(2), retention_days=210)  # past the 200 days ahead
 IDENTITY = Item(TopicKind.IDENTITY_UPDATES, group(3))
+MESSAGE_TOPIC = Topic(MESSAGE.kind, MESSAGE.identifier).raw
 
 
 @pytest.fixture
@@ -105,6 +106,7 @@ async def test_a_month_expires_by_dropping_partitions(pool: asyncpg.Pool) -> Non
     assert leaves == len(rows)
     partitions = EnvelopePartitions(pool)
     expiry = {e.sequence_id: e.expiry for e in rows}
+    expiry_of = {e.raw: e.expiry for e in rows + chain}  # 0: never
     dropped: list[str] = []
     for day in range(0, 41):
         now = START + day * DAY_S
@@ -114,6 +116,9 @@ async def test_a_month_expires_by_dropping_partitions(pool: asyncpg.Pool) -> Non
         seen = await served(pool, now)
         ours = [(s, e) for s, e in seen if s in expiry and e == expiry[s]]
         assert all(e == 0 or e > now for _, e in seen), f"day {day}: an expired one served"
+        newest = (await EnvelopeStore(pool, FixedClock(now)).newest([MESSAGE_TOPIC]))[0]
+        newest_expiry = expiry_of[newest or b""]
+        assert newest_expiry == 0 or newest_expiry > now, f"day {day}: an expired newest"
         # Everything unexpired is served: only expired envelopes went.
         assert {s for s, _ in ours} == {s for s, e in expiry.items() if e == 0 or e > now}
     # Every period up to the month's end went, and with them every message kept a day.
