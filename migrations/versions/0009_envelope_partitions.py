@@ -16,7 +16,8 @@ hides expired envelopes by:
 A primary key of a partitioned table must hold the partition key, so (originator, sequence id)
 stays unique through `envelope_keys`: a trigger claims the key before a row goes in and
 skips the row when the key is taken (what ON CONFLICT DO NOTHING did), and deleted rows give
-their keys back. Dropping a partition deletes its keys by their expiry.
+their keys back. Dropping a partition deletes its keys by their expiry. A key holds its
+envelope's expiry, so a lookup by sequence id visits the one partition that holds it.
 
 Revision ID: 0009
 Revises: 0008
@@ -86,7 +87,22 @@ BEGIN
     RETURN NULL;
 END $$"""
 
+# Lookups by sequence id read a key's expiry to visit one partition (xnode.store.partitions):
+# an UPDATE that keeps its row in its partition keeps the key's expiry exact too.
+_FOLLOW_EXPIRY = """
+CREATE FUNCTION envelope_key_expiry() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE envelope_keys SET expiry_unixtime = NEW.expiry_unixtime
+    WHERE originator_node_id = NEW.originator_node_id
+      AND originator_sequence_id = NEW.originator_sequence_id;
+    RETURN NULL;
+END $$"""
+
 TRIGGERS = [
+    """CREATE TRIGGER envelope_key_expiry AFTER UPDATE OF expiry_unixtime
+        ON originator_envelopes FOR EACH ROW
+        WHEN (OLD.expiry_unixtime IS DISTINCT FROM NEW.expiry_unixtime)
+        EXECUTE FUNCTION envelope_key_expiry()""",
     """CREATE TRIGGER envelope_key_claim BEFORE INSERT ON originator_envelopes
         FOR EACH ROW EXECUTE FUNCTION envelope_key_claim()""",
     """CREATE TRIGGER envelope_keys_release AFTER DELETE ON originator_envelopes
@@ -158,6 +174,7 @@ def upgrade() -> None:
     op.execute("DROP TABLE originator_envelopes_0008")
     op.execute(_CLAIM_KEY)
     op.execute(_RELEASE_KEYS)
+    op.execute(_FOLLOW_EXPIRY)
     for trigger in TRIGGERS:
         op.execute(trigger)
     op.get_bind().execute(sa.text("ANALYZE originator_envelopes"))

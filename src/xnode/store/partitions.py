@@ -12,6 +12,7 @@ import asyncpg
 from xnode.core.partitions import (
     EXPIRED,
     LATER,
+    NEVER,
     TABLE,
     Layout,
     Maintenance,
@@ -30,6 +31,29 @@ _BOUNDS = f"""
 SELECT c.relname, pg_get_expr(c.relpartbound, c.oid)
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = '{TABLE}'::regclass
+"""
+
+
+def by_key(columns: str, keys: str) -> str:
+    """The `columns` of the envelopes whose (originator, sequence id) meet `keys` (a condition
+    on those two columns). Each is read from the one partition its key's expiry names (the
+    join is pruned at run time), not looked for in every partition; what never expires (NULL
+    expiry) is read from its own partition. OFFSET 0 keeps the planner from flattening the
+    LATERAL into a join of every partition: it runs once per key, on the pruned partition."""
+    return f"""
+SELECT e.* FROM (
+    SELECT originator_node_id, originator_sequence_id, expiry_unixtime FROM envelope_keys
+    WHERE {keys} AND expiry_unixtime IS NOT NULL
+) AS k
+CROSS JOIN LATERAL (
+    SELECT {columns} FROM {TABLE} AS x
+    WHERE x.originator_node_id = k.originator_node_id
+      AND x.originator_sequence_id = k.originator_sequence_id
+      AND x.expiry_unixtime = k.expiry_unixtime
+    OFFSET 0
+) AS e
+UNION ALL
+SELECT {columns} FROM {NEVER} WHERE {keys}
 """
 
 

@@ -43,7 +43,7 @@ from xnode.store.forks import resolve_fork
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.partitions import EnvelopePartitions, read_layout
 from xnode.store.prune import ScheduledPlan, prune
-from xnode.store.replication import ReplicationStore
+from xnode.store.replication import _STORED, ReplicationStore
 
 ORIGINATOR = 300
 KEY = SigningKey.generate()
@@ -287,3 +287,43 @@ async def test_an_upgrade_from_0008_keeps_every_envelope(empty_database: str) ->
     by_place = {r[0]: (r[1], bytes(r[2])) for r in places}
     assert by_place == {name: (e.sequence_id, e.raw) for name, e in rows.items()}
     assert keys == 4
+
+
+async def test_lookups_by_sequence_id_visit_one_partition(pool: asyncpg.Pool) -> None:
+    at = START * NS_PER_S
+    rows = [
+        received_row(ORIGINATOR, KEY, 1, at, MESSAGE),
+        received_row(ORIGINATOR, KEY, 2, at, LONG),
+        received_row(ORIGINATOR, KEY, 3, at, IDENTITY),
+        received_row(ORIGINATOR, KEY, 4, at + 9 * DAY_S * NS_PER_S, MESSAGE),
+    ]
+    store = ReplicationStore(pool)
+    await store.insert_received(rows, "t")
+    found = await store.stored_envelopes(ORIGINATOR, [1, 2, 3, 4, 5])
+    assert found == {e.sequence_id: e.raw for e in rows}
+    ranged = await EnvelopeStore(pool).originator_range(ORIGINATOR, 1, 4)
+    assert [(e.sequence_id, e.raw) for e in ranged] == [(e.sequence_id, e.raw) for e in rows[1:]]
+    plan = await pool.fetch(
+        "EXPLAIN (ANALYZE, COSTS OFF) "
+        + _STORED.replace("$1", str(ORIGINATOR)).replace("$2", "$1"),
+        [4],
+    )
+    scanned = [r[0] for r in plan if " on originator_envelopes_" in r[0]]
+    visited = [line for line in scanned if "never executed" not in line]
+    assert len(scanned) > 30 and len(visited) == 2, visited  # its period, and `never`
+
+
+async def test_a_fork_within_a_partition_is_found_by_its_new_expiry(pool: asyncpg.Pool) -> None:
+    """The key follows an expiry changed in place, so lookups still find the row."""
+    middle = (START // (7 * DAY_S) * 7 * DAY_S + 3 * DAY_S) * NS_PER_S  # a day's retention on
+    stored = received_row(ORIGINATOR, KEY, 1, middle, MESSAGE)
+    newcomer = received_row(ORIGINATOR, KEY, 1, middle + 2 * NS_PER_S, MESSAGE)
+    if not newcomer_wins(stored.raw, newcomer.raw):
+        stored, newcomer = newcomer, stored
+    store = ReplicationStore(pool)
+    await store.insert_received([stored], "t")
+    async with pool.acquire() as conn, conn.transaction():
+        resolution = await resolve_fork(conn, newcomer)
+    assert resolution is not None and resolution.replaced
+    assert week_of(stored.expiry) == week_of(newcomer.expiry)
+    assert await store.stored_envelopes(ORIGINATOR, [1]) == {1: newcomer.raw}
