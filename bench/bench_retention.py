@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -32,7 +33,7 @@ from xnode.store.envelopes import EnvelopeStore
 from xnode.store.migrate import migrations_dir, sqlalchemy_url
 from xnode.store.partitions import EnvelopePartitions
 from xnode.store.prune import prune
-from xnode.store.replication import ReplicationStore
+from xnode.store.replication import _STORED, ReplicationStore
 
 DAY_S = 86_400
 NODE = 100
@@ -67,12 +68,24 @@ async def fill(pool: asyncpg.Pool, per_day: int, size: int, spread: int) -> floa
     return took
 
 
-async def reads(pool: asyncpg.Pool, per_day: int) -> tuple[float, float]:
+# How ReplicationStore.stored_envelopes read the one table (before envelope_keys).
+_LOOKUP_0008 = (
+    "SELECT originator_sequence_id, envelope FROM originator_envelopes"
+    " WHERE originator_node_id = $1 AND originator_sequence_id = ANY($2::bigint[])"
+)
+
+
+async def lookup(pool: asyncpg.Pool, revision: str, ids: list[int]) -> int:
+    if revision == "0008":
+        return len(await pool.fetch(_LOOKUP_0008, NODE, ids))
+    return len(await ReplicationStore(pool).stored_envelopes(NODE, ids))
+
+
+async def reads(pool: asyncpg.Pool, per_day: int, revision: str) -> tuple[float, float]:
     """Milliseconds per topic query (100 envelopes) and per lookup of 100 sequence ids."""
     store = EnvelopeStore(pool)
     topic = bytes(32) + b"\x07"
     query = EnvelopeQuery(topics=(topic,), cursor=Cursor({}))
-    lookups = ReplicationStore(pool)
     rounds = 50
     began = time.perf_counter()
     for _ in range(rounds):
@@ -81,59 +94,68 @@ async def reads(pool: asyncpg.Pool, per_day: int) -> tuple[float, float]:
     began = time.perf_counter()
     for r in range(rounds):
         first = r * per_day // 2 + 1
-        found = await lookups.stored_envelopes(NODE, list(range(first, first + 100)))
-        assert len(found) == 100
+        assert await lookup(pool, revision, list(range(first, first + 100))) == 100
     looked_up = (time.perf_counter() - began) / rounds * 1000
     return queried, looked_up
 
 
-async def plans(pool: asyncpg.Pool) -> str:
+async def plans(pool: asyncpg.Pool, revision: str) -> str:
+    """How many partitions the two reads look in, and how many they visit (EXPLAIN ANALYZE)."""
     topic = bytes(32) + b"\x07"
+    lookup_sql = _LOOKUP_0008 if revision == "0008" else _STORED
     lines = []
-    for sql, args in (
+    for name, sql, args in (
+        ("sequence-id lookup", lookup_sql, [NODE, [5, 6]]),
         (
-            "EXPLAIN SELECT envelope FROM originator_envelopes WHERE originator_node_id = $1"
-            " AND originator_sequence_id = ANY($2::bigint[])",
-            [NODE, [5, 6]],
-        ),
-        (
-            "EXPLAIN SELECT envelope FROM originator_envelopes WHERE topic = $1"
+            "topic query",
+            "SELECT envelope FROM originator_envelopes WHERE topic = $1"
             " AND originator_node_id = $2 AND originator_sequence_id > 0"
             " AND (expiry_unixtime IS NULL OR expiry_unixtime > $3)"
             " ORDER BY originator_sequence_id LIMIT 100",
             [topic, NODE, START],
         ),
     ):
-        plan = [r[0] for r in await pool.fetch(sql, *args)]
-        scans = [line.strip() for line in plan if " on originator_envelopes" in line]
-        lines.append(f"  {sql.split(' WHERE ')[1][:60]}...: {len(scans)} partitions,")
-        lines.append(f"    first {scans[0][:110]}")
+        plan = [r[0] for r in await pool.fetch("EXPLAIN (ANALYZE, COSTS OFF) " + sql, *args)]
+        scans = [line for line in plan if " on originator_envelopes" in line]
+        visited = [line for line in scans if "never executed" not in line]
+        lines.append(f"  {name}: {len(scans)} partitions in the plan, {len(visited)} visited")
     return "\n".join(lines)
 
 
-async def bench(dsn: str, revision: str, per_day: int, size: int, spread: int) -> None:
-    await asyncio.to_thread(upgrade, dsn, revision)
-    async with asyncpg.create_pool(dsn, min_size=1, max_size=2) as pool:
+async def expire(pool: asyncpg.Pool, revision: str, per_day: int) -> str:
+    end = START + 40 * DAY_S  # the last period holding the month has ended
+    began = time.perf_counter()
+    if revision == "0008":
+        plan = Plan(end, 30 * per_day, (PlanRange(NODE, 1, 30 * per_day),))
+        async with pool.acquire() as conn:
+            deleted = (await prune(conn, plan, 5000))[NODE].deleted
+        how = "prune"
+    else:
+        done = await EnvelopePartitions(pool).maintain(end, 200, 7)
+        deleted = 30 * per_day - await pool.fetchval("SELECT count(*) FROM originator_envelopes")
+        how = f"{len(done.dropped)} partitions dropped, {done.keys_released} keys released"
+    took = time.perf_counter() - began
+    return f"{revision}: expired {deleted} envelopes in {took:.2f} s ({how})"
+
+
+async def bench(pools: dict[str, asyncpg.Pool], per_day: int, size: int, spread: int) -> None:
+    """Each phase alternates between the two databases, so a busy moment hits both."""
+    for revision, pool in pools.items():
         wrote = await fill(pool, per_day, size, spread)
-        queried, looked_up = await reads(pool, per_day)
         print(f"{revision}: wrote {30 * per_day} envelopes in {wrote:.1f} s")
+    timings: dict[str, list[tuple[float, float]]] = {revision: [] for revision in pools}
+    for _ in range(5):
+        for revision, pool in pools.items():
+            timings[revision].append(await reads(pool, per_day, revision))
+    for revision, pool in pools.items():
+        queried = statistics.median(t[0] for t in timings[revision])
+        looked_up = statistics.median(t[1] for t in timings[revision])
+        print(f"{revision}, median of 5 rounds:")
         print(f"  topic query (100)          {queried:8.2f} ms")
         print(f"  100 sequence-id lookups    {looked_up:8.2f} ms")
-        print(await plans(pool))
-        end = START + 40 * DAY_S  # the last period holding the month has ended
-        began = time.perf_counter()
-        if revision == "0008":
-            plan = Plan(end, 30 * per_day, (PlanRange(NODE, 1, 30 * per_day),))
-            async with pool.acquire() as conn:
-                deleted = (await prune(conn, plan, 5000))[NODE].deleted
-        else:
-            done = await EnvelopePartitions(pool).maintain(end, 200, 7)
-            deleted = 30 * per_day - await pool.fetchval(
-                "SELECT count(*) FROM originator_envelopes"
-            )
-            print(f"  dropped {len(done.dropped)} partitions, {done.keys_released} keys")
-        took = time.perf_counter() - began
-        print(f"  expired the month: {deleted} envelopes in {took:.2f} s")
+        print(await plans(pool, revision))
+    for revision, pool in pools.items():
+        print(await expire(pool, revision, per_day))
 
 
 async def main() -> None:
@@ -152,10 +174,18 @@ async def main() -> None:
     work.chmod(0o755)
     cluster = start_cluster(work / "pg", fsync=True)
     try:
+        pools = {}
         for revision in ("0008", "head"):
-            name = f"r{revision}"
-            cluster.create_database(name)
-            await bench(cluster.dsn(name), revision, args.per_day, args.bytes, args.spread_days)
+            cluster.create_database(f"r{revision}")
+            await asyncio.to_thread(upgrade, cluster.dsn(f"r{revision}"), revision)
+            pools[revision] = await asyncpg.create_pool(
+                cluster.dsn(f"r{revision}"), min_size=1, max_size=2
+            )
+        try:
+            await bench(pools, args.per_day, args.bytes, args.spread_days)
+        finally:
+            for pool in pools.values():
+                await pool.close()
     finally:
         cluster.stop()
 
