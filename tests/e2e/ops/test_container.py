@@ -141,16 +141,18 @@ async def stored(address: str, envelope: bytes, timeout_s: float = 60) -> bool:
 
 
 class Compose:
-    """docker-compose.yml under podman-compose, as one project with its own host ports."""
+    """docker-compose.yml under podman-compose, as one project with its own host ports; its
+    images, volumes and containers read through the Docker API (`api`)."""
 
     SERVICES = ("postgres", "anvil", "setup", "node1", "node2", "node3")
     HEALTHY = ("postgres", "anvil", "node1", "node2", "node3")
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], api: DockerClient) -> None:
         self.project = f"xnodeci{uuid.uuid4().hex[:6]}"
         self.ports = {f"XNODE_{s}_PORT": str(free_port()) for s in ("NODE1", "NODE2", "NODE3")}
         self.env = {**env, **self.ports, "XNODE_ANVIL_PORT": str(free_port())}
-        if subprocess.run(["podman", "image", "exists", LOCAL_POSTGRES], env=env).returncode == 0:
+        self.api = api.client
+        if self.api.images.list(name=LOCAL_POSTGRES):
             self.env["XNODE_POSTGRES_IMAGE"] = LOCAL_POSTGRES
         self.tool = podman_compose(env)
 
@@ -168,14 +170,12 @@ class Compose:
 
     def volume_file(self, volume: str, name: str) -> str:
         """A file in one of the project's named volumes (read on the host)."""
-        fmt = ["--format", "{{.Mountpoint}}"]
-        mountpoint = run(
-            ["podman", "volume", "inspect", *fmt, f"{self.project}_{volume}"], self.env
-        )
-        return (Path(mountpoint.strip()) / name).read_text()
+        mountpoint = self.api.volumes.get(f"{self.project}_{volume}").attrs["Mountpoint"]
+        return (Path(mountpoint) / name).read_text()
 
     def wait_healthy(self, timeout_s: float = 180) -> None:
-        """Runs each health check until it passes (podman has no timers without systemd)."""
+        """Runs each health check until it passes: podman has no timers without systemd, and
+        running a check now is podman's own command (the Docker API has none)."""
         pending = {f"{self.project}_{s}_1" for s in self.HEALTHY}
         deadline = time.monotonic() + timeout_s
         while pending and time.monotonic() < deadline:
@@ -188,15 +188,13 @@ class Compose:
             time.sleep(1)
         assert not pending, f"not healthy within {timeout_s} s: {sorted(pending)}"
         for name in (f"{self.project}_{s}_1" for s in self.HEALTHY):
-            status = run(
-                ["podman", "inspect", "--format", "{{.State.Health.Status}}", name], self.env
-            )
-            assert status.strip() == "healthy", f"{name}: {status}"
+            status = self.api.containers.get(name).attrs["State"]["Health"]["Status"]
+            assert status == "healthy", f"{name}: {status}"
 
 
 @pytest.fixture
-def compose(images: dict[str, str]) -> Iterator[Compose]:
-    stack = Compose(images)
+def compose(images: dict[str, str], docker_api: DockerClient) -> Iterator[Compose]:
+    stack = Compose(images, docker_api)
     try:
         yield stack
     finally:
