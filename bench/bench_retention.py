@@ -26,6 +26,7 @@ from alembic import command
 from alembic.config import Config
 
 from xnode.core.cursors import Cursor
+from xnode.core.partitions import DEFAULT_PERIOD_DAYS
 from xnode.core.prune_plan import Plan, PlanRange
 from xnode.core.query import EnvelopeQuery
 from xnode.devtools.postgres import start_cluster
@@ -131,7 +132,7 @@ async def expire(pool: asyncpg.Pool, revision: str, per_day: int) -> str:
             deleted = (await prune(conn, plan, 5000))[NODE].deleted
         how = "prune"
     else:
-        done = await EnvelopePartitions(pool).maintain(end, 200, 7)
+        done = await EnvelopePartitions(pool).maintain(end, 200, DEFAULT_PERIOD_DAYS)
         deleted = 30 * per_day - await pool.fetchval("SELECT count(*) FROM originator_envelopes")
         how = f"{len(done.dropped)} partitions dropped, {done.keys_released} keys released"
     took = time.perf_counter() - began

@@ -115,7 +115,7 @@ TRIGGERS = [
 
 # xnode.core.partitions.DEFAULT_PERIOD_SECONDS, and enough periods for the default retention
 # (183 days) and then some; the node adds more ahead as time passes.
-_PERIOD = 7 * 86_400
+_PERIOD = 30 * 86_400
 _AHEAD = 200 * 86_400
 
 

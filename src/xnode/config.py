@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from xnode.core.crypto import SigningKey
 from xnode.core.fees import FeeSchedule
 from xnode.core.limits import Limit
+from xnode.core.partitions import DEFAULT_PERIOD_DAYS
 from xnode.usecases.crypto_threads import share
 from xnode.usecases.limits import LimitPolicy
 
@@ -235,7 +236,10 @@ class Settings(BaseSettings):
         ge=0,
     )
     retention_partition_days: int = Field(
-        7, description="Days of envelope expiry each new envelope partition covers", ge=1
+        DEFAULT_PERIOD_DAYS,
+        description="Days of envelope expiry each new envelope partition covers (a topic"
+        " query reads every partition: fewer, longer ones read faster; docs/benchmarks.md)",
+        ge=1,
     )
     retention_partitions_ahead_days: int = Field(
         200,

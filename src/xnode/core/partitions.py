@@ -20,7 +20,7 @@ TABLE = "originator_envelopes"
 EXPIRED = f"{TABLE}_expired"
 LATER = f"{TABLE}_later"
 NEVER = f"{TABLE}_never"
-DEFAULT_PERIOD_DAYS = 7
+DEFAULT_PERIOD_DAYS = 30
 DEFAULT_AHEAD_DAYS = 200  # past the XIP's default retention (183 days)
 
 _RANGE = re.compile(r"FOR VALUES FROM \((.+)\) TO \((.+)\)")
