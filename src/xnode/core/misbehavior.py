@@ -129,6 +129,12 @@ def check_client_report(report: mb.UnsignedMisbehaviorReport) -> None:
     failure = report.WhichOneof("failure")
     if kind in LIVENESS_TYPES and failure != "liveness":
         raise Rejected(Reason.MALFORMED, f"a {type_name(kind)} report needs a liveness failure")
+    if kind == WITHHOLDING_ACCUSATION:
+        raise Rejected(
+            Reason.MALFORMED, "a WITHHOLDING_ACCUSATION proves nothing: only nodes file one"
+        )
+    if kind == WITHHOLDING:
+        return  # its proof is in xnode's extension fields, checked as evidence
     if kind in SAFETY_TYPES and failure != "safety":
         raise Rejected(Reason.MALFORMED, f"a {type_name(kind)} report needs a safety failure")
     if kind not in LIVENESS_TYPES | SAFETY_TYPES:

@@ -5,15 +5,14 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.withholding_log import CommittedLog, Edit, leaving_out
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.client.node import group_message_envelope
 from xnode.core import merkle
 from xnode.core.checkpoints import sign_checkpoint
 from xnode.core.constants import NS_PER_SECOND
-from xnode.core.crypto import SigningKey, keccak256
-from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
+from xnode.core.crypto import SigningKey
 from xnode.core.evidence import why_unproven
-from xnode.core.leaves import HeldLeaf, envelope_leaf, signed_content
+from xnode.core.leaves import HeldLeaf
 from xnode.core.misbehavior import sign_report, type_name
 from xnode.core.withholding import (
     WITHHOLDING,
@@ -28,69 +27,28 @@ from xnode_api.withholding.v1 import withholding_pb2 as wh
 
 KEY = SigningKey.generate()
 OTHER = SigningKey.generate()
-PAYER = SigningKey.generate()
 HOST = SigningKey.generate()
 NODE = 100
 KEYS = {NODE: [KEY.public_key], 200: [OTHER.public_key]}
 NOW_NS = time.time_ns()
-DAY_NS = 86_400 * NS_PER_SECOND
 SIZE = 6
 S = 4  # the sequence id withheld
-
-
-def envelope(sequence_id: int, key: SigningKey = KEY) -> bytes:
-    client = group_message_envelope(b"g" * 16, b"m%d" % sequence_id)
-    payer = validate_payer_envelope(build_payer_envelope(client, PAYER, NODE), NODE)
-    return originate(payer, NODE, sequence_id, NOW_NS - DAY_NS + sequence_id, key).raw
-
-
-RAWS = {s: envelope(s) for s in range(1, SIZE + 1)}
-LEAVES = [envelope_leaf(RAWS[s]) for s in range(1, SIZE + 1)]
-EXPIRY = signed_content(RAWS[S])[1]  # 183 days after the envelope: far ahead of NOW
-
-
-def perfect(level: int, index: int) -> bytes:
-    return merkle.root_of(LEAVES[index << level : (index + 1) << level])
-
-
-CHECKPOINT = sign_checkpoint(KEY, NODE, SIZE, merkle.root_of(LEAVES), NOW_NS - 1000, None)
+LOG = CommittedLog(KEY, NODE, SIZE, NOW_NS)
+EXPIRY = LOG.expiry(S)  # 182 days ahead
+LEAVES = LOG.leaves
+omit = leaving_out(LOG, S)
 
 
 def commitment(opened: bool = True) -> wh.Commitment:
-    content, expiry = signed_content(RAWS[S])
-    out = wh.Commitment(
-        checkpoint=CHECKPOINT.signed,
-        sequence_id=S,
-        leaf_hash=LEAVES[S - 1],
-        inclusion_proof=merkle.inclusion_proof(S - 1, SIZE, perfect),
-    )
-    if opened:
-        out.opening.CopyFrom(
-            wh.LeafOpening(expiry_unixtime=expiry, content_hash=keccak256(content))
-        )
-    return out
+    return LOG.commitment(S, opened)
 
 
-def held(without: frozenset[int] = frozenset(), expiry: int = EXPIRY) -> list[HeldLeaf]:
-    return [
-        HeldLeaf(NODE, s, LEAVES[s - 1], expiry, None if s in without else RAWS[s])
-        for s in range(1, SIZE + 1)
-    ]
+def held(without: frozenset[int] = frozenset()) -> list[HeldLeaf]:
+    return LOG.held(without)
 
 
-def holdings(
-    edit: Callable[[wh.UnsignedHoldings], None] = lambda h: None,
-    key: SigningKey = KEY,
-    answered_ns: int = NOW_NS,
-) -> wh.SignedHoldings:
-    """The honest account of the whole log, then `edit`ed (a withholder's lie), signed."""
-    unsigned = account(NODE, 1, SIZE, SIZE, held(), answered_ns)
-    edit(unsigned)
-    return sign_holdings(key, unsigned)
-
-
-def omit(unsigned: wh.UnsignedHoldings) -> None:
-    del unsigned.envelopes[S - 1]
+def holdings(edit: Edit | None = None, key: SigningKey = KEY) -> wh.SignedHoldings:
+    return LOG.holdings(edit, key)
 
 
 def report(proof_holdings: wh.SignedHoldings, opened: bool = True, node: int = NODE) -> str | None:
