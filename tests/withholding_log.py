@@ -50,7 +50,7 @@ class CommittedLog:
     def expiry(self, sequence_id: int) -> int:
         return signed_content(self.raws[sequence_id])[1]
 
-    def _perfect(self, level: int, index: int) -> bytes:
+    def perfect(self, level: int, index: int) -> bytes:
         return merkle.root_of(self.leaves[index << level : (index + 1) << level])
 
     def commitment(self, sequence_id: int, opened: bool = True) -> wh.Commitment:
@@ -58,7 +58,7 @@ class CommittedLog:
             checkpoint=self.checkpoint.signed,
             sequence_id=sequence_id,
             leaf_hash=self.leaves[sequence_id - 1],
-            inclusion_proof=merkle.inclusion_proof(sequence_id - 1, self.size, self._perfect),
+            inclusion_proof=merkle.inclusion_proof(sequence_id - 1, self.size, self.perfect),
         )
         if opened:
             content, expiry = signed_content(self.raws[sequence_id])

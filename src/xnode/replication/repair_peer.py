@@ -156,7 +156,8 @@ class GrpcRepairPeer:
                 _HOLDINGS + "/GetSignedHoldings", request, wh.GetSignedHoldingsResponse
             )
         except grpc.aio.AioRpcError as exc:
-            raise HoldingsUnanswered(f"{exc.code().name}: {exc.details()}") from None
+            code = exc.code().name
+            raise HoldingsUnanswered(f"{code}: {exc.details()}", code) from None
         return response.holdings  # type: ignore[no-any-return]
 
     async def envelopes(self, originator: int, run: SequenceRange) -> list[bytes]:
