@@ -101,9 +101,10 @@ class Opened:
     expiry: int | None  # None: the reporter knew no opening of the leaf
 
 
-def check_commitment(commitment: wh.Commitment, keys: Collection[bytes]) -> Opened:
-    """The accused's signed checkpoint covers the sequence id with this leaf (format 2),
-    and the opening, when given, is that leaf's; raises ValueError naming what failed."""
+def check_commitment(commitment: wh.Commitment, node_id: int, keys: Collection[bytes]) -> Opened:
+    """The accused's signed checkpoint of its own log covers the sequence id with this leaf
+    (format 2), and the opening, when given, is that leaf's; raises ValueError naming what
+    failed."""
     checkpoint = None
     for key in keys:
         try:
@@ -113,6 +114,8 @@ def check_commitment(commitment: wh.Commitment, keys: Collection[bytes]) -> Open
             failure = str(exc)
     if checkpoint is None:
         raise ValueError(f"checkpoint: {failure if keys else 'no registry key'}")
+    if checkpoint.originator_node_id != node_id:
+        raise ValueError(f"the checkpoint is of node {checkpoint.originator_node_id}'s log")
     if checkpoint.leaf_format != FORMAT_V2:
         raise ValueError("a format 1 checkpoint commits to no expiry")
     sequence_id = commitment.sequence_id
@@ -159,7 +162,7 @@ def why_not_withheld(
     """None when the proof shows node `node_id` withheld a committed sequence id, else what
     failed. Pure, and the same on any day: every time in it is signed by the accused."""
     try:
-        opened = check_commitment(proof.commitment, keys)
+        opened = check_commitment(proof.commitment, node_id, keys)
         holdings = _holdings_of(proof.holdings, keys)
     except ValueError as exc:
         return str(exc)

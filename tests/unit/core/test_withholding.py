@@ -141,6 +141,14 @@ def _flip(data: bytes) -> bytes:
             ),
             "not signed by that node's registry key",
         ),
+        (
+            lambda c: setattr(
+                c,
+                "checkpoint",
+                sign_checkpoint(KEY, 200, SIZE, merkle.root_of(LEAVES), 1, None).signed,
+            ),
+            "the checkpoint is of node 200's log",
+        ),
         (lambda c: setattr(c, "sequence_id", S + 1), "not in the checkpoint"),
         (lambda c: setattr(c, "sequence_id", SIZE + 1), "not in the checkpoint"),
         (lambda c: setattr(c, "leaf_hash", LEAVES[0]), "not in the checkpoint"),
