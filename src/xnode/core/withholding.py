@@ -10,7 +10,8 @@ that cannot account for one (a loss being repaired) answers UNAVAILABLE instead 
 (`account`). Its signed holdings prove WITHHOLDING when, for a sequence id its own signed
 checkpoint covers, they (a) leave it out, (b) call it expired at an expiry that had not
 passed when they were signed, or (c) call it expired while the leaf the checkpoint proves
-commits to an expiry that had not passed. An honest originator signs none of these: it
+commits to an expiry that had not passed, or (d) serve in its place an envelope the leaf
+does not commit to. An honest originator signs none of these: it
 judges expiry with the committed expiry at the very time it signs.
 
 A non-answer is filed as WITHHOLDING_ACCUSATION: the commitment is proven, the rest is the
@@ -29,7 +30,7 @@ from xnode.core import merkle
 from xnode.core.checkpoints import CheckpointError, check_inclusion, verify_checkpoint
 from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import SignatureError, SigningKey, holdings_digest, recover_public_key
-from xnode.core.leaves import FORMAT_V2, Held, HeldLeaf, opened_leaf_v2
+from xnode.core.leaves import FORMAT_V2, Held, HeldLeaf, leaf_matches, opened_leaf_v2
 from xnode.core.retention import is_expired
 from xnode_api.withholding.v1 import withholding_pb2 as wh
 
@@ -142,7 +143,9 @@ def _holdings_of(signed: wh.SignedHoldings, keys: Collection[bytes]) -> wh.Unsig
     return holdings
 
 
-def _served(holdings: wh.UnsignedHoldings, sequence_id: int) -> bool:
+def _served(holdings: wh.UnsignedHoldings, sequence_id: int) -> list[bytes]:
+    """The envelopes the holdings serve at `sequence_id`."""
+    found = []
     for raw in holdings.envelopes:
         try:
             envelope = envelopes_pb2.OriginatorEnvelope.FromString(raw)
@@ -152,8 +155,8 @@ def _served(holdings: wh.UnsignedHoldings, sequence_id: int) -> bool:
         except DecodeError:
             continue
         if unsigned.originator_sequence_id == sequence_id:
-            return True
-    return False
+            found.append(raw)
+    return found
 
 
 def why_not_withheld(
@@ -174,8 +177,11 @@ def why_not_withheld(
             f"sequence id {s} is outside the holdings' range {holdings.first}.."
             f"{min(holdings.last, holdings.log_size)}"
         )
-    if _served(holdings, s):
+    served = _served(holdings, s)
+    if any(leaf_matches(opened.leaf, raw) for raw in served):
         return f"sequence id {s} was served"
+    if served:
+        return None  # served in a form its committed leaf does not commit to
     now_s = holdings.answered_ns // NS_PER_SECOND
     named = {e.sequence_id: e.expiry_unixtime for e in holdings.expired}
     if s in holdings.unprovable:

@@ -37,6 +37,7 @@ LOG = CommittedLog(KEY, NODE, SIZE, NOW_NS)
 EXPIRY = LOG.expiry(S)  # 182 days ahead
 LEAVES = LOG.leaves
 omit = leaving_out(LOG, S)
+OTHER_LOG = CommittedLog(KEY, NODE, SIZE, NOW_NS - 1)  # the same ids, other contents
 
 
 def commitment(opened: bool = True) -> wh.Commitment:
@@ -75,6 +76,14 @@ def test_calling_an_id_expired_before_its_expiry_proves_withholding() -> None:
     assert report(holdings(false_expiry)) is None
     # ...and without that opening nothing shows it false.
     assert "named expired" in str(report(holdings(false_expiry), opened=False))
+
+
+def test_serving_something_else_in_place_of_a_committed_id_proves_withholding() -> None:
+    def substitute(unsigned: wh.UnsignedHoldings) -> None:
+        omit(unsigned)
+        unsigned.envelopes.append(OTHER_LOG.raws[S])  # sequence id S, other content
+
+    assert report(holdings(substitute)) is None
 
 
 def test_the_report_survives_the_hosts_signature_and_an_upstream_decoder() -> None:
