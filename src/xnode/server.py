@@ -32,6 +32,8 @@ from xnode.api.logs import LogService, add_log_service
 from xnode.api.misbehavior import MisbehaviorService
 from xnode.api.registration import envelope_handlers, misbehavior_handlers, service_names
 from xnode.api.service import EnvelopeService
+from xnode.api.withholding import SERVICE_NAME as HOLDINGS_SERVICE
+from xnode.api.withholding import HoldingsService, add_holdings_service
 from xnode.chain.node import (
     ChainConnection,
     ChainServices,
@@ -88,6 +90,7 @@ from xnode.usecases.admission import Admission
 from xnode.usecases.concurrency import StopSteps
 from xnode.usecases.forwarding import ForwardingOriginator, SequencerLink
 from xnode.usecases.health import DATABASE, HealthMonitor
+from xnode.usecases.holdings import Holdings
 from xnode.usecases.identity import IdentityUpdates
 from xnode.usecases.limits import ApiLimits
 from xnode.usecases.logs import CheckpointIntake, CheckpointIssuer, LogQueries
@@ -422,8 +425,23 @@ async def _start(
     replica = await _open_replica(settings, pool, stack)
     if role.primary:
         await _start_retention(settings, pool, stack)
+    holdings = (
+        Holdings(node_id, key, ScrubStore(pool), logs)
+        if logs is not None and not settings.read_only
+        else None
+    )
     parts = NodeParts(
-        store, state, originator, reports, registry, chain_parts, logs, identity, database, replica
+        store,
+        state,
+        originator,
+        reports,
+        registry,
+        chain_parts,
+        logs,
+        identity,
+        database,
+        replica,
+        holdings,
     )
     served = await _serve(settings, node_id, parts, tls.served, stack, role)
     if replication is not None:
@@ -624,6 +642,7 @@ class NodeParts:
     identity: IdentityUpdates | None = None
     database: Database | None = None  # how dedicated connections find the primary
     replica: Replica | None = None  # reads for queries and catch-up, when configured
+    holdings: Holdings | None = None  # an originator's signed account of its own log
 
 
 @dataclass(frozen=True)
@@ -724,6 +743,7 @@ async def _serve(
         tls,
         ForkService(ForkStore(parts.store.pool)),
         role.shares_ports,
+        HoldingsService(parts.holdings) if parts.holdings is not None else None,
     )
     serving = GrpcServing(server, end_streams, admission, settings.shutdown_grace_seconds)
     stack.push_async_callback(serving.stop)
@@ -965,6 +985,7 @@ def _grpc_server(
     tls: ServerTls | None = None,
     forks: ForkService | None = None,
     reuse_port: bool = False,
+    holdings: HoldingsService | None = None,
 ) -> tuple[grpc.aio.Server, health.HealthServicer, str]:
     limit = settings.max_message_mib * 1024 * 1024
     options: list[tuple[str, Any]] = [
@@ -983,11 +1004,14 @@ def _grpc_server(
         add_log_service(logs, server)
     if forks is not None:
         add_fork_service(forks, server)
+    if holdings is not None:
+        add_holdings_service(holdings, server)
     fees_pb2_grpc.add_FeesApiServicer_to_server(fees, server)  # type: ignore[no-untyped-call]
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [*service_names(), *([LOG_SERVICE] if logs is not None else [])]
     names += [FORK_SERVICE] if forks is not None else []
+    names += [HOLDINGS_SERVICE] if holdings is not None else []
     reflection.enable_server_reflection(
         [
             *names,

@@ -22,7 +22,7 @@ from xnode.core.evidence import RegistryKeys, why_unproven
 from xnode.core.limits import LimitExceeded
 from xnode.core.misbehavior import (
     BLOCKCHAIN_INCONSISTENCY,
-    SAFETY_TYPES,
+    PROVEN_TYPES,
     check_client_report,
     type_name,
 )
@@ -54,7 +54,7 @@ class MisbehaviorService:
 
     async def _check(self, report: mb.UnsignedMisbehaviorReport) -> None:
         check_client_report(report)
-        if int(report.type) in SAFETY_TYPES:
+        if int(report.type) in PROVEN_TYPES:
             # A report this node signs must prove itself (xnode.core.evidence): hosting
             # unprovable accusations would lend them this node's signature.
             failure = why_unproven(report, self._keys(), await self._chain_facts(report))

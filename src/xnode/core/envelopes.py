@@ -276,9 +276,10 @@ def validate_payer_envelope(
 
 def received_payer(
     payer: envelopes_pb2.PayerEnvelope, node_id: int, originator_ns: int
-) -> tuple[bytes, bytes, int]:
-    """(topic, payer address, retention days) of a payer envelope another originator signed
-    at `originator_ns`, under the same rules and reasons as validate_payer_envelope. Verifying
+) -> tuple[bytes, bytes, int, Cursor]:
+    """(topic, payer address, retention days, depends_on) of a payer envelope another
+    originator signed at `originator_ns`, under the same rules and reasons as
+    validate_payer_envelope. Verifying
     envelopes received from peers needs no more: no ValidPayerEnvelope and no second
     serialization, which a repair or catch-up would pay per envelope.
 
@@ -287,9 +288,15 @@ def received_payer(
     a catch-up or an audit months later); the originator checked before stamping, hence
     LIFETIME_SKEW_S of slack after a lifetime's end as before its start."""
     at_s = originator_ns // NS_PER_SECOND
-    client = _payer_rules(payer, node_id, at_s, at_s - LIFETIME_SKEW_S)[0]
+    rules = _payer_rules(payer, node_id, at_s, at_s - LIFETIME_SKEW_S)
+    client, depends_on = rules[0], rules[-1]
     # Topic.parse accepted these bytes: they are the topic's raw form
-    return client.aad.target_topic, _payer_address(payer), payer.message_retention_days
+    return (
+        client.aad.target_topic,
+        _payer_address(payer),
+        payer.message_retention_days,
+        depends_on,
+    )
 
 
 def check_depends_on(envelope: ValidPayerEnvelope, node_cursor: Cursor) -> None:
@@ -333,6 +340,9 @@ class IndexedEnvelope:
     # The fees the originator signed (fields 5 and 6), picodollars; usage accounting sums them
     base_fee: int = 0
     congestion_fee: int = 0
+    # The originator's own sequence id its depends_on names at or after this one's: a
+    # dependency it cannot have seen (CAUSAL_ORDERING, xnode.core.evidence); 0 when none
+    depends_ahead: int = 0
 
     def stored(self) -> StoredEnvelope:
         return StoredEnvelope(
@@ -348,7 +358,7 @@ class IndexedEnvelope:
             (
                 self.originator_node_id, self.sequence_id, self.originator_ns, self.topic,
                 self.expiry, self.payer_address, self.raw, self.leaf, self.base_fee,
-                self.congestion_fee,
+                self.congestion_fee, self.depends_ahead,
             ),
         )  # fmt: skip
 

@@ -23,7 +23,10 @@ aggregation job (it counts only what this says is proven). What proves what:
   own claim, and any of them may be the one that lied;
 - BLOCKCHAIN_INCONSISTENCY: a chain payload the accused vouched for (its BlockchainProof
   signature) whose transaction, on the chain, carried other content
-  (xnode.core.chain_evidence); checked against `chain`, the looked-up transactions.
+  (xnode.core.chain_evidence); checked against `chain`, the looked-up transactions;
+- WITHHOLDING (xnode's extension): the accused's signed checkpoint covering a sequence id and
+  its signed account of its own log leaving that id out, or calling it expired before its
+  committed expiry (xnode.core.withholding).
 Every envelope in a safety report must be signed by the accused: a report padded with
 someone else's envelopes is not clean evidence."""
 
@@ -47,8 +50,10 @@ from xnode.core.misbehavior import (
     DUPLICATE_SEQUENCE_ID,
     OUT_OF_ORDER,
     SAFETY_TYPES,
+    WITHHOLDING,
     type_name,
 )
+from xnode.core.withholding import extended, why_not_withheld
 
 # node id -> every registry key it may have signed with (snapshots may hold a rotation).
 RegistryKeys = Mapping[int, Collection[bytes]]
@@ -166,6 +171,18 @@ def _causal_ordering(signed: Sequence[SignedEnvelope], node_id: int) -> None:
     )
 
 
+def _withholding(report: mb.UnsignedMisbehaviorReport, node_id: int, keys: RegistryKeys) -> None:
+    try:
+        proof = extended(report)
+    except DecodeError as exc:
+        raise Unproven(f"the withholding proof does not decode ({exc})") from None
+    if not proof.HasField("withholding"):
+        raise Unproven("a WITHHOLDING report carries no withholding proof")
+    failure = why_not_withheld(proof.withholding, node_id, keys.get(node_id, ()))
+    if failure is not None:
+        raise Unproven(failure)
+
+
 def check_claim(
     report: mb.UnsignedMisbehaviorReport, keys: RegistryKeys, chain: ChainFacts | None = None
 ) -> None:
@@ -173,6 +190,9 @@ def check_claim(
     misbehaving node did what its type says. `chain`: the transactions a
     BLOCKCHAIN_INCONSISTENCY report names, as the chain has them (None: not looked up)."""
     kind, node_id = int(report.type), report.misbehaving_node_id
+    if kind == WITHHOLDING:
+        _withholding(report, node_id, keys)
+        return
     if kind not in SAFETY_TYPES or report.WhichOneof("failure") != "safety":
         raise Unproven(f"a {type_name(kind)} report carries no proof: only safety reports do")
     node_keys = keys.get(node_id)

@@ -45,6 +45,7 @@ from xnode.replication.recovery import OwnLogFetch, OwnLogRecovery, recover_own_
 from xnode.replication.repair_peer import GrpcRepairPeer
 from xnode.replication.scrub import Scrub, ScrubSource
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
+from xnode.replication.withholding import WithholdingCheck
 from xnode.tls import ClientTls, open_channel
 from xnode.usecases.logs import CheckpointIntake, LogPort
 from xnode.usecases.registry_source import RegistrySource
@@ -270,7 +271,12 @@ class ReplicationWorker:
         self._stopped = False
         self._epoch_timer: asyncio.TimerHandle | None = None
         fork_intake = on_fork or self._fork_found
-        repair = Repair(logs, store, self.originator_log, fork_intake) if logs is not None else None
+        withholding = WithholdingCheck(self.reports, self._keys_of_node, clock)
+        repair = (
+            Repair(logs, store, self.originator_log, fork_intake, withholding=withholding)
+            if logs is not None
+            else None
+        )
         self.anti_entropy = (
             AntiEntropy(
                 repair,
@@ -305,6 +311,10 @@ class ReplicationWorker:
 
     def _current_keys(self) -> Mapping[int, bytes]:
         return self._keys
+
+    def _keys_of_node(self, node_id: int) -> list[bytes]:
+        key = self._keys.get(node_id)
+        return [] if key is None else [key]
 
     @property
     def links(self) -> Mapping[int, PeerLink]:
