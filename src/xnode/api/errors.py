@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-import asyncpg
 import grpc
 import structlog
 
@@ -14,6 +13,7 @@ from xnode.core.envelopes import cursor_to_proto
 from xnode.core.errors import Reason, Rejected
 from xnode.core.limits import Kind, LimitExceeded
 from xnode.observability.metrics import LIMITED, REQUESTS_REJECTED
+from xnode.usecases.ports import StoreUnavailable
 
 log = structlog.get_logger(__name__)
 
@@ -40,9 +40,9 @@ CURSOR_TRAILER = "xnode-cursor-bin"
 
 T = TypeVar("T")
 Context = grpc.aio.ServicerContext[Any, Any]
-# asyncpg raises InternalClientError ("cannot switch to state ...") for a query sent on a
-# connection its server dropped mid-operation (a database host lost, docs/ha.md): retry.
-StoreErrors = (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError)
+# The store's failures, and a socket lost on the way to it (the sequencing worker's link):
+# retry later.
+StoreErrors = (StoreUnavailable, OSError)
 
 
 def count_rejected(api: str, method: str, reason: str) -> None:

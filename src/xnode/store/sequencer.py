@@ -26,6 +26,7 @@ from xnode.core.envelopes import (
 )
 from xnode.core.fees import FeeSchedule, Pricing
 from xnode.core.merkle import Frontier
+from xnode.store.errors import driver_errors_translated
 from xnode.store.logs import STORED_MIN_LEVEL, extend_tree, node_columns
 from xnode.store.notifications import NOTIFY_CHANNEL
 from xnode.usecases.crypto_threads import (
@@ -258,6 +259,7 @@ async def append_originated(
     return signed
 
 
+@driver_errors_translated
 class Sequencer:
     """Appends batches for one node; the fast path when this process is the only appender."""
 

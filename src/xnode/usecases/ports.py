@@ -16,6 +16,12 @@ from xnode.core.limits import Charge, LimitExceeded
 from xnode.core.query import EnvelopeQuery
 
 
+class StoreUnavailable(Exception):
+    """The store cannot answer now (its connection lost, its host failing over, a transaction
+    the database gave up): nothing was half-done, the caller retries later. The store raises
+    it for every driver failure, so no layer above it knows the driver."""
+
+
 class EnvelopeReader(Protocol):
     """The envelope store as the query, subscribe and publish use cases read it."""
 
