@@ -18,7 +18,7 @@ from xnode.core import wire
 from xnode.core.chain_evidence import ChainFacts, transactions_named
 from xnode.core.cursors import MAX_SEQUENCE_ID
 from xnode.core.errors import Reason, Rejected
-from xnode.core.evidence import RegistryKeys, why_unproven
+from xnode.core.evidence import why_unproven
 from xnode.core.limits import LimitExceeded
 from xnode.core.misbehavior import (
     BLOCKCHAIN_INCONSISTENCY,
@@ -26,6 +26,7 @@ from xnode.core.misbehavior import (
     check_client_report,
     type_name,
 )
+from xnode.core.registry import RegistryKeys
 from xnode.usecases.limits import ApiLimits, Caller
 from xnode.usecases.ports import ChainTransactions, MisbehaviorReports
 

@@ -24,12 +24,12 @@ from xnode.config import Settings
 from xnode.core.audit import (
     FaultKind,
     OriginatorAudit,
-    RegistryKeys,
     Verdict,
     audit_chain_events,
     audit_conflict,
 )
 from xnode.core.chain_payloads import ChainEvent, MalformedPayload
+from xnode.core.registry import RegistryKeys
 from xnode.export.writer import ExportError
 from xnode.replication.scrub import PassCount, Scrub
 from xnode.store.audit import AuditSource

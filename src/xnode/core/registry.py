@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from xnode.core.crypto import PUBLIC_KEY_LENGTH
+
+# node id -> every registry key it may have signed with. The NodeRegistry contract fixes a
+# node's key when the node is added, so today this is one key per node; a registry with
+# rotations (or a snapshot taken across one) passes each node's keys over time.
+RegistryKeys = Mapping[int, Collection[bytes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +38,7 @@ class Registry:
         return self.nodes.get(node_id)
 
     def keys(self) -> dict[int, tuple[bytes]]:
-        """node id -> its registry key, as xnode.core.evidence checks signatures against."""
+        """node id -> its registry key (RegistryKeys), as signatures are checked against."""
         return {n.node_id: (n.public_key,) for n in self.nodes.values()}
 
     def find_by_key(self, public_key: bytes) -> NodeEntry | None:
