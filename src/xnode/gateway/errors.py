@@ -34,8 +34,8 @@ class NodeUnavailable(Exception):
         self.detail = detail
 
 
-async def abort_payer_error(context: Any, exc: Exception) -> None:
-    """The PayerApi's statuses, from the node API's mapping (limits as a node answers them;
+async def abort_gateway_error(context: Any, exc: Exception) -> None:
+    """The gateway's statuses, from the node API's mapping (limits as a node answers them;
     no store of its own, so no retry-later for an OSError: envelopes may be published)."""
     if isinstance(exc, StatusError):
         await abort_status(context, exc)
@@ -46,14 +46,14 @@ async def abort_payer_error(context: Any, exc: Exception) -> None:
     raise exc
 
 
-def payer_errors(
+def gateway_errors(
     fn: Callable[[bytes, Any], Awaitable[bytes]],
 ) -> Callable[[bytes, Any], Awaitable[bytes]]:
     async def handler(request: bytes, context: Any) -> bytes:
         try:
             return await fn(request, context)
         except (StatusError, LimitExceeded, Unauthenticated) as exc:
-            await abort_payer_error(context, exc)
+            await abort_gateway_error(context, exc)
         raise AssertionError("unreachable: abort raises")
 
     return handler

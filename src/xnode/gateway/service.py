@@ -16,7 +16,7 @@ from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
 from xnode.core import wire
 from xnode.core.originator_selection import available_nodes
 from xnode.gateway.clients import ClientAuth
-from xnode.gateway.errors import GatewayError, payer_errors
+from xnode.gateway.errors import GatewayError, gateway_errors
 from xnode.gateway.limits import ClientLimits
 from xnode.gateway.publish import Publisher
 from xnode.gateway.usage import UsageLog
@@ -102,7 +102,7 @@ def payer_handlers(service: PayerService) -> grpc.GenericRpcHandler[Any, Any]:
     descriptor = payer_api.DESCRIPTOR.services_by_name["PayerApi"]
     methods = {
         m.name: grpc.unary_unary_rpc_method_handler(
-            payer_errors(getattr(service, m.name)),
+            gateway_errors(getattr(service, m.name)),
             request_deserializer=_identity,
             response_serializer=_identity,
         )
