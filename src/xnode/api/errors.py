@@ -44,7 +44,7 @@ CURSOR_TRAILER = "xnode-cursor-bin"
 
 T = TypeVar("T")
 Context = grpc.aio.ServicerContext[Any, Any]
-# The store's failures, and a socket lost on the way to it (the sequencing worker's link):
+# The store's failures, and a socket failure below the API that no adapter translated:
 # retry later.
 StoreErrors = (StoreUnavailable, OSError)
 
