@@ -37,9 +37,14 @@ class Registry:
     def get(self, node_id: int) -> NodeEntry | None:
         return self.nodes.get(node_id)
 
+    def public_keys(self) -> dict[int, bytes]:
+        """node id -> its registry key, disabled nodes included: what they originated while
+        enabled stays theirs."""
+        return {n.node_id: n.public_key for n in self.nodes.values()}
+
     def keys(self) -> dict[int, tuple[bytes]]:
         """node id -> its registry key (RegistryKeys), as signatures are checked against."""
-        return {n.node_id: (n.public_key,) for n in self.nodes.values()}
+        return {node_id: (key,) for node_id, key in self.public_keys().items()}
 
     def find_by_key(self, public_key: bytes) -> NodeEntry | None:
         return next((n for n in self.nodes.values() if n.public_key == public_key), None)

@@ -85,8 +85,7 @@ class Reads:
         self._closing.set()
 
     def _keys(self) -> dict[int, bytes]:
-        # Disabled nodes too: what they originated while enabled stays theirs.
-        return {n.node_id: n.public_key for n in self._registry.current().nodes.values()}
+        return self._registry.current().public_keys()
 
     def _order(self, key: bytes) -> list[NodeEntry]:
         """3.3.6's order for `key`, nodes that fail their checks or just failed a call last."""
