@@ -3,6 +3,7 @@ test, nodes started in-process, and `xnode run` subprocesses for end-to-end test
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -51,19 +52,33 @@ def pg_cluster() -> Iterator[PgCluster]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def ha_root() -> Iterator[Path]:
+    """A directory for a Patroni cluster, removed after."""
+    root = Path(tempfile.mkdtemp(prefix="xnode-ha-"))
+    root.chmod(0o755)  # the `postgres` user must reach the members' directories inside
+    try:
+        yield root / "ha"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def start_ha(root: Path, **options: Any) -> HaCluster:
+    """start_ha_cluster, failing the test (never skipping) when it cannot start."""
+    try:
+        return start_ha_cluster(root, **options)
+    except PostgresError as exc:
+        pytest.fail(f"Patroni and etcd could not start (`make setup` installs them): {exc}")
+
+
 @pytest.fixture
 def ha_cluster() -> Iterator[HaCluster]:
     """etcd and two Patroni members (a primary and a synchronous standby), new for each test,
     so that no test meets the members another test left frozen, killed or rewound."""
-    root = Path(tempfile.mkdtemp(prefix="xnode-ha-"))
-    root.chmod(0o755)  # the `postgres` user must reach the members' directories inside
-    try:
-        cluster = start_ha_cluster(root / "ha")
-    except PostgresError as exc:
-        pytest.fail(f"Patroni and etcd could not start (`make setup` installs them): {exc}")
-    yield cluster
-    cluster.stop()
-    shutil.rmtree(root, ignore_errors=True)
+    with ha_root() as root:
+        cluster = start_ha(root)
+        yield cluster
+        cluster.stop()
 
 
 @pytest.fixture

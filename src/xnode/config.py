@@ -227,6 +227,27 @@ class Settings(BaseSettings):
         " and fetch what is missing, every N seconds (0: off)",
         ge=0,
     )
+    retention_seconds: float = Field(
+        3600.0,
+        description="Retention: every N seconds add envelope partitions ahead, drop those"
+        " whose every envelope has expired, and apply `retention_plan_file` if it changed"
+        " (0: off; `xnode partitions` does one run by hand)",
+        ge=0,
+    )
+    retention_partition_days: int = Field(
+        7, description="Days of envelope expiry each new envelope partition covers", ge=1
+    )
+    retention_partitions_ahead_days: int = Field(
+        200,
+        description="Keep envelope partitions made this many days of expiry ahead of now"
+        " (longer retentions wait in one partition until then)",
+        ge=1,
+    )
+    retention_plan_file: Path | None = Field(
+        None,
+        description="A plan of spark_jobs.retention_expiry, applied (as `xnode prune`) by"
+        " each retention run after it changes",
+    )
     replication_verify_threads: int = Field(
         2, description="Threads verifying signatures of envelopes received from peers", ge=1
     )

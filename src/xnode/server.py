@@ -75,8 +75,10 @@ from xnode.store.logs import LogStore
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.misbehavior import MisbehaviorLog, MisbehaviorStore
 from xnode.store.notifications import CommitListener
+from xnode.store.partitions import EnvelopePartitions
 from xnode.store.primary import Connect, Database
 from xnode.store.probe import PostgresProbe
+from xnode.store.prune import ScheduledPlan
 from xnode.store.replica import Replica, ReplicaWatch
 from xnode.store.replication import ReplicationStore
 from xnode.store.scrub import ScrubStore
@@ -96,6 +98,7 @@ from xnode.usecases.publish import Publish
 from xnode.usecases.query import Query
 from xnode.usecases.reads import RoutedReads, for_catch_up, for_queries
 from xnode.usecases.registry_source import RegistrySource
+from xnode.usecases.retention import RetentionSchedule
 from xnode.usecases.subscribe import Subscribe
 from xnode_api.fees.v1 import fees_pb2_grpc
 
@@ -417,6 +420,8 @@ async def _start(
     stack.push_async_callback(listener.stop)
     listener.start()
     replica = await _open_replica(settings, pool, stack)
+    if role.primary:
+        await _start_retention(settings, pool, stack)
     parts = NodeParts(
         store, state, originator, reports, registry, chain_parts, logs, identity, database, replica
     )
@@ -437,6 +442,24 @@ async def _start(
         http_address=served.http_address,
         metrics_address=served.metrics_address,
     )
+
+
+async def _start_retention(settings: Settings, pool: asyncpg.Pool, stack: StopSteps) -> None:
+    """The first run before serving (a node that was down a while catches up), then on the
+    schedule; processes and nodes sharing the database take turns by an advisory lock."""
+    plan_file = settings.retention_plan_file
+    retention = RetentionSchedule(
+        EnvelopePartitions(pool),
+        SYSTEM_CLOCK,
+        settings.retention_seconds,
+        settings.retention_partitions_ahead_days,
+        settings.retention_partition_days,
+        None if plan_file is None else ScheduledPlan(pool, plan_file),
+    )
+    if settings.retention_seconds > 0:
+        await retention.run_logged()
+        stack.push_async_callback(retention.stop)
+        retention.start()
 
 
 def _forgetting(

@@ -31,7 +31,7 @@ WITH rows AS (
     SELECT originator_node_id, originator_sequence_id, originator_ns, topic, NULL, envelope,
            payer_address
     FROM rows
-    ON CONFLICT (originator_node_id, originator_sequence_id) DO NOTHING
+    -- a sequence id already stored is skipped (migration 0009's envelope_keys trigger)
     RETURNING originator_node_id, originator_sequence_id, topic, envelope
 ), located AS (
     INSERT INTO chain_payloads

@@ -32,7 +32,7 @@ def _translated(fn: Callable[..., Any]) -> Callable[..., Any]:
         except (asyncpg.DataError, ValueError):
             raise  # a value the database cannot take: a retry fails the same, so no retry
         except DRIVER_ERRORS as exc:
-            raise StoreUnavailable(repr(exc)) from exc
+            raise StoreUnavailable(str(exc) or repr(exc)) from exc  # the driver's words
 
     return translated
 

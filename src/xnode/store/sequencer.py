@@ -75,9 +75,10 @@ def _leaf_rows(joined: str) -> str:
 
 
 # If the row moved on (another process appended), `claimed` is empty and nothing is inserted.
-# The primary key would refuse a reused id regardless. The fast path also carries the tree
-# nodes the batch completes ($17..$19), computed from the frontier this process holds, which
-# is the tree up to $15 (the remembered id): so the tree grows in the same statement.
+# envelope_keys would skip a reused id regardless (migration 0009). The fast path also
+# carries the tree nodes the batch completes ($17..$19), computed from the frontier this
+# process holds, which is the tree up to $15 (the remembered id): so the tree grows in the
+# same statement.
 # The remembered time ($16) is checked too: a batch signed on top of one still being written
 # (Sequencer.append) must not claim a row that reached the same id by other envelopes (the
 # earlier batch missed and was signed again by the locked path, always at later times).
