@@ -46,9 +46,9 @@ from spark_jobs.inputs import (
 from spark_jobs.output import write_json_atomic
 from spark_jobs.session import build_session
 from xnode.core.audit import ConflictVersion, OriginatorAudit, Verdict, audit_conflict
+from xnode.core.registry import RegistryKeys
 from xnode.export.schema import CHECKPOINTS_DIR, FORKS_DIR, LEAVES_DIR, LOGS_DIR
 
-RegistryKeys = Mapping[int, frozenset[bytes]]
 PAYLOAD = "originator_envelope"
 LEAF_SCHEMA = T.StructType(
     [

@@ -70,15 +70,15 @@ from xnode.core.chain_evidence import ChainFacts
 from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import (
     SignatureError,
-    blockchain_proof_digest,
     keccak256,
     misbehavior_digest,
-    originator_digest,
     recover_public_key,
 )
-from xnode.core.evidence import RegistryKeys, why_unproven
+from xnode.core.envelopes import envelope_signer
+from xnode.core.evidence import why_unproven
 from xnode.core.misbehavior import JUDGED_TYPES, PROVEN_TYPES, WITHHOLDING
 from xnode.core.misbehavior import type_name as known_type_name
+from xnode.core.registry import RegistryKeys
 
 ChainLookup = Callable[[list[bytes]], ChainFacts]
 DEFAULT_THRESHOLD = 2
@@ -123,19 +123,6 @@ def type_name(kind: int) -> str:
 # --- per-report verification (runs in Python workers) ----------------------------------------
 
 
-def _envelope_signer(envelope: envelopes_pb2.OriginatorEnvelope) -> bytes:
-    """Who vouched for the envelope. Only the originator layer is verified: the payer envelope
-    of an INVALID_PAYLOAD proof may be garbage by design."""
-    unsigned = envelope.unsigned_originator_envelope
-    if envelope.WhichOneof("proof") == "blockchain_proof":
-        proof = envelope.blockchain_proof
-        digest = blockchain_proof_digest(unsigned, proof.transaction_hash)
-        return recover_public_key(proof.node_signature.bytes, digest)
-    if envelope.WhichOneof("proof") != "originator_signature":
-        raise SignatureError("envelope carries neither an originator signature nor a proof")
-    return recover_public_key(envelope.originator_signature.bytes, originator_digest(unsigned))
-
-
 def _envelope_facts(envelope: envelopes_pb2.OriginatorEnvelope) -> dict[str, Any]:
     facts: dict[str, Any] = {"originator_node_id": None, "sequence_id": None}
     try:
@@ -146,7 +133,7 @@ def _envelope_facts(envelope: envelopes_pb2.OriginatorEnvelope) -> dict[str, Any
             raise ValueError(f"sequence id {unsigned.originator_sequence_id} is out of range")
         facts["originator_node_id"] = unsigned.originator_node_id
         facts["sequence_id"] = unsigned.originator_sequence_id
-        facts["signer"] = _envelope_signer(envelope)
+        facts["signer"] = envelope_signer(envelope)
     except (DecodeError, SignatureError, ValueError) as exc:
         facts["error"] = f"{type(exc).__name__}: {exc}"
     return facts

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,25 @@ def database(pg_cluster: PgCluster) -> str:
         capture_output=True,
     )
     return pg_cluster.dsn(name)
+
+
+@asynccontextmanager
+async def database_refusing(pg_cluster: PgCluster, dsn: str) -> AsyncIterator[None]:
+    """The database of `dsn` takes no connection and those open are ended, as when its host is
+    lost; it takes them again on exit."""
+    import asyncpg
+
+    name = dsn.rpartition("/")[2].partition("?")[0]
+    admin = await asyncpg.connect(pg_cluster.dsn())
+    try:
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
+        )
+        yield
+    finally:
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        await admin.close()
 
 
 @pytest.fixture

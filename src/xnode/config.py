@@ -18,7 +18,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.fees import FeeSchedule
 from xnode.core.limits import Limit
 from xnode.core.partitions import DEFAULT_PERIOD_DAYS
-from xnode.usecases.crypto_threads import share
+from xnode.runtime.crypto_threads import share
 from xnode.usecases.limits import LimitPolicy
 
 # `workers = 0` starts one serving process per core, but no more than this many.
@@ -170,7 +170,7 @@ class Settings(BaseSettings):
         None, description="PEM CA that https:// peers' certificates must chain to (default: system)"
     )
     migrate_on_start: bool = Field(True, description="Apply database migrations at start-up")
-    # Default: one per core. With one sequencer per node (usecases.forwarding), each added
+    # Default: one per core. With one sequencer per node (runtime.forwarding), each added
     # worker adds throughput (docs/benchmarks.md, "Measurements behind choices in the code").
     workers: int = Field(
         0,

@@ -64,6 +64,8 @@ from xnode.replication.ingest import BulkVerifiers, start_bulk
 from xnode.replication.ports import MisbehaviorRecorder
 from xnode.replication.unfiled import UnfiledReports
 from xnode.replication.worker import ReplicationConfig, ReplicationWorker
+from xnode.runtime import crypto_threads
+from xnode.runtime.forwarding import ForwardingOriginator, SequencerLink
 from xnode.static_registry import StaticRegistrySource
 from xnode.store.chain import ChainStore
 from xnode.store.envelopes import EnvelopeStore
@@ -85,10 +87,8 @@ from xnode.store.scrub import ScrubStore
 from xnode.store.sequencer import Sequencer
 from xnode.store.subscription_slots import SharedSubscriptionSlots
 from xnode.tls import ClientTls, ServerTls, TlsConfigError
-from xnode.usecases import crypto_threads
 from xnode.usecases.admission import Admission
 from xnode.usecases.concurrency import StopSteps
-from xnode.usecases.forwarding import ForwardingOriginator, SequencerLink
 from xnode.usecases.health import DATABASE, HealthMonitor
 from xnode.usecases.holdings import Holdings
 from xnode.usecases.identity import IdentityUpdates
@@ -220,7 +220,7 @@ class WorkerRole:
     by its own lock. With more than one, the ports are shared (SO_REUSEPORT) and each
     process's metrics are served plainly on loopback for the supervisor to merge. The first
     also sequences every worker's publishes: the others hand it their validated batches over
-    the Unix socket `sequencer_link` (xnode.usecases.forwarding)."""
+    the Unix socket `sequencer_link` (xnode.runtime.forwarding)."""
 
     index: int = 0
     count: int = 1
@@ -332,7 +332,7 @@ async def start_node(settings: Settings, role: WorkerRole = SOLE) -> Node:
 
 async def _signing_process(role: WorkerRole, stack: StopSteps) -> Executor | None:
     """The first of several workers signs every worker's batches, in a process of its own
-    (usecases.crypto_threads): a process of the same kind as replication's bulk verifiers,
+    (runtime.crypto_threads): a process of the same kind as replication's bulk verifiers,
     started by the fork server, that dies with this one. Stopped last, after the final
     commits; without it the batches are signed in the crypto threads."""
     if not (role.shares_ports and role.primary):
@@ -710,6 +710,7 @@ async def _serve(
         admission=admission,
         limits=limits,
         identity=parts.identity,
+        crypto=crypto_threads.THREADS,
     )
     registry = parts.registry
     current_registry = registry.current if registry else _no_registry

@@ -17,6 +17,7 @@ from xnode.core.crypto import (
     SignatureError,
     SigningKey,
     address_of,
+    blockchain_proof_digest,
     originator_digest,
     payer_digest,
     recover_public_key,
@@ -455,6 +456,20 @@ class ReceivedEnvelope:
         if self.signature is None:
             raise SignatureError("envelope carries no originator signature")
         return recover_public_key(self.signature, originator_digest(self.unsigned_raw))
+
+
+def envelope_signer(envelope: envelopes_pb2.OriginatorEnvelope) -> bytes:
+    """The key that vouched for an originator envelope: its originator's signature, or for a
+    chain payload the indexing node's blockchain proof. Raises SignatureError."""
+    unsigned = envelope.unsigned_originator_envelope
+    proof = envelope.WhichOneof("proof")
+    if proof == "originator_signature":
+        signature = envelope.originator_signature.bytes
+        return recover_public_key(signature, originator_digest(unsigned))
+    if proof == "blockchain_proof":
+        digest = blockchain_proof_digest(unsigned, envelope.blockchain_proof.transaction_hash)
+        return recover_public_key(envelope.blockchain_proof.node_signature.bytes, digest)
+    raise SignatureError("carries neither an originator signature nor a blockchain proof")
 
 
 def parse_originator_envelope(raw: bytes) -> ReceivedEnvelope:

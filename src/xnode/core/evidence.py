@@ -32,7 +32,7 @@ someone else's envelopes is not clean evidence."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -41,8 +41,8 @@ from google.protobuf.message import DecodeError
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.chain_evidence import ChainFacts, why_not_inconsistent
-from xnode.core.crypto import SignatureError, originator_digest, recover_public_key
-from xnode.core.envelopes import received_payer
+from xnode.core.crypto import SignatureError
+from xnode.core.envelopes import envelope_signer, received_payer
 from xnode.core.errors import Rejected
 from xnode.core.misbehavior import (
     BLOCKCHAIN_INCONSISTENCY,
@@ -53,10 +53,9 @@ from xnode.core.misbehavior import (
     WITHHOLDING,
     type_name,
 )
+from xnode.core.registry import RegistryKeys
 from xnode.core.withholding import extended, why_not_withheld
 
-# node id -> every registry key it may have signed with (snapshots may hold a rotation).
-RegistryKeys = Mapping[int, Collection[bytes]]
 PAYER_ENVELOPE_RULE = "payer-envelope rule (XIP-49 3.3.4)"
 
 
@@ -90,9 +89,8 @@ def _signed_by(
         )
     if envelope.WhichOneof("proof") != "originator_signature":
         raise Unproven(f"{where}: carries no originator signature")
-    digest = originator_digest(envelope.unsigned_originator_envelope)
     try:
-        signer = recover_public_key(envelope.originator_signature.bytes, digest)
+        signer = envelope_signer(envelope)
     except SignatureError as exc:
         raise Unproven(f"{where}: originator signature does not recover ({exc})") from None
     if signer not in keys:

@@ -209,10 +209,6 @@ class PeerLink:
             self._timer.cancel()
 
 
-def _keys_of(registry: Registry) -> dict[int, bytes]:
-    return {n.node_id: n.public_key for n in registry.nodes.values()}
-
-
 class ReplicationWorker:
     def __init__(
         self,
@@ -352,7 +348,7 @@ class ReplicationWorker:
         `local_top` (see xnode.replication.recovery); call before start()."""
         if self.node_id is None:
             raise ValueError("a read-only node has no log of its own to recover")
-        self._keys = _keys_of(self._registry)
+        self._keys = self._registry.public_keys()
         positions = await self._store.newest_per_originator()
         target = OriginatorLog(self.node_id, positions.get(self.node_id), self._ctx)
         peers = [
@@ -406,7 +402,7 @@ class ReplicationWorker:
         if self._stopped:
             return
         self._registry = registry
-        self._keys = _keys_of(registry)
+        self._keys = registry.public_keys()
         for entry in registry.nodes.values():
             if entry.node_id == self.node_id:
                 continue

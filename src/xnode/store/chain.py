@@ -15,6 +15,7 @@ from xnode.core.chain_payloads import ChainPayload, SkippedEvent
 from xnode.core.constants import CHAIN_ORIGINATORS, IDENTITY_UPDATES_ORIGINATOR
 from xnode.core.envelopes import StoredEnvelope
 from xnode.core.identity import association_changes, normalize_identifier
+from xnode.store.errors import driver_errors_translated
 from xnode.store.notifications import NOTIFY_CHANNEL, commit_notice
 
 _INSERT_PAYLOADS = """
@@ -204,6 +205,7 @@ def _skipped_columns(skipped: Sequence[SkippedEvent]) -> list[list[object]]:
     return [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(8)]
 
 
+@driver_errors_translated
 class ChainStore:
     """The chain side's store (chain.ports.ChainStorage)."""
 

@@ -10,6 +10,7 @@ from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import StoredEnvelope
 from xnode.core.query import EnvelopeQuery
+from xnode.store.errors import driver_errors_translated
 from xnode.store.partitions import by_key
 
 _COLUMNS = "originator_node_id, originator_sequence_id, topic, envelope, expiry_unixtime"
@@ -80,6 +81,7 @@ def _rows_to_envelopes(rows: Sequence[asyncpg.Record]) -> list[StoredEnvelope]:
     return [StoredEnvelope(r[0], r[1], r[2], r[3], r[4] or 0) for r in rows]
 
 
+@driver_errors_translated
 class EnvelopeStore:
     def __init__(self, pool: asyncpg.Pool, clock: Clock = SYSTEM_CLOCK) -> None:
         self.pool = pool

@@ -23,6 +23,7 @@ from xnode.core.partitions import (
     periods_to_add,
     periods_to_drop,
 )
+from xnode.store.errors import driver_errors_translated
 
 PARTITIONS_LOCK_KEY = 0x786E6F6465_09
 LOCK_TIMEOUT = "2s"
@@ -114,6 +115,7 @@ async def _drop(conn: asyncpg.Connection, dropped: list[Partition]) -> int:
     return int(done.split()[-1])
 
 
+@driver_errors_translated
 class EnvelopePartitions:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool

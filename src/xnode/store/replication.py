@@ -11,6 +11,7 @@ import asyncpg
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.forks import ForkResolution
 from xnode.core.verification import Position
+from xnode.store.errors import driver_errors_translated
 from xnode.store.forks import resolve_fork
 from xnode.store.logs import extend_trees, leaf_columns
 from xnode.store.notifications import NOTIFY_CHANNEL, commit_notice
@@ -60,6 +61,7 @@ SELECT originator_node_id, array_agg(originator_sequence_id) FROM inserted GROUP
 """
 
 
+@driver_errors_translated
 class ReplicationStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool

@@ -26,13 +26,14 @@ from xnode.core.envelopes import (
 )
 from xnode.core.fees import FeeSchedule, Pricing
 from xnode.core.merkle import Frontier
-from xnode.store.logs import STORED_MIN_LEVEL, extend_tree, node_columns
-from xnode.store.notifications import NOTIFY_CHANNEL
-from xnode.usecases.crypto_threads import (
+from xnode.runtime.crypto_threads import (
     has_signing_process,
     in_crypto_thread,
     in_signing_process,
 )
+from xnode.store.errors import driver_errors_translated
+from xnode.store.logs import STORED_MIN_LEVEL, extend_tree, node_columns
+from xnode.store.notifications import NOTIFY_CHANNEL
 
 _READ_CLOCK = "SELECT sequence_id, last_ns FROM vector_clock WHERE originator_node_id = $1"
 _LOCK_CLOCK = _READ_CLOCK + " FOR UPDATE"
@@ -259,6 +260,7 @@ async def append_originated(
     return signed
 
 
+@driver_errors_translated
 class Sequencer:
     """Appends batches for one node; the fast path when this process is the only appender."""
 
