@@ -128,8 +128,8 @@ def node_settings(dsn: str, spec: NodeSpec, node_id: int = 100, **extra: Any) ->
 async def start_node() -> AsyncIterator[Callable[..., Any]]:
     """Starts nodes in this process (`await start_node(**settings)`); stops them after."""
     from xnode.config import Settings
-    from xnode.server import Node
-    from xnode.server import start_node as start
+    from xnode.server.wiring import Node
+    from xnode.server.wiring import start_node as start
 
     started: list[Node] = []
 

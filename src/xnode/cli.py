@@ -17,7 +17,8 @@ from xnode.gateway.cli import add_gateway_parser
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from xnode.server import StartupError, run
+    from xnode.server.bootstrap import StartupError
+    from xnode.server.wiring import run
     from xnode.store.identity import WrongNodeError
 
     settings = settings_from_args(args)

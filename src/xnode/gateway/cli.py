@@ -16,7 +16,7 @@ from xnode.gateway.settings import add_gateway_flags, gateway_settings_from_args
 
 def _cmd_gateway(args: argparse.Namespace) -> int:
     from xnode.gateway.server import run_gateway
-    from xnode.server import StartupError
+    from xnode.server.bootstrap import StartupError
 
     try:
         settings = gateway_settings_from_args(args)

@@ -34,7 +34,7 @@ from xnode.gateway.settings import GatewaySettings
 from xnode.gateway.usage import UsageLog
 from xnode.observability.logging import configure_logging
 from xnode.observability.metrics import MetricsServer, serve_metrics
-from xnode.server import StartupError, open_registry
+from xnode.server.bootstrap import StartupError, open_registry
 from xnode.tls import ClientTls, ServerTls, TlsConfigError
 from xnode.usecases.limits import LocalBuckets
 from xnode.usecases.registry_source import RegistrySource
