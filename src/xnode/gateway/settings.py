@@ -151,6 +151,12 @@ class GatewaySettings(BaseSettings):
     shutdown_grace_seconds: float = Field(
         10.0, description="How long SIGTERM waits for in-flight requests", ge=0
     )
+    stop_step_seconds: float = Field(
+        15.0,
+        description="Stopping: how long each part may take to stop beyond the grace before it "
+        "is forced (logged as node_stop_step_overran with the pending tasks' stacks)",
+        gt=0,
+    )
     log_level: str = Field("info", description="debug, info, warning or error")
     log_format: Literal["console", "json"] = Field("console", description="console or json")
 
