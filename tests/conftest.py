@@ -273,10 +273,11 @@ def chain_env(tmp_path: Path) -> Iterator[ChainEnv]:
     from xnode.chain.anvil import AnvilNotInstalledError, find_anvil_binary, start_anvil
     from xnode.chain.contracts import deploy_all
     from xnode.chain.deployment import write_contracts_file
+    from xnode.config import Settings
 
     root = Path(__file__).resolve().parents[1]
     try:
-        binary = find_anvil_binary(root)
+        binary = find_anvil_binary(root, Settings().anvil_bin)
     except AnvilNotInstalledError as exc:
         pytest.fail(f"{exc}\nThe chain tests need the pinned anvil: run `npm ci` in {root}.")
     anvil = start_anvil(binary=binary)

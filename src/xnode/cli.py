@@ -38,7 +38,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     from xnode.store.migrate import upgrade_to_head
 
     settings = settings_from_args(args)
-    upgrade_to_head(settings.database_dsn)
+    upgrade_to_head(settings.database_dsn, settings.migrations_dir)
     print("database is at the latest schema")
     return 0
 

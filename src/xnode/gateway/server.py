@@ -90,9 +90,8 @@ def _credentials(settings: GatewaySettings) -> _Credentials:
 
 
 async def _open_registry(settings: GatewaySettings, stops: Stops) -> RegistrySource:
-    node_settings = settings.node_settings()
-    chain = await open_chain(node_settings, stops, wanted=settings.registry_source != "file")
-    registry = await open_registry(node_settings, chain)
+    chain = await open_chain(settings, stops, wanted=settings.registry_source != "file")
+    registry = await open_registry(settings, chain)
     if registry is None:
         raise StartupError(
             "the gateway needs a node registry: set nodes_file, or chain_rpc_url and contracts_file"

@@ -18,7 +18,7 @@ from xnode.chain.node import (
     connect_chain,
 )
 from xnode.chain.verify import ChainSetupError
-from xnode.config import Settings
+from xnode.config import RegistryGroup, Settings
 from xnode.core.crypto import SigningKey, address_of
 from xnode.core.registry import RegistryError
 from xnode.replication.ingest import BulkVerifiers, start_bulk
@@ -45,7 +45,7 @@ class StartupError(RuntimeError):
     """A configuration or environment problem that stops the node before it serves."""
 
 
-def registry_source(settings: Settings) -> RegistrySource | None:
+def registry_source(settings: RegistryGroup) -> RegistrySource | None:
     if settings.nodes_file is None:
         return None
     try:
@@ -55,7 +55,7 @@ def registry_source(settings: Settings) -> RegistrySource | None:
 
 
 async def open_chain(
-    settings: Settings, stops: Stops, wanted: bool = True
+    settings: RegistryGroup, stops: Stops, wanted: bool = True
 ) -> ChainConnection | None:
     """The chain's connection when the chain is configured (and `wanted`), closed among the
     last stop steps."""
@@ -71,7 +71,9 @@ async def open_chain(
     return chain
 
 
-async def open_registry(settings: Settings, chain: ChainConnection | None) -> RegistrySource | None:
+async def open_registry(
+    settings: RegistryGroup, chain: ChainConnection | None
+) -> RegistrySource | None:
     """The chain's NodeRegistry when the chain is configured (or asked for), else the file."""
     if settings.registry_source == "file" or (settings.registry_source == "auto" and chain is None):
         return registry_source(settings)
@@ -166,7 +168,7 @@ async def open_database(
         database.start_watch(settings.database_primary_check_seconds)
         stops.add(Phase.DATABASE, database.stop_watch)
     if settings.migrate_on_start:
-        await asyncio.to_thread(upgrade_to_head, database.primary_dsn)
+        await asyncio.to_thread(upgrade_to_head, database.primary_dsn, settings.migrations_dir)
     pool = await create_pool(settings, database.connect)
     # close() waits for every connection to be released; forced, the pool is terminated.
     stops.add(Phase.DATABASE, pool.close, "Pool.close", pool.terminate)
