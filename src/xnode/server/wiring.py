@@ -54,6 +54,7 @@ from xnode.server.bootstrap import (
 )
 from xnode.server.commits import OtherWorkersCommits, start_originator
 from xnode.server.gauges import node_gauges
+from xnode.server.replication import replication_worker
 from xnode.server.roles import SOLE, WorkerRole
 from xnode.server.serving import (
     GrpcServing,
@@ -79,8 +80,6 @@ from xnode.store.notifications import CommitListener
 from xnode.store.primary import Database
 from xnode.store.probe import PostgresProbe
 from xnode.store.replica import Replica
-from xnode.store.replication import ReplicationStore
-from xnode.store.scrub import ScrubStore
 from xnode.store.subscription_slots import SharedSubscriptionSlots
 from xnode.tls import ServerTls
 from xnode.usecases import crypto_threads
@@ -89,7 +88,7 @@ from xnode.usecases.forwarding import ForwardingOriginator
 from xnode.usecases.health import DATABASE, HealthMonitor
 from xnode.usecases.identity import IdentityUpdates
 from xnode.usecases.limits import ApiLimits
-from xnode.usecases.logs import CheckpointIntake, LogQueries
+from xnode.usecases.logs import LogQueries
 from xnode.usecases.node_state import NodeState
 from xnode.usecases.originator import Originator
 from xnode.usecases.ports import EnvelopeReader
@@ -205,20 +204,8 @@ async def _start(
     if registry is not None and role.primary:
         own_store = PostgresProbe(database.connect)  # its own connection, not the monitor's
         stops.add_sync(Phase.PEERS, own_store.close)
-        replication = ReplicationWorker(
-            None if settings.read_only else node_id,  # read-only: its tokens name its key
-            key,
-            registry,
-            ReplicationStore(pool),
-            recorder,
-            state.stored,
-            token,
-            ReplicationConfig.from_settings(settings, tls.peers),
-            checkpoints=CheckpointIntake(logs),
-            own_store=own_store,
-            logs=logs,
-            forks=ForkStore(pool),
-            scrub=ScrubStore(pool),
+        replication = replication_worker(
+            settings, key, registry, pool, recorder, state, token, tls, logs, own_store
         )
         stops.add(Phase.PEERS, replication.stop, "ReplicationWorker.stop", replication.force_stop)
     originator = None
