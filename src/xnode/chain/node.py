@@ -1,5 +1,5 @@
 """The chain side of a node, built from Settings: connection checks, registry reader,
-indexer, publisher and inbox resolver. server.py wires these into the node."""
+indexer, publisher and inbox resolver. xnode.server wires these into the node."""
 
 from __future__ import annotations
 
