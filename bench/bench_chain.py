@@ -48,7 +48,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.devtools.postgres import PgCluster, start_cluster
 from xnode.observability.logging import configure_logging
-from xnode.server import Node, start_node
+from xnode.server.wiring import Node, start_node
 from xnode.store.migrate import upgrade_to_head
 
 BATCH = 500  # raw transactions per JSON-RPC batch

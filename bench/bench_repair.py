@@ -49,7 +49,7 @@ from xnode.core.reconciliation import Fingerprint, SequenceRange, fingerprint_pa
 from xnode.devtools.postgres import start_cluster
 from xnode.replication.anti_entropy import FETCH_SPAN, Repair
 from xnode.replication.ingest import IngestContext, OriginatorLog, bulk_verifiers, start_bulk
-from xnode.server import settle_heap
+from xnode.server.bootstrap import settle_heap
 from xnode.store.logs import STORED_MIN_LEVEL, LogStore
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.replication import ReplicationStore
@@ -385,7 +385,8 @@ async def warm(pool: asyncpg.Pool) -> None:
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
-    """The node's pool reset (xnode.server._keep_session): nothing beyond asyncpg's rollback."""
+    """The node's pool reset (xnode.server.bootstrap._keep_session): nothing beyond asyncpg's
+    rollback."""
 
 
 async def _nothing(stored: object) -> None:

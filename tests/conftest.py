@@ -163,8 +163,8 @@ def node_settings(dsn: str, spec: NodeSpec, node_id: int = 100, **extra: Any) ->
 async def start_node() -> AsyncIterator[Callable[..., Any]]:
     """Starts nodes in this process (`await start_node(**settings)`); stops them after."""
     from xnode.config import Settings
-    from xnode.server import Node
-    from xnode.server import start_node as start
+    from xnode.server.wiring import Node
+    from xnode.server.wiring import start_node as start
 
     started: list[Node] = []
 
@@ -308,10 +308,11 @@ def chain_env(tmp_path: Path) -> Iterator[ChainEnv]:
     from xnode.chain.anvil import AnvilNotInstalledError, find_anvil_binary, start_anvil
     from xnode.chain.contracts import deploy_all
     from xnode.chain.deployment import write_contracts_file
+    from xnode.config import Settings
 
     root = Path(__file__).resolve().parents[1]
     try:
-        binary = find_anvil_binary(root)
+        binary = find_anvil_binary(root, Settings().anvil_bin)
     except AnvilNotInstalledError as exc:
         pytest.fail(f"{exc}\nThe chain tests need the pinned anvil: run `npm ci` in {root}.")
     anvil = start_anvil(binary=binary)

@@ -17,7 +17,8 @@ from xnode.gateway.cli import add_gateway_parser
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from xnode.server import StartupError, run
+    from xnode.server.bootstrap import StartupError
+    from xnode.server.wiring import run
     from xnode.store.identity import WrongNodeError
 
     settings = settings_from_args(args)
@@ -37,7 +38,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     from xnode.store.migrate import upgrade_to_head
 
     settings = settings_from_args(args)
-    upgrade_to_head(settings.database_dsn)
+    upgrade_to_head(settings.database_dsn, settings.migrations_dir)
     print("database is at the latest schema")
     return 0
 

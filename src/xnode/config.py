@@ -1,7 +1,10 @@
 """Settings: `XNODE_*` environment variables, overridden by matching CLI flags.
 
 Each field below is one row of the settings table (docs/configuration.md) (`--listen-address` is
-`XNODE_LISTEN_ADDRESS`, and so on).
+`XNODE_LISTEN_ADDRESS`, and so on). The fields are declared in groups (chain, registry,
+replication, logs, limits, fees, TLS, ...); the node's Settings and the gateway's
+GatewaySettings (xnode.gateway.settings) are made of them, each with its own env prefix, so a
+setting both have is declared once and its environment name stays flat.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from xnode.core.crypto import SigningKey
@@ -25,16 +28,176 @@ from xnode.usecases.limits import LimitPolicy
 MAX_AUTO_WORKERS = 4
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="XNODE_", extra="ignore")
+def host_port(value: str) -> str:
+    """An optional host:port (empty: off)."""
+    if value and not value.rpartition(":")[2].isdigit():
+        raise ValueError(f"expected host:port, got {value!r}")
+    return value
 
-    listen_address: str = Field("127.0.0.1:5050", description="gRPC listen host:port")
+
+class ServingGroup(BaseModel):
+    """The listeners, shared by node and gateway (each has its own listen_address and
+    metrics_address)."""
+
     http_listen_address: str = Field(
         "", description="gRPC-web and HTTP/JSON (/mls/v2/...) host:port; empty: off"
     )
     http_cors_origins: str = Field(
         "", description="Origins browsers may call the HTTP port from, comma-separated; * any"
     )
+    max_message_mib: int = Field(25, description="Largest gRPC message, MiB", gt=0)
+    shutdown_grace_seconds: float = Field(
+        10.0,
+        description="SIGTERM: how long accepted publishes get to answer (new: UNAVAILABLE)",
+        ge=0,
+    )
+    stop_step_seconds: float = Field(
+        15.0,
+        description="Stopping: how long each part may take to stop beyond the grace before it "
+        "is forced (logged as node_stop_step_overran with the pending tasks' stacks)",
+        gt=0,
+    )
+
+    @field_validator("http_listen_address")
+    @classmethod
+    def _http_host_port(cls, value: str) -> str:
+        return host_port(value)
+
+    @property
+    def cors_origins(self) -> list[str]:
+        return cors_origins(self.http_cors_origins)
+
+
+class LoggingGroup(BaseModel):
+    """How the process logs (structlog), shared by node and gateway."""
+
+    log_level: str = Field("info", description="debug, info, warning or error")
+    log_format: Literal["console", "json"] = Field("console", description="console or json")
+
+
+class ChainGroup(BaseModel):
+    """The app chain's connection, shared by node and gateway."""
+
+    chain_rpc_url: str | None = Field(
+        None, description="Chain JSON-RPC URL (http); with contracts_file it enables the chain"
+    )
+    contracts_file: Path | None = Field(
+        None, description="Chain id, contract addresses, deploy block (`xnode chain deploy`)"
+    )
+    chain_poll_seconds: float = Field(
+        0.5, description="How often the indexer and registry look for new blocks", gt=0
+    )
+    chain_rpc_timeout_seconds: float = Field(10.0, description="Chain RPC request timeout", gt=0)
+
+    @property
+    def chain_enabled(self) -> bool:
+        return bool(self.chain_rpc_url) and self.contracts_file is not None
+
+
+class RegistryGroup(ChainGroup):
+    """Where the node registry is read: a file, or the NodeRegistry contract (on the app
+    chain, or a registry chain of its own); shared by node and gateway."""
+
+    nodes_file: Path | None = Field(
+        None, description="Static node registry (JSON) for private deployments"
+    )
+    registry_rpc_url: str | None = Field(
+        None,
+        description="JSON-RPC URL of the chain holding the NodeRegistry (XIP: L1) when it is "
+        "not the app chain of the payload contracts; unset: chain_rpc_url",
+    )
+    registry_contracts_file: Path | None = Field(
+        None,
+        description="Contracts file (chain_id, node_registry) of the registry chain; unset: "
+        "contracts_file",
+    )
+    registry_source: Literal["auto", "chain", "file"] = Field(
+        "auto", description="Node registry: chain, file (nodes_file) or auto (chain if set)"
+    )
+    chain_registry_refresh_seconds: float = Field(
+        60.0, description="Full re-read of the node registry every N seconds", gt=0
+    )
+
+    @property
+    def registry_chain_apart(self) -> bool:
+        return bool(self.registry_rpc_url) or self.registry_contracts_file is not None
+
+
+class TlsGroup(BaseModel):
+    """The certificate the ports serve, shared by node and gateway."""
+
+    tls_cert_file: Path | None = Field(
+        None,
+        description="PEM certificate chain served on the gRPC and metrics ports (and shown to "
+        "https:// peers that ask); unset: plaintext, for local development",
+    )
+    tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file")
+
+
+class NodeGroup(BaseModel):
+    """The node itself: its ports, identity, processes and live delivery."""
+
+    listen_address: str = Field("127.0.0.1:5050", description="gRPC listen host:port")
+    metrics_address: str = Field(
+        "127.0.0.1:9464", description="Prometheus host:port; empty disables metrics"
+    )
+    signer_key: SecretStr | None = Field(
+        None, description="Node secp256k1 private key, hex (or use signer_key_file)"
+    )
+    signer_key_file: Path | None = Field(None, description="File holding the hex private key")
+    node_id: int | None = Field(
+        None, description="This node's id; checked against the registry when one is given"
+    )
+    read_only: bool = Field(
+        False,
+        description="Read-only node (XIP 3.4): needs no registered key (one is made if none is "
+        "set); replicates every originator from the registry's nodes, serves queries and "
+        "subscriptions, refuses publishes (FAILED_PRECONDITION), originates and reports nothing",
+    )
+    accept_read_only_peers: bool = Field(
+        True, description="Read-only nodes' tokens may open replication streams here"
+    )
+    # Default: one per core. With one sequencer per node (runtime.forwarding), each added
+    # worker adds throughput (docs/benchmarks.md, "Measurements behind choices in the code").
+    workers: int = Field(
+        0,
+        description="Serving processes sharing the node's ports, database and key "
+        f"(`xnode run --workers N`); 0: the number of cores, at most {MAX_AUTO_WORKERS}",
+        ge=0,
+    )
+    crypto_threads: int = Field(
+        0,
+        description="Threads per serving process recovering and signing publishes' signatures "
+        "off the event loop; 0: the cores this process may run on divided by the workers (at "
+        "least 1). More threads than that only wait for the GIL (docs/benchmarks.md)",
+        ge=0,
+    )
+    max_batch: int = Field(1000, description="Most envelopes one group commit takes", gt=0)
+    keepalive_seconds: float = Field(
+        30.0, description="Empty message on idle subscriptions every N seconds", gt=0
+    )
+    subscription_batch_seconds: float = Field(
+        0.05,
+        description="After a commit delivered to 100 or more live streams, the next commits "
+        "within this long are delivered together, one frame per stream (0: each at once)",
+        ge=0,
+    )
+    subscription_max_lag_seconds: float = Field(
+        5.0,
+        description="A live subscription whose stream leaves envelopes waiting this long is "
+        "ended (UNAVAILABLE, with its cursor), for its client to resubscribe from there",
+        gt=0,
+    )
+
+    @field_validator("listen_address", "metrics_address")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        return host_port(value)
+
+
+class DatabaseGroup(BaseModel):
+    """The node's Postgres: primary (or several hosts), replica, pool, migrations."""
+
     database_dsn: str = Field(
         "postgresql://postgres@127.0.0.1:5432/xnode",
         description="PostgreSQL DSN; several hosts (postgresql://u@h1:p1,h2:p2/db): the one "
@@ -57,59 +220,24 @@ class Settings(BaseSettings):
         description="With several database hosts: how often they are asked which takes writes",
         gt=0,
     )
-    signer_key: SecretStr | None = Field(
-        None, description="Node secp256k1 private key, hex (or use signer_key_file)"
+    db_pool_size: int = Field(16, description="Most Postgres connections per process", gt=1)
+    migrate_on_start: bool = Field(True, description="Apply database migrations at start-up")
+    migrations_dir: Path | None = Field(
+        None, description="Directory of the alembic migrations; unset: the source checkout's"
     )
-    signer_key_file: Path | None = Field(None, description="File holding the hex private key")
-    node_id: int | None = Field(
-        None, description="This node's id; checked against the registry when one is given"
-    )
-    read_only: bool = Field(
-        False,
-        description="Read-only node (XIP 3.4): needs no registered key (one is made if none is "
-        "set); replicates every originator from the registry's nodes, serves queries and "
-        "subscriptions, refuses publishes (FAILED_PRECONDITION), originates and reports nothing",
-    )
-    accept_read_only_peers: bool = Field(
-        True, description="Read-only nodes' tokens may open replication streams here"
-    )
-    nodes_file: Path | None = Field(
-        None, description="Static node registry (JSON) for private deployments"
-    )
-    chain_rpc_url: str | None = Field(
-        None, description="Chain JSON-RPC URL (http); with contracts_file it enables the chain"
-    )
-    contracts_file: Path | None = Field(
-        None, description="Chain id, contract addresses, deploy block (`xnode chain deploy`)"
-    )
-    registry_rpc_url: str | None = Field(
-        None,
-        description="JSON-RPC URL of the chain holding the NodeRegistry (XIP: L1) when it is "
-        "not the app chain of the payload contracts; unset: chain_rpc_url",
-    )
-    registry_contracts_file: Path | None = Field(
-        None,
-        description="Contracts file (chain_id, node_registry) of the registry chain; unset: "
-        "contracts_file",
-    )
-    registry_source: Literal["auto", "chain", "file"] = Field(
-        "auto", description="Node registry: chain, file (nodes_file) or auto (chain if set)"
-    )
+
+
+class NodeChainGroup(ChainGroup):
+    """What the node does on the chain: indexing, publishing, administration."""
+
     chain_confirmations: int = Field(
         0, description="Blocks mined on top of a block before it is indexed (soft finality)", ge=0
-    )
-    chain_poll_seconds: float = Field(
-        0.5, description="How often the indexer and registry look for new blocks", gt=0
     )
     chain_page_blocks: int = Field(
         2000, description="Most blocks one eth_getLogs request covers when backfilling", gt=0
     )
-    chain_rpc_timeout_seconds: float = Field(10.0, description="Chain RPC request timeout", gt=0)
     chain_max_lag_blocks: int = Field(
         2, description="Chain publishes get UNAVAILABLE when the index trails more", ge=0
-    )
-    chain_registry_refresh_seconds: float = Field(
-        60.0, description="Full re-read of the node registry every N seconds", gt=0
     )
     chain_publisher_key: SecretStr | None = Field(
         None, description="Key paying for chain transactions, hex (default: the signer key)"
@@ -120,45 +248,17 @@ class Settings(BaseSettings):
     chain_publish_timeout_seconds: float = Field(
         30.0, description="Longest wait for a chain payload to be mined and indexed", gt=0
     )
-    metrics_address: str = Field(
-        "127.0.0.1:9464", description="Prometheus host:port; empty disables metrics"
+    chain_owner_key: SecretStr | None = Field(
+        None, description="`xnode chain`: hex private key of the deployer / registry owner"
     )
-    log_level: str = Field("info", description="debug, info, warning or error")
-    log_format: Literal["console", "json"] = Field("console", description="console or json")
-    max_batch: int = Field(1000, description="Most envelopes one group commit takes", gt=0)
-    keepalive_seconds: float = Field(
-        30.0, description="Empty message on idle subscriptions every N seconds", gt=0
+    anvil_bin: Path | None = Field(
+        None, description="anvil binary for `xnode devnet` and the tests; unset: node_modules/"
     )
-    subscription_batch_seconds: float = Field(
-        0.05,
-        description="After a commit delivered to 100 or more live streams, the next commits "
-        "within this long are delivered together, one frame per stream (0: each at once)",
-        ge=0,
-    )
-    subscription_max_lag_seconds: float = Field(
-        5.0,
-        description="A live subscription whose stream leaves envelopes waiting this long is "
-        "ended (UNAVAILABLE, with its cursor), for its client to resubscribe from there",
-        gt=0,
-    )
-    max_message_mib: int = Field(25, description="Largest gRPC message, MiB", gt=0)
-    shutdown_grace_seconds: float = Field(
-        10.0,
-        description="SIGTERM: how long accepted publishes get to answer (new: UNAVAILABLE)",
-        ge=0,
-    )
-    stop_step_seconds: float = Field(
-        15.0,
-        description="Stopping: how long each part may take to stop beyond the grace before it "
-        "is forced (logged as node_stop_step_overran with the pending tasks' stacks)",
-        gt=0,
-    )
-    tls_cert_file: Path | None = Field(
-        None,
-        description="PEM certificate chain served on the gRPC and metrics ports (and shown to "
-        "https:// peers that ask); unset: plaintext, for local development",
-    )
-    tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file")
+
+
+class NodeTlsGroup(TlsGroup):
+    """Client certificates asked of callers, and the CA of https:// peers."""
+
     tls_client_ca_file: Path | None = Field(
         None, description="PEM CA that client certificates are checked against; unset: none asked"
     )
@@ -169,23 +269,11 @@ class Settings(BaseSettings):
     tls_peer_ca_file: Path | None = Field(
         None, description="PEM CA that https:// peers' certificates must chain to (default: system)"
     )
-    migrate_on_start: bool = Field(True, description="Apply database migrations at start-up")
-    # Default: one per core. With one sequencer per node (runtime.forwarding), each added
-    # worker adds throughput (docs/benchmarks.md, "Measurements behind choices in the code").
-    workers: int = Field(
-        0,
-        description="Serving processes sharing the node's ports, database and key "
-        f"(`xnode run --workers N`); 0: the number of cores, at most {MAX_AUTO_WORKERS}",
-        ge=0,
-    )
-    crypto_threads: int = Field(
-        0,
-        description="Threads per serving process recovering and signing publishes' signatures "
-        "off the event loop; 0: the cores this process may run on divided by the workers (at "
-        "least 1). More threads than that only wait for the GIL (docs/benchmarks.md)",
-        ge=0,
-    )
-    db_pool_size: int = Field(16, description="Most Postgres connections per process", gt=1)
+
+
+class ReplicationGroup(BaseModel):
+    """Peer streams, fallback relays, repair and scrub (XIP-49 3.2)."""
+
     replication_response_timeout_seconds: float = Field(
         10.0, description="A peer stream unanswered this long is UNRESPONSIVE_NODE (XIP T)", gt=0
     )
@@ -228,6 +316,21 @@ class Settings(BaseSettings):
         " and fetch what is missing, every N seconds (0: off)",
         ge=0,
     )
+    replication_verify_threads: int = Field(
+        2, description="Threads verifying signatures of envelopes received from peers", ge=1
+    )
+    # They die with the node however it dies, SIGKILL included (xnode.replication.lifeline).
+    replication_verify_processes: int = Field(
+        2,
+        description="Processes verifying large repairs (threads contend for the GIL there);"
+        " they exit with the node, even one killed with SIGKILL; 0: threads only",
+        ge=0,
+    )
+
+
+class RetentionGroup(BaseModel):
+    """Envelope partitions made ahead and dropped once expired (docs/operations.md)."""
+
     retention_seconds: float = Field(
         3600.0,
         description="Retention: every N seconds add envelope partitions ahead, drop those"
@@ -252,16 +355,11 @@ class Settings(BaseSettings):
         description="A plan of spark_jobs.retention_expiry, applied (as `xnode prune`) by"
         " each retention run after it changes",
     )
-    replication_verify_threads: int = Field(
-        2, description="Threads verifying signatures of envelopes received from peers", ge=1
-    )
-    # They die with the node however it dies, SIGKILL included (xnode.replication.lifeline).
-    replication_verify_processes: int = Field(
-        2,
-        description="Processes verifying large repairs (threads contend for the GIL there);"
-        " they exit with the node, even one killed with SIGKILL; 0: threads only",
-        ge=0,
-    )
+
+
+class LogsGroup(BaseModel):
+    """The node's committed log (leaves, tree, signed checkpoints); not logging."""
+
     # Checkpoints are spaced so that signing them stays a small share of a fast node's publish
     # CPU, and a slow node still gets one every few seconds from the timer
     # (docs/benchmarks.md, "Measurements behind choices in the code").
@@ -277,6 +375,10 @@ class Settings(BaseSettings):
     log_checkpoint_seconds: float = Field(
         5.0, description="Sign a checkpoint of this node's log every N seconds, when it grew", gt=0
     )
+
+
+class FeesGroup(BaseModel):
+    """The fee schedule the node prices envelopes by (XIP-49 3.2.1)."""
 
     fee_envelope_picodollars: int = Field(
         0, description="Base fee per envelope, picodollars (XIP 3.2.1; docs/protocol.md)", ge=0
@@ -296,6 +398,20 @@ class Settings(BaseSettings):
     fee_rate_window_seconds: int = Field(
         10, description="Window of the publish rate the congestion fee follows", ge=1
     )
+
+    def fee_schedule(self) -> FeeSchedule:
+        return FeeSchedule(
+            self.fee_envelope_picodollars,
+            self.fee_byte_day_picodollars,
+            self.fee_target_rate,
+            self.fee_congestion_step_picodollars,
+            self.fee_congestion_max_picodollars,
+        )
+
+
+class LimitsGroup(BaseModel):
+    """Rate and byte limits on the APIs, and the payers allowed (XIP-49 3.2.5)."""
+
     limits_enabled: bool = Field(True, description="Rate and byte limits on the APIs (XIP 3.2.5)")
     limit_burst_seconds: float = Field(
         2.0, description="A limit's bucket holds this many seconds of its rate", gt=0
@@ -344,33 +460,6 @@ class Settings(BaseSettings):
     payer_deny_list: str = Field(
         "", description="Payer addresses (0x hex, comma separated) whose publishes are refused"
     )
-    watchdog_interval_seconds: float = Field(
-        30.0, description="xnode watchdog: seconds between two rounds of probes", gt=0
-    )
-    watchdog_timeout_seconds: float = Field(
-        10.0,
-        description="xnode watchdog: a probe unanswered this long is UNRESPONSIVE_NODE (XIP T)",
-        gt=0,
-    )
-    watchdog_slow_seconds: float = Field(
-        5.0,
-        description="xnode watchdog: an answer slower than this is SLOW_NODE (XIP t)",
-        gt=0,
-    )
-    watchdog_as_node: bool = Field(
-        False,
-        description="xnode watchdog files its reports as this node (its database, signed with "
-        "its key); otherwise it submits them as a client to other nodes",
-    )
-    watchdog_report_copies: int = Field(
-        2, description="xnode watchdog as a client: nodes each report is submitted to", ge=1
-    )
-    watchdog_envelopes_per_round: int = Field(
-        200,
-        description="xnode watchdog: envelopes asked of each node per round (compared across "
-        "nodes and, for chain payloads, with the chain)",
-        ge=1,
-    )
 
     @field_validator("payer_allow_list", "payer_deny_list")
     @classmethod
@@ -379,55 +468,6 @@ class Settings(BaseSettings):
             if len(address) != 20:
                 raise ValueError(f"expected 20-byte 0x addresses, got 0x{address.hex()}")
         return value
-
-    @field_validator("listen_address", "metrics_address", "http_listen_address")
-    @classmethod
-    def _host_port(cls, value: str) -> str:
-        if value and not value.rpartition(":")[2].isdigit():
-            raise ValueError(f"expected host:port, got {value!r}")
-        return value
-
-    def signing_key(self) -> SigningKey:
-        key = key_from(self.signer_key, self.signer_key_file)
-        if key is None:
-            raise ValueError(
-                "no signer key: set XNODE_SIGNER_KEY or XNODE_SIGNER_KEY_FILE (see `xnode keygen`)"
-            )
-        return key
-
-    def worker_count(self) -> int:
-        """`workers`, or with 0 the cores this process may run on (at most MAX_AUTO_WORKERS)."""
-        if self.workers:
-            return self.workers
-        return max(1, min(len(os.sched_getaffinity(0)), MAX_AUTO_WORKERS))
-
-    def crypto_thread_count(self) -> int:
-        """`crypto_threads`, or with 0 this process's share of the cores."""
-        if self.crypto_threads:
-            return self.crypto_threads
-        return share(len(os.sched_getaffinity(0)), self.worker_count())
-
-    @property
-    def cors_origins(self) -> list[str]:
-        return cors_origins(self.http_cors_origins)
-
-    @property
-    def chain_enabled(self) -> bool:
-        return bool(self.chain_rpc_url) and self.contracts_file is not None
-
-    @property
-    def registry_chain_apart(self) -> bool:
-        """Whether the NodeRegistry is read from another chain than the payload contracts."""
-        return bool(self.registry_rpc_url) or self.registry_contracts_file is not None
-
-    def fee_schedule(self) -> FeeSchedule:
-        return FeeSchedule(
-            self.fee_envelope_picodollars,
-            self.fee_byte_day_picodollars,
-            self.fee_target_rate,
-            self.fee_congestion_step_picodollars,
-            self.fee_congestion_max_picodollars,
-        )
 
     def limit_policy(self) -> LimitPolicy:
         burst = self.limit_burst_seconds
@@ -458,6 +498,77 @@ class Settings(BaseSettings):
 
     def payers_denied(self) -> frozenset[bytes]:
         return _addresses(self.payer_deny_list)
+
+
+class WatchdogGroup(BaseModel):
+    """`xnode watchdog`: probes of every registered node."""
+
+    watchdog_interval_seconds: float = Field(
+        30.0, description="xnode watchdog: seconds between two rounds of probes", gt=0
+    )
+    watchdog_timeout_seconds: float = Field(
+        10.0,
+        description="xnode watchdog: a probe unanswered this long is UNRESPONSIVE_NODE (XIP T)",
+        gt=0,
+    )
+    watchdog_slow_seconds: float = Field(
+        5.0,
+        description="xnode watchdog: an answer slower than this is SLOW_NODE (XIP t)",
+        gt=0,
+    )
+    watchdog_as_node: bool = Field(
+        False,
+        description="xnode watchdog files its reports as this node (its database, signed with "
+        "its key); otherwise it submits them as a client to other nodes",
+    )
+    watchdog_report_copies: int = Field(
+        2, description="xnode watchdog as a client: nodes each report is submitted to", ge=1
+    )
+    watchdog_envelopes_per_round: int = Field(
+        200,
+        description="xnode watchdog: envelopes asked of each node per round (compared across "
+        "nodes and, for chain payloads, with the chain)",
+        ge=1,
+    )
+
+
+class Settings(
+    NodeGroup,
+    ServingGroup,
+    DatabaseGroup,
+    NodeChainGroup,
+    RegistryGroup,
+    NodeTlsGroup,
+    ReplicationGroup,
+    RetentionGroup,
+    LogsGroup,
+    FeesGroup,
+    LimitsGroup,
+    WatchdogGroup,
+    LoggingGroup,
+    BaseSettings,
+):
+    model_config = SettingsConfigDict(env_prefix="XNODE_", extra="ignore")
+
+    def signing_key(self) -> SigningKey:
+        key = key_from(self.signer_key, self.signer_key_file)
+        if key is None:
+            raise ValueError(
+                "no signer key: set XNODE_SIGNER_KEY or XNODE_SIGNER_KEY_FILE (see `xnode keygen`)"
+            )
+        return key
+
+    def worker_count(self) -> int:
+        """`workers`, or with 0 the cores this process may run on (at most MAX_AUTO_WORKERS)."""
+        if self.workers:
+            return self.workers
+        return max(1, min(len(os.sched_getaffinity(0)), MAX_AUTO_WORKERS))
+
+    def crypto_thread_count(self) -> int:
+        """`crypto_threads`, or with 0 this process's share of the cores."""
+        if self.crypto_threads:
+            return self.crypto_threads
+        return share(len(os.sched_getaffinity(0)), self.worker_count())
 
     def chain_publisher_signing_key(self) -> SigningKey:
         key = key_from(self.chain_publisher_key, self.chain_publisher_key_file)
@@ -518,13 +629,50 @@ def key_from(secret: SecretStr | None, path: Path | None) -> SigningKey | None:
     return None
 
 
-def settings_table() -> str:
-    """The settings table of docs/configuration.md, generated so it cannot drift from the code."""
-    rows = ["| env var | flag | default | meaning |", "|---|---|---|---|"]
-    for name, info in Settings.model_fields.items():
-        default = info.default if info.default not in (None, "") else "(unset)"
-        rows.append(
-            f"| `XNODE_{name.upper()}` | `--{name.replace('_', '-')}` | `{default}` "
-            f"| {info.description} |"
-        )
-    return "\n".join(rows)
+# The node's settings by group, in the order docs/configuration.md lists them.
+NODE_GROUPS: tuple[tuple[str, tuple[type[BaseModel], ...]], ...] = (
+    ("node", (NodeGroup,)),
+    ("serving", (ServingGroup,)),
+    ("database", (DatabaseGroup,)),
+    ("chain", (ChainGroup, NodeChainGroup)),
+    ("registry", (RegistryGroup,)),
+    ("tls", (TlsGroup, NodeTlsGroup)),
+    ("replication", (ReplicationGroup,)),
+    ("retention", (RetentionGroup,)),
+    ("logs", (LogsGroup,)),
+    ("fees", (FeesGroup,)),
+    ("limits", (LimitsGroup,)),
+    ("watchdog", (WatchdogGroup,)),
+    ("logging", (LoggingGroup,)),
+)
+
+
+def _declared(group: type[BaseModel]) -> list[str]:
+    """The fields a group declares itself (not those of the group it extends)."""
+    return [name for name in group.__annotations__ if name in group.model_fields]
+
+
+def settings_table(
+    model: type[BaseSettings] | None = None,
+    groups: tuple[tuple[str, tuple[type[BaseModel], ...]], ...] = NODE_GROUPS,
+    rest: str = "other",
+) -> str:
+    """The settings tables of docs/configuration.md (one per group; the model's fields of no
+    group under `rest`), generated so they cannot drift from the code."""
+    model = model or Settings
+    prefix = model.model_config.get("env_prefix", "")
+    listed = [(title, [n for g in members for n in _declared(g)]) for title, members in groups]
+    grouped = {n for _, names in listed for n in names}
+    others = [n for n in model.model_fields if n not in grouped]
+    sections = []
+    for title, names in [*([(rest, others)] if others else []), *listed]:
+        rows = [f"### {title}", "", "| env var | flag | default | meaning |", "|---|---|---|---|"]
+        for name in names:
+            info = model.model_fields[name]
+            default = info.default if info.default not in (None, "") else "(unset)"
+            rows.append(
+                f"| `{prefix}{name.upper()}` | `--{name.replace('_', '-')}` | `{default}` "
+                f"| {info.description} |"
+            )
+        sections.append("\n".join(rows))
+    return "\n\n".join(sections)

@@ -1,6 +1,6 @@
 """`xnode run --workers N`: N serving processes of one node, started and watched by this one.
 
-Each worker is a whole node process (xnode.server) on the same gRPC and HTTP ports
+Each worker is a whole node process (xnode.server.wiring) on the same gRPC and HTTP ports
 (SO_REUSEPORT: the kernel spreads connections over them), the same database and key. Sequence
 ids stay gap-free because they are claimed from the node's row in the database
 (xnode.store.sequencer); the first worker runs what runs once per node (server.WorkerRole).
@@ -36,15 +36,10 @@ from xnode.config import Settings
 from xnode.observability.logging import configure_logging
 from xnode.observability.metrics import MetricsServer
 from xnode.observability.worker_metrics import serve_worker_metrics
-from xnode.server import (
-    NodeTls,
-    StartupError,
-    WorkerRole,
-    metrics_tls,
-    settle_heap,
-    skip_final_collection,
-    start_node,
-)
+from xnode.server.bootstrap import NodeTls, StartupError, settle_heap, skip_final_collection
+from xnode.server.roles import WorkerRole
+from xnode.server.serving import metrics_tls
+from xnode.server.wiring import start_node
 from xnode.store.identity import WrongNodeError
 
 log = structlog.get_logger(__name__)

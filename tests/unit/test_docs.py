@@ -21,6 +21,7 @@ import pytest
 from tests.docs_blocks import ROOT, Block, all_blocks, blocks_of, commands
 from xnode.cli import build_parser
 from xnode.config import settings_table
+from xnode.gateway.settings import gateway_settings_table
 
 BLOCKS = all_blocks()
 PYTHONS = {"python", "python3", ".venv/bin/python", sys.executable}
@@ -146,6 +147,11 @@ def test_block_commands_exist_with_their_flags(block: Block) -> None:
 def test_configuration_reference_is_generated_from_settings() -> None:
     page = (ROOT / "docs" / "configuration.md").read_text()
     assert settings_table() in page, "docs/configuration.md: paste the output of `xnode settings`"
+
+
+def test_gateway_settings_reference_is_generated_from_settings() -> None:
+    page = (ROOT / "docs" / "gateway.md").read_text()
+    assert gateway_settings_table() in page, "docs/gateway.md: paste gateway_settings_table()"
 
 
 def test_readme_is_a_front_door() -> None:

@@ -1,7 +1,8 @@
 """Start and stop a local anvil chain (tests and the devnet).
 
 The anvil binary comes from the pinned npm package ``@foundry-rs/anvil-linux-amd64``
-(``npm ci`` in the repository root). Set ``XNODE_ANVIL_BIN`` to use another binary.
+(``npm ci`` in the repository root). Set ``XNODE_ANVIL_BIN`` (the setting anvil_bin) to use
+another binary.
 """
 
 from __future__ import annotations
@@ -60,15 +61,14 @@ class AnvilNotInstalledError(AnvilError, FileNotFoundError):
     """The anvil binary is missing (run ``npm ci``)."""
 
 
-def find_anvil_binary(start: Path | None = None) -> Path:
-    """Locate anvil: $XNODE_ANVIL_BIN, else node_modules/ in ``start`` (default: the current
-    directory) or a parent, else node_modules/ above this source file (a source checkout)."""
-    override = os.environ.get(ANVIL_BIN_ENV)
-    if override:
-        path = Path(override)
-        if not path.is_file():
+def find_anvil_binary(start: Path | None = None, override: Path | None = None) -> Path:
+    """Locate anvil: `override` (the setting anvil_bin), else node_modules/ in ``start``
+    (default: the current directory) or a parent, else node_modules/ above this source file
+    (a source checkout)."""
+    if override is not None:
+        if not override.is_file():
             raise AnvilNotInstalledError(f"{ANVIL_BIN_ENV}={override} is not a file")
-        return path
+        return override
     bases = [(start or Path.cwd()).resolve(), Path(__file__).resolve().parent]
     for base in bases:
         for directory in (base, *base.parents):

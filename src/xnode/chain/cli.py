@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
+from xnode.config import Settings
 from xnode.core.crypto import SigningKey
+
+# A local devnet's (`xnode devnet`, anvil's default port).
+DEFAULT_RPC_URL = "http://127.0.0.1:8545"
+DEFAULT_CONTRACTS_FILE = "contracts.json"
 
 
 def _public_key(args: argparse.Namespace) -> bytes:
@@ -67,7 +71,20 @@ def _cmd_fund(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_settings(args: argparse.Namespace) -> None:
+    """Flags not given come from the settings (XNODE_CHAIN_RPC_URL, XNODE_CHAIN_OWNER_KEY,
+    XNODE_CONTRACTS_FILE), then the defaults for a local devnet."""
+    settings = Settings()
+    owner = settings.chain_owner_key
+    args.rpc_url = args.rpc_url or settings.chain_rpc_url or DEFAULT_RPC_URL
+    args.owner_key = args.owner_key or (owner.get_secret_value() if owner else None)
+    if hasattr(args, "contracts_file"):
+        contracts = settings.contracts_file or Path(DEFAULT_CONTRACTS_FILE)
+        args.contracts_file = args.contracts_file or str(contracts)
+
+
 def _run(args: argparse.Namespace) -> int:
+    _with_settings(args)
     if not args.owner_key:
         print("xnode chain: set --owner-key or XNODE_CHAIN_OWNER_KEY", file=sys.stderr)
         return 2
@@ -82,19 +99,17 @@ def add_chain_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--rpc-url",
-        default=os.environ.get("XNODE_CHAIN_RPC_URL", "http://127.0.0.1:8545"),
-        help="chain JSON-RPC URL [env XNODE_CHAIN_RPC_URL]",
+        help=f"chain JSON-RPC URL [env XNODE_CHAIN_RPC_URL, default {DEFAULT_RPC_URL}]",
     )
     common.add_argument(
         "--owner-key",
-        default=os.environ.get("XNODE_CHAIN_OWNER_KEY"),
         help="hex private key of the deployer / registry owner [env XNODE_CHAIN_OWNER_KEY]",
     )
     with_file = argparse.ArgumentParser(add_help=False, parents=[common])
     with_file.add_argument(
         "--contracts-file",
-        default=os.environ.get("XNODE_CONTRACTS_FILE", "contracts.json"),
-        help="written by `xnode chain deploy` [env XNODE_CONTRACTS_FILE]",
+        help=f"written by `xnode chain deploy` [env XNODE_CONTRACTS_FILE, default "
+        f"{DEFAULT_CONTRACTS_FILE}]",
     )
     chain = sub.add_parser("chain", help="deploy contracts and manage the node registry")
     chain.set_defaults(func=_run)

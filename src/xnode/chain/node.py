@@ -1,5 +1,5 @@
 """The chain side of a node, built from Settings: connection checks, registry reader,
-indexer, publisher and inbox resolver. server.py wires these into the node."""
+indexer, publisher and inbox resolver. xnode.server wires these into the node."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from xnode.chain.registry import ChainRegistrySource
 from xnode.chain.rpc import ChainRpc, ChainRpcError, ChainUnavailable
 from xnode.chain.transactions import TxSender
 from xnode.chain.verify import ChainSetupError, verify_deployment, verify_registry
-from xnode.config import Settings
+from xnode.config import RegistryGroup, Settings
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 
@@ -46,7 +46,7 @@ class ChainConnection:
             await self.registry_rpc.close()
 
 
-async def connect_chain(settings: Settings) -> ChainConnection:
+async def connect_chain(settings: RegistryGroup) -> ChainConnection:
     """Checks the RPC and the contracts file against each other (and the registry chain's,
     when it is apart); ChainSetupError otherwise."""
     assert settings.chain_rpc_url is not None and settings.contracts_file is not None
@@ -67,7 +67,7 @@ async def connect_chain(settings: Settings) -> ChainConnection:
     return ChainConnection(rpc, contracts, registry_rpc, address)
 
 
-async def _connect_registry(settings: Settings) -> tuple[ChainRpc, str]:
+async def _connect_registry(settings: RegistryGroup) -> tuple[ChainRpc, str]:
     """The registry chain: registry_rpc_url and registry_contracts_file, each defaulting to
     the app chain's setting."""
     path = settings.registry_contracts_file or settings.contracts_file
@@ -86,7 +86,7 @@ async def _connect_registry(settings: Settings) -> tuple[ChainRpc, str]:
     return rpc, address
 
 
-async def chain_registry(conn: ChainConnection, settings: Settings) -> ChainRegistrySource:
+async def chain_registry(conn: ChainConnection, settings: RegistryGroup) -> ChainRegistrySource:
     rpc, address = conn.registry
     try:
         return await ChainRegistrySource.open(

@@ -1,5 +1,5 @@
 """What the chain side needs from the rest of the node, implemented by the store and wired in
-server.py: the chain side never imports the store."""
+xnode.server: the chain side never imports the store."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """`xnode export`: incremental, crash-safe export of one node's database to Parquet.
 
 Joins three adapters: the store's pages (xnode.store.export), the Parquet writer
-(xnode.export.writer) and the registry the node itself would use (xnode.server, xnode.chain)."""
+(xnode.export.writer) and the registry the node itself would use (xnode.server.bootstrap,
+xnode.chain)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from xnode.commands.database import connection
 from xnode.config import Settings
 from xnode.core.registry import NodeEntry
 from xnode.export.writer import ExportError, ExportState, ExportWriter, LogSnapshotWriter
-from xnode.server import StartupError, open_registry
+from xnode.server.bootstrap import StartupError, open_registry
 from xnode.store.export import ExportSource, ExportSourceError, Pending
 
 DEFAULT_PAGE_ROWS = 10_000

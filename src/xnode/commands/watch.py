@@ -25,7 +25,13 @@ from xnode.commands.watchdog import (
 from xnode.config import Settings
 from xnode.observability.logging import configure_logging
 from xnode.observability.metrics import serve_metrics
-from xnode.server import NodeTls, StartupError, create_pool, open_registry, resolve_node_id
+from xnode.server.bootstrap import (
+    NodeTls,
+    StartupError,
+    create_pool,
+    open_registry,
+    resolve_node_id,
+)
 from xnode.store.misbehavior import MisbehaviorStore
 from xnode.usecases.registry_source import RegistrySource
 

@@ -23,6 +23,7 @@ from xnode.chain.anvil import (
 )
 from xnode.chain.contracts import NODE_REGISTRY, contract_at
 from xnode.chain.deployment import ContractsFileError, load_contracts_file
+from xnode.config import Settings
 from xnode.core.registry import NodeEntry
 
 # (node id, public key, http address) of a node the network should have.
@@ -45,7 +46,7 @@ class DevChain:
         `name` prefixes its files (a second chain: the registry's, apart from the app chain)."""
         prefix = f"{name}-" if name else ""
         anvil = start_anvil(
-            binary=find_anvil_binary(),
+            binary=find_anvil_binary(override=Settings().anvil_bin),
             port=port,
             log_path=state / f"{prefix}anvil.log",
             extra_args=("--state", str(state / f"{prefix}anvil-state.json")),

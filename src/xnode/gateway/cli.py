@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 import uvloop
 
-from xnode.gateway.settings import add_gateway_flags, gateway_settings_from_args
+from xnode.gateway.settings import (
+    GatewaySettings,
+    add_gateway_flags,
+    gateway_settings_from_args,
+)
 
 
 def _cmd_gateway(args: argparse.Namespace) -> int:
     from xnode.gateway.server import run_gateway
-    from xnode.server import StartupError
+    from xnode.server.bootstrap import StartupError
 
     try:
         settings = gateway_settings_from_args(args)
@@ -30,7 +33,10 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
 def _cmd_usage(args: argparse.Namespace) -> int:
     from xnode.gateway.usage import UsageLog, usage_table
 
-    path: Path = args.usage_path
+    path: Path | None = args.usage_path or GatewaySettings().usage_file
+    if path is None:
+        print("xnode gateway usage: set --usage-file or XNODE_GATEWAY_USAGE_FILE", file=sys.stderr)
+        return 2
     if not path.exists():
         print(f"xnode gateway usage: no usage file {path}", file=sys.stderr)
         return 2
@@ -58,9 +64,7 @@ def add_gateway_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "--usage-file",
         dest="usage_path",
         type=Path,
-        default=os.environ.get("XNODE_GATEWAY_USAGE_FILE") or None,
-        required=not os.environ.get("XNODE_GATEWAY_USAGE_FILE"),
-        help="the gateway's usage_file (default: $XNODE_GATEWAY_USAGE_FILE)",
+        help="the gateway's usage_file (default: its setting, XNODE_GATEWAY_USAGE_FILE)",
     )
     usage.add_argument("--json", action="store_true", help="JSON instead of a table")
     usage.set_defaults(func=_cmd_usage)

@@ -1,18 +1,29 @@
 """Gateway settings: `XNODE_GATEWAY_*` environment variables, overridden by CLI flags.
 
-The registry fields mean what the node's do (xnode.config.Settings); `node_settings()` hands
-them to the node's registry code so both read the registry the same way."""
+The settings it shares with the node (registry and chain, serving, TLS, logging) are the
+node's groups (xnode.config), read under this prefix; the node's registry code takes them
+as they are."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from xnode.config import Settings, add_flags, cors_origins, from_args, key_from
+from xnode.config import (
+    ChainGroup,
+    LoggingGroup,
+    RegistryGroup,
+    ServingGroup,
+    TlsGroup,
+    add_flags,
+    from_args,
+    host_port,
+    key_from,
+    settings_table,
+)
 from xnode.core.crypto import SigningKey
 from xnode.core.limits import Limit
 from xnode.gateway.clients import JwtPolicy, load_jwt_keys, parse_api_keys
@@ -21,16 +32,13 @@ from xnode.gateway.limits import ClientLimitPolicy
 ENV_PREFIX = "XNODE_GATEWAY_"
 
 
-class GatewaySettings(BaseSettings):
+class GatewaySettings(ServingGroup, RegistryGroup, TlsGroup, LoggingGroup, BaseSettings):
+    """The gateway's own settings, and the groups it shares with the node (serving, registry
+    and its chain, TLS, logging) under its own prefix."""
+
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     listen_address: str = Field("127.0.0.1:5040", description="gRPC listen host:port")
-    http_listen_address: str = Field(
-        "", description="gRPC-web and HTTP/JSON (/mls/v2/payer/...) host:port; empty: off"
-    )
-    http_cors_origins: str = Field(
-        "", description="Origins browsers may call the HTTP port from, comma-separated; * any"
-    )
     http_node_urls: str = Field(
         "",
         description="GetNodes on the HTTP port: id=URL of each node's gRPC-web port, "
@@ -40,26 +48,9 @@ class GatewaySettings(BaseSettings):
         None, description="Payer secp256k1 private key, hex (or use payer_key_file)"
     )
     payer_key_file: Path | None = Field(None, description="File holding the payer's hex key")
-    nodes_file: Path | None = Field(None, description="Static node registry (JSON)")
-    chain_rpc_url: str | None = Field(None, description="Chain JSON-RPC URL (http)")
-    contracts_file: Path | None = Field(
-        None, description="Chain id and contract addresses (`xnode chain deploy`)"
-    )
-    registry_rpc_url: str | None = Field(
-        None, description="JSON-RPC URL of the registry's chain, if apart; unset: chain_rpc_url"
-    )
-    registry_contracts_file: Path | None = Field(
-        None, description="Contracts file of the registry's chain; unset: contracts_file"
-    )
-    registry_source: Literal["auto", "chain", "file"] = Field(
-        "auto", description="Node registry: chain, file (nodes_file) or auto (chain if set)"
-    )
+    # Redeclared for its default: the gateway polls only the registry, not an indexer.
     chain_poll_seconds: float = Field(
         1.0, description="How often the registry looks for new blocks", gt=0
-    )
-    chain_rpc_timeout_seconds: float = Field(10.0, description="Chain RPC request timeout", gt=0)
-    chain_registry_refresh_seconds: float = Field(
-        60.0, description="Full re-read of the node registry every N seconds", gt=0
     )
     publish_timeout_seconds: float = Field(
         # Longer than a node's chain publish timeout (30 s): commits and identity updates
@@ -103,10 +94,6 @@ class GatewaySettings(BaseSettings):
     tls_ca_file: Path | None = Field(
         None, description="CA that https:// nodes' certificates chain to (default: system roots)"
     )
-    tls_cert_file: Path | None = Field(
-        None, description="PEM certificate chain the gRPC and HTTP ports serve (unset: plaintext)"
-    )
-    tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file")
     chain_visibility_seconds: float = Field(
         5.0,
         description="Longest wait for the other nodes to serve a commit or identity update",
@@ -115,7 +102,6 @@ class GatewaySettings(BaseSettings):
     message_retention_days: int = Field(
         0, description="Retention asked of nodes per envelope (0: the node's default)", ge=0
     )
-    max_message_mib: int = Field(25, description="Largest gRPC message, MiB", gt=0)
     api_keys: SecretStr | None = Field(
         None,
         description="Client API keys, name=key comma-separated (clients send authorization: "
@@ -148,16 +134,11 @@ class GatewaySettings(BaseSettings):
         description="SQLite file recording what the gateway paid for per client and day "
         "(`xnode gateway usage`); unset: kept in memory",
     )
-    shutdown_grace_seconds: float = Field(
-        10.0, description="How long SIGTERM waits for in-flight requests", ge=0
-    )
-    log_level: str = Field("info", description="debug, info, warning or error")
-    log_format: Literal["console", "json"] = Field("console", description="console or json")
 
-    @field_validator("http_listen_address", "metrics_address")
+    @field_validator("metrics_address")
     @classmethod
     def _optional_host_port(cls, value: str) -> str:
-        return cls._host_port(value) if value else value
+        return host_port(value)
 
     @field_validator("http_node_urls")
     @classmethod
@@ -202,10 +183,6 @@ class GatewaySettings(BaseSettings):
         return f"{'https' if tls else 'http'}://{bound}"
 
     @property
-    def cors_origins(self) -> list[str]:
-        return cors_origins(self.http_cors_origins)
-
-    @property
     def node_http_urls(self) -> dict[int, str] | None:
         if not self.http_node_urls:
             return None
@@ -242,21 +219,18 @@ class GatewaySettings(BaseSettings):
             )
         return key
 
-    def node_settings(self) -> Settings:
-        """The registry part, as the node's settings, for the node's registry readers."""
-        # model_construct: these values are validated already, and the node's XNODE_* environment
-        # must not leak into the gateway.
-        return Settings.model_construct(
-            nodes_file=self.nodes_file,
-            chain_rpc_url=self.chain_rpc_url,
-            contracts_file=self.contracts_file,
-            registry_rpc_url=self.registry_rpc_url,
-            registry_contracts_file=self.registry_contracts_file,
-            registry_source=self.registry_source,
-            chain_poll_seconds=self.chain_poll_seconds,
-            chain_rpc_timeout_seconds=self.chain_rpc_timeout_seconds,
-            chain_registry_refresh_seconds=self.chain_registry_refresh_seconds,
-        )
+
+# The settings shared with the node, by group, after the gateway's own (docs/gateway.md).
+GATEWAY_GROUPS: tuple[tuple[str, tuple[type[BaseModel], ...]], ...] = (
+    ("serving", (ServingGroup,)),
+    ("registry", (ChainGroup, RegistryGroup)),
+    ("tls", (TlsGroup,)),
+    ("logging", (LoggingGroup,)),
+)
+
+
+def gateway_settings_table() -> str:
+    return settings_table(GatewaySettings, GATEWAY_GROUPS, rest="gateway")
 
 
 def add_gateway_flags(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,5 @@
 """What replication needs from the rest of the node, implemented by the store and wired in
-server.py: replication never imports the store."""
+xnode.server: replication never imports the store."""
 
 from __future__ import annotations
 

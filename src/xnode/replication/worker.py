@@ -9,7 +9,7 @@ anti-entropy repair (replication.anti_entropy) fills what streams missed from an
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -28,14 +28,14 @@ from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.node_tokens import TokenProvider
 from xnode.core.registry import NodeEntry, Registry
 from xnode.core.verification import verify_envelope
-from xnode.replication.anti_entropy import AntiEntropy, Peer, Repair
-from xnode.replication.checkpoints import CheckpointFollower, Watermarks
+from xnode.replication.anti_entropy import AntiEntropy, Peer
+from xnode.replication.checkpoints import CheckpointFollower
 from xnode.replication.fees import FeeSchedules
-from xnode.replication.fork_sync import ForkSync, KeptForks, OnFork
 from xnode.replication.ingest import (
     IngestContext,
     OnStored,
     OriginatorLog,
+    Watermark,
     bulk_verifiers,
     start_bulk,
 )
@@ -43,11 +43,9 @@ from xnode.replication.own_health import OwnHealthGate
 from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore, StoreHealth
 from xnode.replication.recovery import OwnLogFetch, OwnLogRecovery, recover_own_log
 from xnode.replication.repair_peer import GrpcRepairPeer
-from xnode.replication.scrub import Scrub, ScrubSource
+from xnode.replication.scrub import Scrub
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
-from xnode.replication.withholding import WithholdingCheck
 from xnode.tls import ClientTls, open_channel
-from xnode.usecases.logs import CheckpointIntake, LogPort
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -221,19 +219,13 @@ class ReplicationWorker:
         notice_token: str,
         config: ReplicationConfig,
         clock: Clock = SYSTEM_CLOCK,
-        checkpoints: CheckpointIntake | None = None,
         own_store: StoreHealth | None = None,
-        logs: LogPort | None = None,
-        on_fork: OnFork | None = None,
-        forks: KeptForks | None = None,
-        scrub: ScrubSource | None = None,
     ) -> None:
         """`own_store`: this node's database health; when given, liveness reports are filed
         only while it answers (replication.own_health). `node_id` None: a read-only node
         (XIP-49 3.4), which follows every registered originator and sends read-only tokens.
-        `forks`: the forks kept here; when given, repair also takes the peers' forks.
-        `scrub`: the leaves and envelopes held; when given (and repair is on), the scrub
-        checks them at `config.scrub_per_second` and hands losses to repair."""
+        The checkpoint follower, repair and scrub are wired in by the composition root
+        (`follow_checkpoints`, `repair_with`), before `start`."""
         self.node_id = node_id
         self.config = config
         self.reports: MisbehaviorRecorder = (
@@ -253,62 +245,41 @@ class ReplicationWorker:
         self._bulk: ProcessPoolExecutor | None = None  # started with the repair task
         self.fees = FeeSchedules(config.backoff_initial_s, config.backoff_max_s)
         self._fees_followed: set[int] = set()
-        watermarks = (
-            Watermarks(checkpoints, self._current_keys, self._open_channel)
-            if checkpoints is not None
-            else None
-        )
         self._ctx = IngestContext(
-            store, reports, on_stored, notice_token, self._current_keys, self._executor,
-            config.verify_threads, clock, self.fees.current, watermarks, None,
+            store, reports, on_stored, notice_token, self.current_keys, self._executor,
+            config.verify_threads, clock, self.fees.current, None, None,
             config.verify_processes,
-            checkpoints.settle if checkpoints is not None else None,
         )  # fmt: skip
         self._stopped = False
         self._epoch_timer: asyncio.TimerHandle | None = None
-        fork_intake = on_fork or self._fork_found
-        withholding = WithholdingCheck(self.reports, self._keys_of_node, clock)
-        repair = (
-            Repair(logs, store, self.originator_log, fork_intake, withholding=withholding)
-            if logs is not None
-            else None
-        )
-        self.anti_entropy = (
-            AntiEntropy(
-                repair,
-                self._repair_originators,
-                self._repair_peers,
-                config.repair_s,
-                ForkSync(forks, store, fork_intake) if forks is not None else None,
-                own=node_id,
-            )
-            if repair is not None and config.repair_s > 0
-            else None
-        )
-        self.scrub = (
-            Scrub(
-                scrub,
-                config.scrub_per_second,
-                repair.losses.add,
-                clock.now_s,
-                self._current_keys,
-            )
-            if scrub is not None and repair is not None and self.anti_entropy is not None
-            else None
-        )
-        self._checkpoints = (
-            CheckpointFollower(checkpoints, self._current_keys, self._backoff)
-            if checkpoints is not None
-            else None
-        )
+        self.anti_entropy: AntiEntropy | None = None
+        self.scrub: Scrub | None = None
+        self._checkpoints: CheckpointFollower | None = None
 
-    def _backoff(self) -> Backoff:
+    def follow_checkpoints(
+        self,
+        follower: CheckpointFollower,
+        watermarks: Watermark,
+        fork_settled: Callable[[int, int], Awaitable[None]],
+    ) -> None:
+        """Peers' checkpoints followed alongside their streams; the order checks judged by
+        the checkpoints' watermarks; checkpoints judged again where a fork was settled."""
+        self._checkpoints = follower
+        self._ctx.watermark = watermarks
+        self._ctx.fork_settled = fork_settled
+
+    def repair_with(self, anti_entropy: AntiEntropy, scrub: Scrub | None) -> None:
+        """Anti-entropy repair (and the scrub handing it what it finds lost) from `start`."""
+        self.anti_entropy = anti_entropy
+        self.scrub = scrub
+
+    def backoff(self) -> Backoff:
         return Backoff(self.config.backoff_initial_s, self.config.backoff_max_s)
 
-    def _current_keys(self) -> Mapping[int, bytes]:
+    def current_keys(self) -> Mapping[int, bytes]:
         return self._keys
 
-    def _keys_of_node(self, node_id: int) -> list[bytes]:
+    def keys_of_node(self, node_id: int) -> list[bytes]:
         key = self._keys.get(node_id)
         return [] if key is None else [key]
 
@@ -452,10 +423,10 @@ class ReplicationWorker:
         wait = EPOCH_SECONDS - self._clock.now_s() % EPOCH_SECONDS + 1.0
         self._epoch_timer = asyncio.get_running_loop().call_later(wait, self._next_epoch)
 
-    def _repair_originators(self) -> list[int]:
+    def repair_originators(self) -> list[int]:
         return sorted(o for o in self._keys if has_log(o) and o != self.node_id)
 
-    def _repair_peers(self) -> list[Peer]:
+    def repair_peers(self) -> list[Peer]:
         """Every enabled peer with an address that answers (the originators included)."""
         found: list[Peer] = []
         for entry in self._registry.nodes.values():
@@ -464,7 +435,7 @@ class ReplicationWorker:
                 found.append(GrpcRepairPeer(entry.node_id, self._channel(entry)))
         return found
 
-    async def _fork_found(self, originator: int, stored: bytes, other: bytes) -> None:
+    async def fork_found(self, originator: int, stored: bytes, other: bytes) -> None:
         """Repair found a second version of a stored sequence id: it goes through the same
         intake as a streamed one (the fork rule settles the log, both versions are kept as
         evidence, a DUPLICATE_SEQUENCE_ID report is filed), so nodes that learn of a fork
@@ -491,7 +462,7 @@ class ReplicationWorker:
             found = self._logs[originator] = OriginatorLog(originator, None, self._ctx)
         return found
 
-    def _open_channel(self, node_id: int) -> grpc.aio.Channel | None:
+    def open_channel(self, node_id: int) -> grpc.aio.Channel | None:
         cached = self._channels.get(node_id)
         return cached[1] if cached is not None else None
 

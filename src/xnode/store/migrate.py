@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
@@ -14,10 +13,10 @@ from alembic.config import Config
 _ONE_AT_A_TIME = threading.Lock()
 
 
-def migrations_dir() -> Path:
-    configured = os.environ.get("XNODE_MIGRATIONS_DIR")
-    if configured:
-        return Path(configured)
+def migrations_dir(configured: Path | None = None) -> Path:
+    """`configured`: the setting migrations_dir (a container's copy); else the checkout's."""
+    if configured is not None:
+        return configured
     return Path(__file__).resolve().parents[3] / "migrations"
 
 
@@ -28,9 +27,10 @@ def sqlalchemy_url(dsn: str) -> str:
     return f"postgresql+asyncpg://{rest}"
 
 
-def upgrade_to_head(dsn: str) -> None:
-    """Blocking; run it in a thread from async code (alembic's env starts its own loop)."""
-    directory = migrations_dir()
+def upgrade_to_head(dsn: str, configured: Path | None = None) -> None:
+    """Blocking; run it in a thread from async code (alembic's env starts its own loop).
+    `configured`: the migrations' directory, when not the checkout's."""
+    directory = migrations_dir(configured)
     if not (directory / "env.py").is_file():
         raise FileNotFoundError(f"alembic migrations not found in {directory}")
     config = Config()

@@ -2,7 +2,7 @@
 
 Every path that stores envelopes ends here: envelopes this process originated (the group
 commit), envelopes replicated from peers or indexed from the chain, other processes'
-commits to the same database (LISTEN/NOTIFY tops), and chain re-org rewinds. server.py hands
+commits to the same database (LISTEN/NOTIFY tops), and chain re-org rewinds. xnode.server hands
 these bound methods to the originator, the replication worker, the chain indexer and the
 commit listener."""
 

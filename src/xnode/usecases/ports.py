@@ -1,5 +1,5 @@
 """What the use cases need from the adapters (store, chain), as Protocols: the adapters
-implement them, server.py wires them (XIP-49 3.3.3, 3.3.4 step 4, 3.2.8)."""
+implement them, xnode.server wires them (XIP-49 3.3.3, 3.3.4 step 4, 3.2.8)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from web3.types import RPCEndpoint
 
 from xnode.chain.anvil import AnvilNotInstalledError, AnvilProcess, find_anvil_binary, start_anvil
 from xnode.chain.contracts import DeployedContracts, deploy_all
+from xnode.config import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -21,7 +22,7 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 def anvil() -> Iterator[AnvilProcess]:
     """A fresh anvil (automine) for the session. Fails, never skips, when anvil is missing."""
     try:
-        binary = find_anvil_binary(REPO_ROOT)
+        binary = find_anvil_binary(REPO_ROOT, Settings().anvil_bin)
     except AnvilNotInstalledError as exc:
         missing = str(exc)
     else:

@@ -30,7 +30,7 @@ from tests.waiting import eventually_value
 from xnode.chain import abi
 from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.cursors import Cursor
-from xnode.server import StartupError
+from xnode.server.bootstrap import StartupError
 
 GROUP = bytes(range(16))
 INBOX = bytes(range(32))

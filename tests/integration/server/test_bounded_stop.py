@@ -11,7 +11,7 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from tests.conftest import Network
-from xnode.server import Node
+from xnode.server.wiring import Node
 
 BOUND = {"shutdown_grace_seconds": 0.0, "stop_step_seconds": 1.0}
 # Far above the bound (1 s per step, 5 s more for a forced one): the stop did not hang.

@@ -11,13 +11,8 @@ import pytest
 from xnode.config import Settings
 from xnode.core.crypto import SigningKey
 from xnode.core.registry import NodeEntry, Registry
-from xnode.server import (
-    READ_ONLY_NODE_ID,
-    StartupError,
-    resolve_node_id,
-    settle_heap,
-    start_node,
-)
+from xnode.server.bootstrap import READ_ONLY_NODE_ID, StartupError, resolve_node_id, settle_heap
+from xnode.server.wiring import start_node
 from xnode.static_registry import StaticRegistrySource
 
 
