@@ -17,6 +17,7 @@ import inspect
 import json
 import ssl
 import struct
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,9 +96,17 @@ class HttpContext:
     trailers: list[tuple[str, str | bytes]] = field(default_factory=list)
     code: grpc.StatusCode = grpc.StatusCode.OK
     details: str = ""
+    started: float = field(default_factory=time.monotonic)
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return self.metadata
+
+    def time_remaining(self) -> float | None:
+        """What is left of the caller's `grpc-timeout` (gRPC-web sends it as a header)."""
+        timeout = grpc_timeout_s(dict(self.metadata).get("grpc-timeout", ""))
+        if timeout is None:
+            return None
+        return max(0.0, timeout - (time.monotonic() - self.started))
 
     def peer(self) -> str:
         # grpc's form, so the API limits see the same client IP as on the gRPC port.
@@ -117,6 +126,18 @@ class HttpContext:
 
     async def abort(self, code: grpc.StatusCode, details: str = "", *_: Any) -> None:
         raise Aborted(code, details)
+
+
+_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+
+
+def grpc_timeout_s(header: str) -> float | None:
+    """A `grpc-timeout` value (digits and a unit: H M S m u n) in seconds; None if absent
+    or malformed (no deadline, as on the gRPC port)."""
+    digits, unit = header[:-1], header[-1:]
+    if not digits.isdigit() or unit not in _TIMEOUT_UNITS:
+        return None
+    return int(digits) * _TIMEOUT_UNITS[unit]
 
 
 @dataclass(frozen=True)

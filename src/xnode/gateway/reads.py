@@ -19,6 +19,7 @@ import grpc
 import structlog
 
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xmtp.xmtpv4.message_api import query_api_pb2
 from xnode.api.errors import abort_status
 from xnode.client.network import FAILOVER_CODES
 from xnode.core import wire
@@ -38,7 +39,11 @@ from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
 
-READ_SERVICES = ("xmtp.xmtpv4.message_api.ReplicationApi", "xmtp.xmtpv4.message_api.QueryApi")
+# The services' descriptors: the HTTP port (gRPC-web) reads methods' message types there.
+READ_SERVICES = (
+    api.DESCRIPTOR.services_by_name["ReplicationApi"].full_name,
+    query_api_pb2.DESCRIPTOR.services_by_name["QueryApi"].full_name,
+)
 Context = grpc.aio.ServicerContext[Any, Any]
 Check = Callable[[bytes], None]
 SUBSCRIBE = "SubscribeEnvelopes"

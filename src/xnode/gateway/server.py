@@ -179,10 +179,14 @@ async def _start(settings: GatewaySettings, credentials: _Credentials, stops: St
     for name in ("", SERVICE):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     stops.add_sync(Phase.HEALTH, health_servicer.enter_graceful_shutdown)
-    # Browsers read over gRPC-web, which the gateway does not serve for reads (yet): GetNodes
-    # on the HTTP port keeps naming the nodes.
-    http_payer = PayerService(registry, publisher, clients, settings.node_http_urls)
-    http_address = await _serve_http(settings, http_payer, health_servicer, stops, credentials)
+    # Browsers read over gRPC-web: GetNodes on the HTTP port names that port, which serves
+    # the same reads with failover (or, reads through the gateway off, the nodes' HTTP ports).
+    http_read_url = settings.http_read_url_for(credentials.served is not None)
+    http_payer = PayerService(
+        registry, publisher, clients, settings.node_http_urls, read_url=http_read_url
+    )
+    http_served = [payer_handlers(http_payer), *read_handlers(reads)]
+    http_address = await _serve_http(settings, http_served, health_servicer, stops, credentials)
     await serving.start()
     health_of_nodes.start()
     return Gateway(address, registry, stops, read_url, http_address, metrics_address)
@@ -190,15 +194,12 @@ async def _start(settings: GatewaySettings, credentials: _Credentials, stops: St
 
 async def _serve_http(
     settings: GatewaySettings,
-    payer: PayerService,
+    served: list[grpc.GenericRpcHandler[Any, Any]],
     health_servicer: health.HealthServicer,
     stops: Stops,
     credentials: _Credentials,
 ) -> str | None:
-    handlers: list[grpc.GenericRpcHandler[Any, Any]] = [
-        payer_handlers(payer),
-        health_handler(health_servicer),
-    ]
+    handlers = [*served, health_handler(health_servicer)]
     limit = settings.max_message_mib * 1024 * 1024
     api = HttpApi(methods_of(handlers), GATEWAY_JSON_ROUTES, settings.cors_origins, limit)
     grace_s = settings.shutdown_grace_seconds

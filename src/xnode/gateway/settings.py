@@ -70,6 +70,12 @@ class GatewaySettings(ServingGroup, RegistryGroup, TlsGroup, LoggingGroup, BaseS
         "or the one address of several gateways; empty: http(s)://listen_address when that "
         "names a host",
     )
+    http_read_url: str = Field(
+        "",
+        description="URL GetNodes on the HTTP port gives browsers to read from over gRPC-web:"
+        " this gateway's HTTP port as browsers reach it; empty: http(s)://http_listen_address"
+        " when that names a host and a port",
+    )
     reads_through_gateway: bool = Field(
         True,
         description="GetNodes names the gateway, which serves reads from healthy nodes with "
@@ -163,7 +169,7 @@ class GatewaySettings(ServingGroup, RegistryGroup, TlsGroup, LoggingGroup, BaseS
             raise ValueError(f"expected host:port, got {value!r}")
         return value
 
-    @field_validator("read_url")
+    @field_validator("read_url", "http_read_url")
     @classmethod
     def _read_url(cls, value: str) -> str:
         if value and not value.startswith(("http://", "https://")):
@@ -173,10 +179,20 @@ class GatewaySettings(ServingGroup, RegistryGroup, TlsGroup, LoggingGroup, BaseS
     def read_url_for(self, bound: str, tls: bool) -> str | None:
         """The URL GetNodes names for reads, given the address the gRPC port is bound to;
         None: the nodes' own URLs (reads through the gateway off, or no host to name)."""
+        return self._reads_at(self.read_url, bound, tls)
+
+    def http_read_url_for(self, tls: bool) -> str | None:
+        """The same for browsers, on the HTTP port (gRPC-web): its address is known before
+        it is bound, unless it is port 0."""
+        if self.http_listen_address.endswith(":0"):
+            return self.http_read_url or None
+        return self._reads_at(self.http_read_url, self.http_listen_address, tls)
+
+    def _reads_at(self, configured: str, bound: str, tls: bool) -> str | None:
         if not self.reads_through_gateway:
             return None
-        if self.read_url:
-            return self.read_url
+        if configured:
+            return configured
         host = bound.rpartition(":")[0].strip("[]")
         if host in ("", "0.0.0.0", "::"):
             return None

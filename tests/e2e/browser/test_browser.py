@@ -1,7 +1,8 @@
 """A real browser: Debian's headless Chromium, driven by Playwright (PyPI) with the system
 browser, opens a page bundled with `@xmtp/browser-sdk@7.1.0` (page/, esbuild). The page
 creates a client through gRPC-web (a node's and the gateway's HTTP port), a Python-bindings
-user makes a group with it, and the page shows the group's messages. The screenshot is saved
+user makes a group with it, and the page shows the group's messages, reading through the
+gateway's gRPC-web port, and goes on when the group's node is killed. The screenshot is saved
 to tests/e2e/browser/artifacts/."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,9 @@ from tests.e2e.clients.conftest import _spawn_gateway
 from tests.e2e.clients.xmtp_users import group_options, new_user, until
 from tests.e2e.replication.conftest import ChainNetwork
 from xnode.core.crypto import SigningKey
+from xnode.core.originator_selection import preferred_node
+from xnode.core.registry import NodeEntry
+from xnode.core.topics import Topic, TopicKind
 from xnode.devtools.devnet import wait_serving
 from xnode.devtools.postgres import free_port
 
@@ -90,7 +94,7 @@ async def test_browser_sdk_joins_a_python_users_group_over_grpc_web(
         assert wait_serving(gateway.address, 60), gateway.output()[-3000:]
         node = f"http://{chain_network.addresses[200]}"  # the Python user's node (gRPC)
         await _conversation(
-            chromium, page_url, http[100], gateway_http, (node, gateway.url), tmp_path
+            chromium, page_url, http[100], gateway_http, (node, gateway.url), chain_network
         )
     finally:
         gateway.proc.kill()
@@ -103,8 +107,10 @@ async def _conversation(
     node_http: str,
     gateway_http: str,
     python_urls: tuple[str, str],
-    tmp: Path,
+    network: ChainNetwork,
 ) -> None:
+    """The page reads through the gateway's HTTP port (GetNodes there names it): when the
+    group's node dies, the page goes on showing what the Python user sends."""
     from playwright.async_api import async_playwright
 
     key = SigningKey.generate()
@@ -124,24 +130,40 @@ async def _conversation(
             return await page.text_content("#inbox") or None
 
         inbox = await until("the browser registers", registered, within_s=180)
-        alice = new_user("alice", tmp / "users", *python_urls)
+        alice = new_user("alice", network.spec.directory / "users", *python_urls)
         try:
-            await _python_side(alice, key, inbox)
+            group = await _python_side(alice, key, inbox)
 
-            async def shown() -> str | None:
-                text = await page.text_content("#messages") or ""
-                return text if "from python" in text else None
+            def shown(last: str) -> Callable[[], Awaitable[str | None]]:
+                async def probe() -> str | None:
+                    text = await page.text_content("#messages") or ""
+                    return text if last in text else None
 
-            messages = await until("the page shows the group", shown, within_s=120)
+                return probe
+
+            messages = await until("the page shows the group", shown("from python"), 120)
+            assert messages.splitlines() == ["hello browser", "from python"]
+            topic = Topic(TopicKind.GROUP_MESSAGES, group.id()).raw
+            network.kill(_preferred(network, topic))
+            await group.send_text("after the node died")
+            messages = await until("the page reads on", shown("after the node died"), 120)
             ARTIFACTS.mkdir(exist_ok=True)
             await page.screenshot(path=str(ARTIFACTS / "browser-group.png"))
         finally:
             alice.close()
             await browser.close()
-    assert messages.splitlines() == ["hello browser", "from python"]
+    assert messages.splitlines() == ["hello browser", "from python", "after the node died"]
 
 
-async def _python_side(alice: Any, browser_key: SigningKey, inbox: str) -> None:
+def _preferred(network: ChainNetwork, topic: bytes) -> int:
+    """The node the gateway reads (and publishes) the topic at while every node is up."""
+    nodes = [NodeEntry(n, k.public_key, "") for n, k in sorted(network.spec.keys.items())]
+    node = preferred_node(topic, nodes, ())
+    assert node is not None
+    return node
+
+
+async def _python_side(alice: Any, browser_key: SigningKey, inbox: str) -> Any:
     await alice.connect()
     identifier = xmtp.FfiIdentifier(
         identifier="0x" + browser_key.address.hex(),
@@ -156,3 +178,4 @@ async def _python_side(alice: Any, browser_key: SigningKey, inbox: str) -> None:
     group = await alice.client.conversations().create_group([inbox], group_options())
     await group.send_text("hello browser")
     await group.send_text("from python")
+    return group
