@@ -1,7 +1,9 @@
-"""The byzantine harness: a five-node network (Postgres, anvil, `xnode run`) where node 500
-misbehaves in one way per run, or every node is honest under conditions that must convict
-nobody; each run ends with every node's `xnode export` and the council's Spark job, and the
-table says whom it flagged (docs/evidence.md, "Byzantine harness").
+"""The byzantine harness: one way to misbehave per run, scored by the council's Spark job.
+
+A five-node network (Postgres, anvil, `xnode run`) where node 500 misbehaves in one way per
+run, or every node is honest under conditions that must convict nobody; each run ends with
+every node's `xnode export` and the council's Spark job, and the table says whom it flagged
+(docs/evidence.md, "Byzantine harness").
 
     .venv/bin/python bench/bench_byzantine.py [--runs equivocate,"lost rows"] [--dir DIR]"""
 
