@@ -19,8 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # spark_jobs
 
+from spark_jobs.chain_facts import fetch_chain_facts, payload_contracts
 from spark_jobs.misbehavior_aggregation import council_on
 from spark_jobs.session import build_session
+from xnode.core.chain_evidence import ChainFacts
 from xnode.devtools.byzantine.network import HarnessError, Network
 from xnode.devtools.byzantine.runs import KINDS, PENDING, Outcome, by_name, run, table
 from xnode.devtools.devchain import DevChain
@@ -36,13 +38,18 @@ async def run_all(directory: Path, names: list[str]) -> list[Outcome]:
     try:
         network = Network.register(directory, cluster, chain)
         council = council_on(spark, chain.url, str(chain.contracts_file))
+        contracts = payload_contracts(chain.contracts_file)
+
+        def lookup(txs: list[bytes]) -> ChainFacts:
+            return fetch_chain_facts(chain.url, contracts, txs)
+
         for name in names:
             if name in PENDING:
                 print(f"{name}: {PENDING[name]}", flush=True)
                 continue
             kind = by_name(name)
             try:
-                outcome = await run(network, kind, council)
+                outcome = await run(network, kind, council, lookup)
             except HarnessError as exc:
                 failed.append(name)
                 print(f"{name}: FAILED: {exc}", flush=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode.core.chain_evidence import ChainFacts
 from xnode.core.crypto import SignatureError, misbehavior_digest, recover_public_key
 from xnode.core.evidence import why_unproven
 from xnode.core.misbehavior import LIVENESS_TYPES, SAFETY_TYPES
@@ -21,6 +22,16 @@ LIVENESS_THRESHOLD = 2  # the job's default: distinct registered reporters in on
 # flagged node and the bases of its flags ("safety_proof", "liveness_threshold"). The job
 # lives outside the daemon (spark_jobs), so the caller passes it in.
 Council = Callable[[list[Path], Path], Mapping[int, set[str]]]
+# The outcome on the chain of the transactions BLOCKCHAIN_INCONSISTENCY reports name.
+ChainLookup = Callable[[list[bytes]], ChainFacts]
+
+
+def named_transactions(report: mb.UnsignedMisbehaviorReport) -> list[bytes]:
+    return [
+        e.blockchain_proof.transaction_hash
+        for e in report.safety.envelopes
+        if e.WhichOneof("proof") == "blockchain_proof"
+    ]
 
 
 @dataclass(frozen=True)
@@ -57,16 +68,20 @@ class Exported:
             return None
         return next((n for n, keys in self.keys.items() if signer in keys), None)
 
-    def proves(self, node_id: int) -> bool:
-        """A signed safety report whose envelopes prove its claim against `node_id`, or
-        liveness reports it filed itself from LIVENESS_THRESHOLD distinct registered nodes."""
+    def proves(self, node_id: int, chain: ChainLookup | None = None) -> bool:
+        """A signed safety report whose envelopes prove its claim against `node_id` (chain
+        payloads against `chain`), or liveness reports it filed itself from
+        LIVENESS_THRESHOLD distinct registered nodes."""
         reporters: set[int] = set()
         for report in self.reports:
             unsigned, host = self.unsigned(report), self.host(report)
             if unsigned.misbehaving_node_id != node_id or host is None or host == node_id:
                 continue
-            if unsigned.type in SAFETY_TYPES and why_unproven(unsigned, self.keys) is None:
-                return True
+            if unsigned.type in SAFETY_TYPES:
+                txs = named_transactions(unsigned)
+                facts = chain(txs) if chain is not None and txs else None
+                if why_unproven(unsigned, self.keys, facts) is None:
+                    return True
             if unsigned.type in LIVENESS_TYPES and unsigned.submitted_by_node:
                 reporters.add(host)
         return len(reporters) >= LIVENESS_THRESHOLD

@@ -115,6 +115,19 @@ class Network:
                 proc.kill()
                 proc.wait(30)
 
+    def watchdog_once(self, node_id: int) -> None:
+        """One round of `xnode watchdog` beside the node, filing as the node."""
+        env = self.env(node_id) | {"XNODE_WATCHDOG_AS_NODE": "true"}
+        done = subprocess.run(
+            [sys.executable, "-m", "xnode.cli", "watchdog", "--once"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise HarnessError(f"xnode watchdog failed: {done.stderr[-2000:]}")
+
     def dump(self, node_id: int) -> Path:
         """A backup of the node's database (pg_dump), as an operator takes one."""
         assert self.run_dir is not None

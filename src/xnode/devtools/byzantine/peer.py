@@ -18,6 +18,7 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.client.node import group_message_envelope, key_package_envelope
 from xnode.core import wire
+from xnode.core.chain_payloads import ChainEvent, build_chain_payload
 from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import SigningKey, originator_digest
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
@@ -92,6 +93,27 @@ class Behavior:
 Script = Callable[[Originator], Behavior]
 
 
+def false_chain_payload(o: Originator, honest_raw: bytes) -> bytes:
+    """A chain payload vouched for by this originator's key for the transaction of
+    `honest_raw`, carrying a message that transaction never sent."""
+    outer = envelopes_pb2.OriginatorEnvelope.FromString(honest_raw)
+    unsigned = envelopes_pb2.UnsignedOriginatorEnvelope.FromString(
+        outer.unsigned_originator_envelope
+    )
+    client = group_message_envelope(GROUP, b"never on the chain")
+    event = ChainEvent(
+        unsigned.originator_node_id,
+        unsigned.originator_sequence_id,
+        GROUP,
+        client.SerializeToString(),
+        0,
+        bytes(32),
+        outer.blockchain_proof.transaction_hash,
+        0,
+    )
+    return build_chain_payload(event, unsigned.originator_ns // NS_PER_SECOND, o.key).raw
+
+
 def equivocation(o: Originator) -> Behavior:
     """Two different envelopes signed with sequence id 1."""
     return Behavior([[o.message(1, b"one"), o.message(2, b"two")], [o.message(1, b"another")]])
@@ -118,6 +140,11 @@ def forged_envelope(o: Originator) -> Behavior:
     return Behavior([[o.message(1, b"one"), o.forged_payer(2)]])
 
 
+def quiet(o: Originator) -> Behavior:
+    """Nothing wrong on its replication API."""
+    return Behavior([[o.message(1, b"one")]])
+
+
 def unresponsive(o: Originator) -> Behavior:
     return Behavior([[o.message(1, b"one")]], delay_s=None)
 
@@ -137,7 +164,13 @@ class MisbehavingPeer:
         self.node_id = node_id
         self.behavior = behavior
         self.streams = 0
+        self.served: list[bytes] = []  # what QueryEnvelopes answers (a watchdog asks)
         self._server: grpc.aio.Server | None = None
+
+    async def _query(self, _request: bytes, _context: Any) -> bytes:
+        envelopes = [envelopes_pb2.OriginatorEnvelope.FromString(raw) for raw in self.served]
+        answer: bytes = api.QueryEnvelopesResponse(envelopes=envelopes).SerializeToString()
+        return answer
 
     async def _subscribe(self, request: bytes, _context: Any) -> AsyncIterator[bytes]:
         parsed = api.SubscribeOriginatorsRequest.FromString(request)
@@ -168,10 +201,13 @@ class MisbehavingPeer:
         check = grpc.unary_unary_rpc_method_handler(
             self._health, request_deserializer=bytes, response_serializer=bytes
         )
+        query = grpc.unary_unary_rpc_method_handler(
+            self._query, request_deserializer=bytes, response_serializer=bytes
+        )
         server.add_generic_rpc_handlers(
             [
                 grpc.method_handlers_generic_handler(
-                    REPLICATION, {"SubscribeOriginators": subscribe}
+                    REPLICATION, {"SubscribeOriginators": subscribe, "QueryEnvelopes": query}
                 ),
                 grpc.method_handlers_generic_handler("grpc.health.v1.Health", {"Check": check}),
             ]

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
 
-from xnode.client.node import NodeClient, key_package_envelope
+from xnode.client.node import NodeClient, group_message_envelope, key_package_envelope
 from xnode.core import misbehavior
 from xnode.core.constants import NS_PER_SECOND
 from xnode.core.envelopes import build_payer_envelope, validate_payer_envelope
+from xnode.core.mls import ContentType, WireFormat, encode_framing
 from xnode.devtools.byzantine import peer
 from xnode.devtools.byzantine.network import NODE_IDS, HarnessError, Network
 from xnode.store.identity import claim_database
@@ -58,24 +60,36 @@ async def reporters(network: Network, kind: int) -> set[int]:
     return found
 
 
+async def until_reported(network: Network, kind: int, needed: int = 1) -> None:
+    async def filed() -> bool:
+        return len(await reporters(network, kind)) >= needed
+
+    name = misbehavior.type_name(kind)
+    await until(filed, f"{needed} honest node(s) report {name}", DEADLINE_S)
+
+
+@asynccontextmanager
+async def peer_and_honest_nodes(
+    network: Network, behavior: peer.Script
+) -> AsyncIterator[tuple[peer.MisbehavingPeer, peer.Originator]]:
+    """Node 500 as a MisbehavingPeer and the honest nodes started; all stopped after."""
+    originator = peer.Originator(ACCUSED, network.keys[ACCUSED])
+    server = peer.MisbehavingPeer(ACCUSED, behavior(originator))
+    await server.start(network.addresses[ACCUSED])
+    try:
+        await asyncio.to_thread(network.start, *HONEST)
+        yield server, originator
+    finally:
+        await asyncio.to_thread(network.stop)
+        await server.stop()
+
+
 def misbehaving(behavior: peer.Script, kind: int, needed: int = len(HONEST)) -> Play:
     """Node 500 is a MisbehavingPeer; done once `needed` honest nodes filed `kind`."""
 
     async def play(network: Network) -> None:
-        originator = peer.Originator(ACCUSED, network.keys[ACCUSED])
-        server = peer.MisbehavingPeer(ACCUSED, behavior(originator))
-        await server.start(network.addresses[ACCUSED])
-        try:
-            await asyncio.to_thread(network.start, *HONEST)
-
-            async def filed() -> bool:
-                return len(await reporters(network, kind)) >= needed
-
-            name = misbehavior.type_name(kind)
-            await until(filed, f"{needed} honest nodes report {name}", DEADLINE_S)
-        finally:
-            await asyncio.to_thread(network.stop)
-            await server.stop()
+        async with peer_and_honest_nodes(network, behavior):
+            await until_reported(network, kind, needed)
 
     return play
 
@@ -248,13 +262,46 @@ def withheld_below_checkpoint(kind: int) -> Play:
                 ACCUSED,
             )
             await asyncio.to_thread(network.start, *HONEST)
-
-            async def filed() -> bool:
-                return bool(await reporters(network, kind))
-
-            name = misbehavior.type_name(kind)
-            await until(filed, f"an honest node reports {name}", DEADLINE_S)
+            await until_reported(network, kind)
         finally:
             await asyncio.to_thread(network.stop)
+
+    return play
+
+
+async def chain_payload(network: Network, node_id: int) -> bytes:
+    """A chain payload (originator 0) the node indexed, with its own proof."""
+
+    async def stored() -> list[asyncpg.Record]:
+        return await fetch(
+            network.dsns[node_id],
+            "SELECT envelope FROM originator_envelopes WHERE originator_node_id = 0 LIMIT 1",
+        )
+
+    await until(lambda: _any(stored()), f"node {node_id} indexes a chain payload", DEADLINE_S)
+    return bytes((await stored())[0][0])
+
+
+async def _any(rows: Awaitable[list[asyncpg.Record]]) -> bool:
+    return bool(await rows)
+
+
+def false_chain_payload(kind: int) -> Play:
+    """A commit goes to the chain through node 100; node 500 (a MisbehavingPeer) serves a
+    chain payload it vouches for naming that transaction but carrying another message.
+    `xnode watchdog --once` beside node 100 reads it and checks it against the chain."""
+
+    async def play(network: Network) -> None:
+        async with peer_and_honest_nodes(network, peer.quiet) as (server, originator):
+            framed = encode_framing(WireFormat.PUBLIC_MESSAGE, peer.GROUP, 1, ContentType.COMMIT)
+            payer = build_payer_envelope(
+                group_message_envelope(peer.GROUP, framed), originator.payer, 100
+            )
+            async with NodeClient(network.addresses[100]) as client:
+                await client.publish([payer])
+            honest = await chain_payload(network, 100)
+            server.served = [peer.false_chain_payload(originator, honest)]
+            await asyncio.to_thread(network.watchdog_once, 100)
+            await until_reported(network, kind)
 
     return play

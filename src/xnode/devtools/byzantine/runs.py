@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from xnode.core import misbehavior
 from xnode.devtools.byzantine import peer
-from xnode.devtools.byzantine.council import Council, Exported
+from xnode.devtools.byzantine.council import ChainLookup, Council, Exported
 from xnode.devtools.byzantine.network import NODE_IDS, SLOW_S, Network
 from xnode.devtools.byzantine.plays import (
     ACCUSED,
@@ -20,6 +20,7 @@ from xnode.devtools.byzantine.plays import (
     Play,
     clock_ahead,
     days_ago,
+    false_chain_payload,
     honest_history,
     lost_rows,
     misbehaving,
@@ -86,6 +87,11 @@ KINDS: list[Kind] = [
     byzantine("unresponsive", peer.unresponsive, misbehavior.UNRESPONSIVE_NODE),
     byzantine("slow", peer.slow(SLOW_S + 2), misbehavior.SLOW_NODE),
     byzantine("forged envelope", peer.forged_envelope, misbehavior.INVALID_PAYLOAD),
+    Kind(
+        "false chain payload",
+        misbehavior.type_name(misbehavior.BLOCKCHAIN_INCONSISTENCY),
+        false_chain_payload(misbehavior.BLOCKCHAIN_INCONSISTENCY),
+    ),
     honest("clock 3 min ahead", "accepted, no report", honest_history(clock_ahead(3))),
     honest("120 days later", OLD_KEY_PACKAGES, honest_history(days_ago(120, 0))),
     honest("200 days later", OLD_KEY_PACKAGES, honest_history(days_ago(200, 365))),
@@ -94,8 +100,6 @@ KINDS: list[Kind] = [
 ]
 # Ways the XIP names that the harness cannot play yet, and why (printed by the bench).
 PENDING = {
-    "false chain payload": "not built: the misbehaving peer serves no QueryEnvelopes for the "
-    "watchdog, which files BLOCKCHAIN_INCONSISTENCY",
     "withhold below a checkpoint": "pending withhold report (the WITHHOLDING kind is not "
     "merged yet)",
 }
@@ -105,8 +109,11 @@ def by_name(name: str) -> Kind:
     return next(k for k in KINDS if k.name == name)
 
 
-async def run(network: Network, kind: Kind, council: Council) -> Outcome:
-    """One run on fresh databases: play, export every node, the council's job, the score."""
+async def run(
+    network: Network, kind: Kind, council: Council, chain: ChainLookup | None = None
+) -> Outcome:
+    """One run on fresh databases: play, export every node, the council's job, the score
+    (chain payloads re-proven offline against `chain`)."""
     started = time.monotonic()
     directory = network.new_run(kind.name.replace(" ", "_"))
     await kind.play(network)
@@ -125,7 +132,7 @@ async def run(network: Network, kind: Kind, council: Council) -> Outcome:
         kind,
         {node: set(bases) for node, bases in flags.items()},
         {ACCUSED} if kind.misbehaving else set(),
-        all(exported.proves(n) for n in flags),
+        all(exported.proves(n, chain) for n in flags),
         exported.safety_reports(),
         {
             "play": played - started,
