@@ -137,22 +137,47 @@ def sequence_id(envelope: envelopes_pb2.OriginatorEnvelope) -> int:
     return parse_originator_envelope(envelope.SerializeToString()).sequence_id
 
 
-def rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
+def rss_kb(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:  # exited meanwhile
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and every process below it (a node's worker processes)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError):
+            continue
+    tree = [root]
+    for pid in tree:
+        tree += [child for child, parent in parents.items() if parent == pid]
+    return tree
+
+
+def scrape(address: str) -> str:
+    """A node's metrics; empty when the node is too busy to answer within 10 s (opening
+    thousands of streams at once)."""
+    try:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
+            return str(reply.read().decode())
+    except OSError:  # TimeoutError included
+        return ""
 
 
 def metric(address: str, name: str) -> float:
-    """The sum of a metric's samples on a node's metrics port; 0 when the node is too busy to
-    answer within 10 s (opening thousands of streams at once)."""
-    try:
-        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
-            text = reply.read().decode()
-    except OSError:  # TimeoutError included
-        return 0.0
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+    """The sum of a metric's samples on a node's metrics port (0 when it did not answer)."""
+    lines = scrape(address).splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name))
 
 
 async def until(check: Callable[[], bool], within_s: float, what: Callable[[], str]) -> None:
@@ -225,6 +250,9 @@ class Server:
     pid: int
     address: str
 
+    def pids(self) -> list[int]:
+        return [self.pid]
+
     def open_streams(self) -> float:
         raise NotImplementedError
 
@@ -242,7 +270,7 @@ async def drive(
 ) -> tuple[Figures, list[subprocess.Popen[bytes]]]:
     """Holds the streams, then publishes at the scenario's rate for `seconds`. `beside`:
     streams already open on every subscribed topic (the Python ones)."""
-    before_kb = rss_kb(server.pid)
+    before_kb = rss_kb(server.pids())
     loads, logs = [], []
     for process in range(scenario.processes):
         share = min(PER_PROCESS, scenario.streams - process * PER_PROCESS)
@@ -276,9 +304,9 @@ async def _measure(
         120 + wanted / 20,
         lambda: f"{wanted} streams open (now {server.open_streams():,.0f})",
     )
-    figures.kb_per_stream = (rss_kb(server.pid) - before_kb) / scenario.streams
+    figures.kb_per_stream = (rss_kb(server.pids()) - before_kb) / scenario.streams
     await asyncio.sleep(1.0)  # the streams' caught-up frames out of the way
-    cpu_before, delivered_before = cpu_seconds([server.pid]), server.delivered()
+    cpu_before, delivered_before = cpu_seconds(server.pids()), server.delivered()
     started = time.perf_counter()
     count = int(scenario.rate * seconds)
     tasks: list[asyncio.Task[None]] = []
@@ -303,7 +331,7 @@ async def _measure(
     figures.deliveries = server.delivered() - delivered_before
     figures.per_second = figures.deliveries / elapsed
     figures.cpu_us_per_delivery = (
-        (cpu_seconds([server.pid]) - cpu_before) * 1e6 / max(1.0, figures.deliveries)
+        (cpu_seconds(server.pids()) - cpu_before) * 1e6 / max(1.0, figures.deliveries)
     )
     figures.still_open = server.open_streams()
     return figures
@@ -325,6 +353,9 @@ class NodeServer(Server):
         self.pid = nodes.processes[node_id].pid
         self.address = nodes.addresses[node_id]
         self.metrics = metrics
+
+    def pids(self) -> list[int]:
+        return process_tree(self.pid)
 
     def open_streams(self) -> float:
         return metric(self.metrics, "xnode_open_subscriptions{")
@@ -434,7 +465,7 @@ async def latency_streams(
 
 
 async def on_node(
-    scenario: Scenario, work: Path, cluster: PgCluster, seconds: float
+    scenario: Scenario, work: Path, cluster: PgCluster, seconds: float, workers: int
 ) -> tuple[Figures, bytes]:
     keys = {A: SigningKey.generate()}
     if scenario.publish_on == B:
@@ -443,9 +474,16 @@ async def on_node(
     metrics = f"127.0.0.1:{free_port()}"
     unlimited = {"XNODE_LIMITS_ENABLED": "false"}
     for node_id in keys:
-        extra = {**unlimited, "XNODE_METRICS_ADDRESS": metrics} if node_id == A else unlimited
+        measured = {"XNODE_METRICS_ADDRESS": metrics, "XNODE_WORKERS": str(workers)}
+        extra = {**unlimited, **measured} if node_id == A else unlimited
         database = await asyncio.to_thread(fresh_database, cluster, f"fanout_{node_id}")
         await asyncio.to_thread(nodes.start, node_id, database, extra)
+    await until(
+        # One process has no worker label; several label their samples (worker_metrics).
+        lambda: workers == 1 or all(f'worker="{i}"' in scrape(metrics) for i in range(workers)),
+        60,
+        lambda: f"the node's {workers} worker processes serving",
+    )
     count = int(scenario.rate * seconds)
     on = streams_on(scenario)
     messages = [
@@ -559,17 +597,27 @@ async def main() -> None:
         "--scenario", default="topics,one-topic", help="comma-separated: " + ", ".join(SCENARIOS)
     )
     parser.add_argument("--seconds", type=float, default=20.0, help="publishing, per scenario")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="serving processes of the measured node (xnode run --workers); the streams spread"
+        " over them, its CPU and memory are summed",
+    )
     args = parser.parse_args()
     require_h2load()
     work = Path(tempfile.mkdtemp(prefix="xnode-fanout-"))
     work.chmod(0o755)
     cluster = start_cluster(work / "pg", fsync=True)
     load = os.getloadavg()[0]
-    print(f"machine: {os.cpu_count()} cores, load {load:.1f}; {PER_PROCESS} streams per h2load")
+    print(
+        f"machine: {os.cpu_count()} cores, load {load:.1f}; {PER_PROCESS} streams per h2load;"
+        f" the node runs {args.workers} worker process(es)"
+    )
     try:
         for name in args.scenario.split(","):
             scenario = SCENARIOS[name]
-            node, frame = await on_node(scenario, work, cluster, args.seconds)
+            node, frame = await on_node(scenario, work, cluster, args.seconds, args.workers)
             bare = await ceiling(scenario, work, args.seconds, frame)
             report(scenario, node, bare, len(frame))
     finally:

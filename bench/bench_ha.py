@@ -1,7 +1,9 @@
 """High availability benchmark: publish throughput with the synchronous standby against
-without it (the same primary, the same run), and failover times (docs/ha.md).
+without it (the same primary, the same run), failover times, and query latency from a read
+replica against the primary (docs/ha.md).
 
     .venv/bin/python bench/bench_ha.py [--seconds 8] [--rounds 2] [--callers 32]
+        [--stored 50000] [--queries 2000] [--parts throughput,failover,reads]
 
 Starts etcd and two Patroni members (xnode.devtools.patroni). Throughput: an `xnode run`
 process on a database whose commits wait for the standby (synchronous_commit on) and one on a
@@ -9,7 +11,10 @@ database of the same primary that does not wait (synchronous_commit local), alte
 Failover: a node on the multi-host DSN publishes while the primary's host is killed (kill -9);
 timed are the promotion (Patroni's REST /primary answering on the standby), when each way of
 finding the primary sees it (xnode.store.primary.Database, the node's way, against Patroni's
-REST endpoints), and the node's first answered publish after the promotion.
+REST endpoints), and the node's first answered publish after the promotion. Reads: two
+databases of the same primary loaded alike, one node reading the synchronous standby as its
+replica (XNODE_DATABASE_REPLICA_DSN) and one reading the primary, queried in turn after a
+warm-up pass each.
 """
 
 from __future__ import annotations
@@ -21,16 +26,26 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import asyncpg
 import grpc
-from bench_node import NODE, PAYER, run_callers, start_node_process
+from bench_node import (
+    NODE,
+    PAYER,
+    load_stored,
+    percentile,
+    query_latency,
+    run_callers,
+    start_node_process,
+)
 
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.devtools.patroni import HaCluster, start_ha_cluster
-from xnode.devtools.postgres import PgCluster
+from xnode.devtools.postgres import PgCluster, free_port
 from xnode.store.primary import Database
 
 GROUP = bytes([3]) * 16
@@ -165,20 +180,93 @@ async def failover(ha: HaCluster, work: Path, round_: int) -> None:
     await asyncio.to_thread(ha.wait_ready)
 
 
+async def replayed(ha: HaCluster, standby: str, database: str) -> None:
+    """Waits until the standby has replayed everything the primary wrote so far."""
+    leader = ha.leader()
+    assert leader is not None
+    primary = await asyncpg.connect(ha.member_dsn(leader, database))
+    replica = await asyncpg.connect(ha.member_dsn(standby, database))
+    try:
+        written = await primary.fetchval("SELECT pg_current_wal_lsn()")
+        sql = "SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn"
+        while not await replica.fetchval(sql, written):
+            await asyncio.sleep(POLL_S)
+    finally:
+        await primary.close()
+        await replica.close()
+
+
+def replica_reads(metrics: str) -> float:
+    """xnode_reads_routed_total{to="replica"} of the node whose metrics are at `metrics`."""
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    lines = [x for x in text.splitlines() if x.startswith("xnode_reads_routed_total{")]
+    return sum(float(x.split()[-1]) for x in lines if 'to="replica"' in x)
+
+
+async def reads(ha: HaCluster, work: Path, args: argparse.Namespace) -> None:
+    cluster = leader_cluster(ha)
+    leader = ha.leader()
+    standby = next(m for m in ha.members if m != leader)
+    nodes = {}
+    for name in ("replica", "primary"):
+        database = f"bench_reads_{name}"
+        directory = work / database
+        directory.mkdir()
+        metrics = f"127.0.0.1:{free_port()}"
+        extra = {**UNLIMITED, "XNODE_METRICS_ADDRESS": metrics}
+        if name == "replica":
+            extra["XNODE_DATABASE_REPLICA_DSN"] = ha.member_dsn(standby, database)
+        key = SigningKey.generate()
+        proc, address = await asyncio.to_thread(
+            start_node_process, cluster, directory, key, database, extra
+        )
+        nodes[name] = (proc, address, metrics)
+        await load_stored(cluster.dsn(database), key, args.stored, args.stored // 1000)
+        await replayed(ha, standby, database)
+    print(
+        f"query 100 of one topic, {args.stored:,} stored per database, {args.queries} queries"
+        " each, alternated: p50 / p99 ms"
+    )
+    try:
+        for _, address, _ in nodes.values():  # both caches warm, as in a steady state
+            await query_latency(address, args.stored // 1000, args.queries)
+        for round_ in range(args.rounds):
+            turn = list(nodes.items())[:: -1 if round_ % 2 else 1]  # neither always first
+            for name, (_, address, _) in turn:
+                lat = await query_latency(address, args.stored // 1000, args.queries)
+                p50, p99 = percentile(lat, 50) * 1e3, percentile(lat, 99) * 1e3
+                print(f"  round {round_ + 1} reads the {name:7} {p50:6.2f} / {p99:6.2f}")
+        served = await asyncio.to_thread(replica_reads, nodes["replica"][2])
+        assert served >= (args.rounds + 1) * args.queries, f"the replica served {served} queries"
+    finally:
+        for proc, _, _ in nodes.values():
+            proc.terminate()
+            proc.wait(30)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--callers", type=int, default=32)
+    parser.add_argument("--stored", type=int, default=50_000, help="envelopes per database")
+    parser.add_argument("--queries", type=int, default=2000)
+    parser.add_argument("--parts", default="throughput,failover,reads")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     work = Path(tempfile.mkdtemp(prefix="xnode-bench-ha-"))
     work.chmod(0o755)
     ha = await asyncio.to_thread(start_ha_cluster, work / "ha")
     try:
-        await throughput(ha, work, args)
-        print("failover (kill -9 of the primary's Patroni and Postgres)")
-        for round_ in range(args.rounds):
-            await failover(ha, work, round_)
+        if "throughput" in parts:
+            await throughput(ha, work, args)
+        if "reads" in parts:
+            await reads(ha, work, args)
+        if "failover" in parts:
+            print("failover (kill -9 of the primary's Patroni and Postgres)")
+            for round_ in range(args.rounds):
+                await failover(ha, work, round_)
     finally:
         ha.stop()
 

@@ -12,7 +12,10 @@ One difference from `xnode audit`: envelopes are exported incrementally, so a fo
 after its envelope was exported leaves the older version in the export. Conflicts are
 therefore checked as evidence (every version signed by the originator, two different
 contents); which version the log keeps is `xnode audit`'s check. Chain payloads are checked
-for their proofs, not against the chain (the job has no RPC).
+for their proofs, not against the chain (the job has no RPC). A leaf exported without its
+envelope is expired when the expiry it commits to (the leaves' `expiry` column) has passed at
+`--at` (unix seconds, default: when the job runs), a loss otherwise; without that column (older
+exports, format 1 leaves) nothing is provable either way.
 
 Exit codes: 0 clean, 1 faults found, 2 could not run."""
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -42,14 +46,15 @@ from spark_jobs.inputs import (
 from spark_jobs.output import write_json_atomic
 from spark_jobs.session import build_session
 from xnode.core.audit import ConflictVersion, OriginatorAudit, Verdict, audit_conflict
+from xnode.core.registry import RegistryKeys
 from xnode.export.schema import CHECKPOINTS_DIR, FORKS_DIR, LEAVES_DIR, LOGS_DIR
 
-RegistryKeys = Mapping[int, frozenset[bytes]]
 PAYLOAD = "originator_envelope"
 LEAF_SCHEMA = T.StructType(
     [
         T.StructField("sequence_id", T.LongType()),
         T.StructField("leaf_hash", T.BinaryType()),
+        T.StructField("expiry", T.LongType()),
         T.StructField("originator_node_id", T.IntegerType()),
     ]
 )
@@ -116,6 +121,7 @@ def _audit_partition(
     keys: RegistryKeys,
     checkpoints: Mapping[int, list[bytes]],
     forked: Mapping[int, set[int]],
+    now_unix: int,
 ) -> Iterator[Verdict]:
     verdict = Verdict()
     audit: OriginatorAudit | None = None
@@ -130,21 +136,25 @@ def _audit_partition(
                 checkpoints.get(originator, []),
                 forked.get(originator, set()),
                 verdict,
+                now_unix,
             )
-        leaf, raw = row["leaf_hash"], row["originator_envelope"]
-        # Exports carry no leaf's committed expiry (yet): a leaf without its envelope is
-        # judged as format 1, nothing provable either way (xnode.core.leaves).
+        leaf, raw, expiry = row["leaf_hash"], row["originator_envelope"], row["expiry"]
+        # A leaf's committed expiry is null for format 1 leaves and in exports made before
+        # it was exported: such a leaf without its envelope proves nothing either way.
         audit.row(
             int(row["sequence_id"]),
             None if leaf is None else bytes(leaf),
             None if raw is None else bytes(raw),
+            None if expiry is None else int(expiry),
         )
     if audit is not None:
         audit.finish()
     yield verdict
 
 
-def audit_node_export(spark: SparkSession, node: Path, keys: RegistryKeys) -> Verdict:
+def audit_node_export(
+    spark: SparkSession, node: Path, keys: RegistryKeys, now_unix: int
+) -> Verdict:
     logs = _logs_dir(node)
     checkpoints = _checkpoints(logs)
     forks = _forks(logs)
@@ -155,7 +165,7 @@ def audit_node_export(spark: SparkSession, node: Path, keys: RegistryKeys) -> Ve
 
     def run(rows: Iterable[Any]) -> Iterator[Verdict]:
         k, c, f = shipped.value
-        return _audit_partition(rows, k, c, f)
+        return _audit_partition(rows, k, c, f, now_unix)
 
     files = [f for fs in find_envelope_files([node]).values() for f in fs]
     if any(pq.read_schema(f).get_field_index(PAYLOAD) < 0 for f in files):
@@ -171,11 +181,14 @@ def audit_node_export(spark: SparkSession, node: Path, keys: RegistryKeys) -> Ve
     return total
 
 
-def audit_exports(spark: SparkSession, inputs: Sequence[str | Path]) -> dict[int, Verdict]:
-    """node id -> the verdict on its export."""
+def audit_exports(
+    spark: SparkSession, inputs: Sequence[str | Path], now_unix: int | None = None
+) -> dict[int, Verdict]:
+    """node id -> the verdict on its export; expiry judged at `now_unix` (None: now)."""
     keys = read_registry(inputs)
+    at = int(time.time()) if now_unix is None else now_unix
     return {
-        int(node.name.removeprefix("node-")): audit_node_export(spark, node, keys)
+        int(node.name.removeprefix("node-")): audit_node_export(spark, node, keys, at)
         for node in find_node_dirs(inputs)
     }
 
@@ -205,6 +218,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--input", action="append", required=True, help="export directory")
     parser.add_argument("--out", default=None, help="also write the verdicts as JSON here")
     parser.add_argument("--master", default=None, help="Spark master (default local[*])")
+    parser.add_argument(
+        "--at", type=int, default=None, help="unix seconds expiry is judged at (default: now)"
+    )
     return parser.parse_args(argv)
 
 
@@ -214,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         find_envelope_files(args.input)  # before the JVM starts: bad input fails fast
         spark = build_session(args.master, app_name="xnode-audit")
         try:
-            verdicts = audit_exports(spark, args.input)
+            verdicts = audit_exports(spark, args.input, args.at)
         finally:
             spark.stop()
         if args.out:

@@ -369,19 +369,21 @@ def synthetic_reports(mix: ReportMix, keys: Mapping[int, SigningKey]) -> dict[in
 
 def write_logs(
     directory: Path,
-    leaves: Mapping[int, Sequence[tuple[int, bytes]]],
+    leaves: Mapping[int, Sequence[tuple[int, bytes] | tuple[int, bytes, int | None]]],
     checkpoints: Sequence[tuple[int, int, bytes, str | None]],
     forks: Sequence[tuple[int, int, bytes, bytes]] = (),
 ) -> None:
     """`node-<id>/logs/` as `xnode export --with-logs` writes it (docs/export-format.md):
-    leaves per originator as (sequence id, leaf hash), checkpoints as (originator, tree
-    size, signed, conflict), forks as (originator, sequence id, envelope hash, envelope)."""
+    leaves per originator as (sequence id, leaf hash[, committed expiry]), checkpoints as
+    (originator, tree size, signed, conflict), forks as (originator, sequence id, envelope
+    hash, envelope)."""
     logs = directory / LOGS_DIR
     for originator, leaf_rows in leaves.items():
         table = pa.Table.from_arrays(
             [
                 pa.array([r[0] for r in leaf_rows], pa.int64()),
                 pa.array([r[1] for r in leaf_rows]),
+                pa.array([r[2] if len(r) > 2 else None for r in leaf_rows], pa.int64()),
             ],
             schema=LEAF_SCHEMA,
         )

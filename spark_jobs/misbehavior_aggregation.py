@@ -17,11 +17,14 @@ favour of the signed report:
   (checked against the chain given by --chain-rpc-url and --contracts-file: the transactions
   the reports name are read on the driver; without them these reports are unverified);
   claims it cannot check are rejected (unverified_proof). Two honest envelopes in one report
-  flag nobody. One proof flags the node;
+  flag nobody. One proof flags the node; so does one WITHHOLDING report (xnode's extension,
+  xnode.core.withholding), proven by the accused's own checkpoint and signed holdings;
 - liveness reports count only from registered nodes: a report the host filed itself
   (`submitted_by_node`, host signature recovering to the host's registry key), per
   misbehaving node, type and window of reporter_time_ns; the node is flagged when distinct
   reporting nodes >= threshold. A node's reports about itself never make it a reporter.
+  WITHHOLDING_ACCUSATION reports (a committed sequence id the accused would not account
+  for: no proof) are judged the same way, by distinct reporting nodes per window.
   Client-submitted liveness reports are kept apart (`client_liveness`, attributed to the host
   that accepted them: the protocol's report names no client or payer) and never count
   toward a threshold: one client writing to many hosts must not flag anyone.
@@ -67,14 +70,15 @@ from xnode.core.chain_evidence import ChainFacts
 from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import (
     SignatureError,
-    blockchain_proof_digest,
     keccak256,
     misbehavior_digest,
-    originator_digest,
     recover_public_key,
 )
-from xnode.core.evidence import RegistryKeys, why_unproven
-from xnode.core.misbehavior import LIVENESS_TYPES, SAFETY_TYPES
+from xnode.core.envelopes import envelope_signer
+from xnode.core.evidence import why_unproven
+from xnode.core.misbehavior import JUDGED_TYPES, PROVEN_TYPES, WITHHOLDING
+from xnode.core.misbehavior import type_name as known_type_name
+from xnode.core.registry import RegistryKeys
 
 ChainLookup = Callable[[list[bytes]], ChainFacts]
 DEFAULT_THRESHOLD = 2
@@ -113,26 +117,10 @@ VERIFIED_SPARK: T.DataType = from_arrow_type(VERIFIED)
 
 
 def type_name(kind: int) -> str:
-    try:
-        return mb.Misbehavior.Name(kind).removeprefix("MISBEHAVIOR_")
-    except ValueError:
-        return f"UNKNOWN_{kind}"
+    return known_type_name(kind)
 
 
 # --- per-report verification (runs in Python workers) ----------------------------------------
-
-
-def _envelope_signer(envelope: envelopes_pb2.OriginatorEnvelope) -> bytes:
-    """Who vouched for the envelope. Only the originator layer is verified: the payer envelope
-    of an INVALID_PAYLOAD proof may be garbage by design."""
-    unsigned = envelope.unsigned_originator_envelope
-    if envelope.WhichOneof("proof") == "blockchain_proof":
-        proof = envelope.blockchain_proof
-        digest = blockchain_proof_digest(unsigned, proof.transaction_hash)
-        return recover_public_key(proof.node_signature.bytes, digest)
-    if envelope.WhichOneof("proof") != "originator_signature":
-        raise SignatureError("envelope carries neither an originator signature nor a proof")
-    return recover_public_key(envelope.originator_signature.bytes, originator_digest(unsigned))
 
 
 def _envelope_facts(envelope: envelopes_pb2.OriginatorEnvelope) -> dict[str, Any]:
@@ -145,7 +133,7 @@ def _envelope_facts(envelope: envelopes_pb2.OriginatorEnvelope) -> dict[str, Any
             raise ValueError(f"sequence id {unsigned.originator_sequence_id} is out of range")
         facts["originator_node_id"] = unsigned.originator_node_id
         facts["sequence_id"] = unsigned.originator_sequence_id
-        facts["signer"] = _envelope_signer(envelope)
+        facts["signer"] = envelope_signer(envelope)
     except (DecodeError, SignatureError, ValueError) as exc:
         facts["error"] = f"{type(exc).__name__}: {exc}"
     return facts
@@ -204,6 +192,8 @@ def verify_report(
     failure = unsigned.WhichOneof("failure")
     if failure == "liveness":
         out["response_time_ns"] = unsigned.liveness.response_time_ns
+    if int(unsigned.type) == WITHHOLDING:
+        out["proof_error"] = why_unproven(unsigned, registry or {}, chain)
     elif failure == "safety":
         envelopes = unsigned.safety.envelopes
         out["envelopes"] = [_envelope_facts(e) for e in envelopes]
@@ -257,7 +247,7 @@ def _rejection_rules() -> list[tuple[Column, str, Column]]:
     Earlier rules guarantee later ones see non-null inputs."""
     v, kind = F.col("v"), F.col("v.type")
     host = F.col("host_node_id")
-    safety = kind.isin(*SAFETY_TYPES)
+    safety = kind.isin(*PROVEN_TYPES)
     return [
         (v["error"].isNotNull(), "malformed", v["error"]),
         (
@@ -276,7 +266,7 @@ def _rejection_rules() -> list[tuple[Column, str, Column]]:
             F.format_string("signature does not recover to a registry key of host node %d", host),
         ),
         (
-            ~kind.isin(*LIVENESS_TYPES, *SAFETY_TYPES),
+            ~kind.isin(*JUDGED_TYPES, *PROVEN_TYPES),
             "unknown_type",
             F.format_string("misbehavior type %d is not a known failure", kind),
         ),
@@ -344,7 +334,8 @@ _NS_PER_MINUTE = 60 * NS_PER_SECOND
 
 
 def _type_name_column(column: str = "type") -> Column:
-    names = F.create_map(*[F.lit(x) for k in range(9) for x in (k, type_name(k))])
+    kinds = [*range(9), *sorted(JUDGED_TYPES | PROVEN_TYPES)]
+    names = F.create_map(*[F.lit(x) for k in kinds for x in (k, type_name(k))])
     return F.coalesce(names[F.col(column)], F.format_string("UNKNOWN_%d", F.col(column)))
 
 
@@ -354,7 +345,7 @@ def _window_start(window_minutes: int) -> Column:
 
 
 def _liveness(accepted: DataFrame, by_node: bool) -> DataFrame:
-    kind = F.col("type").isin(*LIVENESS_TYPES)
+    kind = F.col("type").isin(*JUDGED_TYPES)
     return accepted.where(kind & (F.col("submitted_by_node") == F.lit(by_node)))
 
 
@@ -397,7 +388,7 @@ def client_liveness_windows(accepted: DataFrame, window_minutes: int) -> DataFra
 
 
 def safety_proofs(accepted: DataFrame) -> DataFrame:
-    return accepted.where(F.col("type").isin(*SAFETY_TYPES)).select(
+    return accepted.where(F.col("type").isin(*PROVEN_TYPES)).select(
         "misbehaving_node_id",
         "type",
         _type_name_column().alias("type_name"),

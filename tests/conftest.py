@@ -3,6 +3,7 @@ test, nodes started in-process, and `xnode run` subprocesses for end-to-end test
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -11,6 +12,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,19 +52,33 @@ def pg_cluster() -> Iterator[PgCluster]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def ha_root() -> Iterator[Path]:
+    """A directory for a Patroni cluster, removed after."""
+    root = Path(tempfile.mkdtemp(prefix="xnode-ha-"))
+    root.chmod(0o755)  # the `postgres` user must reach the members' directories inside
+    try:
+        yield root / "ha"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def start_ha(root: Path, **options: Any) -> HaCluster:
+    """start_ha_cluster, failing the test (never skipping) when it cannot start."""
+    try:
+        return start_ha_cluster(root, **options)
+    except PostgresError as exc:
+        pytest.fail(f"Patroni and etcd could not start (`make setup` installs them): {exc}")
+
+
 @pytest.fixture
 def ha_cluster() -> Iterator[HaCluster]:
     """etcd and two Patroni members (a primary and a synchronous standby), new for each test,
     so that no test meets the members another test left frozen, killed or rewound."""
-    root = Path(tempfile.mkdtemp(prefix="xnode-ha-"))
-    root.chmod(0o755)  # the `postgres` user must reach the members' directories inside
-    try:
-        cluster = start_ha_cluster(root / "ha")
-    except PostgresError as exc:
-        pytest.fail(f"Patroni and etcd could not start (`make setup` installs them): {exc}")
-    yield cluster
-    cluster.stop()
-    shutil.rmtree(root, ignore_errors=True)
+    with ha_root() as root:
+        cluster = start_ha(root)
+        yield cluster
+        cluster.stop()
 
 
 @pytest.fixture
@@ -75,6 +91,25 @@ def database(pg_cluster: PgCluster) -> str:
         capture_output=True,
     )
     return pg_cluster.dsn(name)
+
+
+@asynccontextmanager
+async def database_refusing(pg_cluster: PgCluster, dsn: str) -> AsyncIterator[None]:
+    """The database of `dsn` takes no connection and those open are ended, as when its host is
+    lost; it takes them again on exit."""
+    import asyncpg
+
+    name = dsn.rpartition("/")[2].partition("?")[0]
+    admin = await asyncpg.connect(pg_cluster.dsn())
+    try:
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
+        )
+        yield
+    finally:
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        await admin.close()
 
 
 @pytest.fixture

@@ -40,3 +40,63 @@ async def serve_replication_methods(
     server.add_insecure_port(address)
     await server.start()
     return server
+
+
+class _Forwarding(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+    def __init__(
+        self, channel: grpc.aio.Channel, overrides: dict[str, grpc.RpcMethodHandler[Any, Any]]
+    ) -> None:
+        self._channel = channel
+        self._overrides = overrides
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any]:
+        method: str = details.method
+        if method in self._overrides:
+            return self._overrides[method]
+        if "/Subscribe" in method:
+            return grpc.unary_stream_rpc_method_handler(self._stream(method))
+        return grpc.unary_unary_rpc_method_handler(self._unary(method))
+
+    @staticmethod
+    def _metadata(context: Any) -> list[tuple[str, str]]:
+        return [
+            (k, v)
+            for k, v in context.invocation_metadata() or ()
+            if not k.startswith((":", "grpc-"))
+        ]
+
+    def _unary(self, method: str) -> Callable[[bytes, Any], Awaitable[bytes]]:
+        async def forward(request: bytes, context: Any) -> bytes:
+            call = self._channel.unary_unary(method, None, None)
+            try:
+                answer: bytes = await call(request, metadata=self._metadata(context))
+            except grpc.aio.AioRpcError as exc:
+                await context.abort(exc.code(), exc.details() or "")
+            return answer
+
+        return forward
+
+    def _stream(self, method: str) -> Callable[[bytes, Any], AsyncIterator[bytes]]:
+        async def forward(request: bytes, context: Any) -> AsyncIterator[bytes]:
+            call = self._channel.unary_stream(method, None, None)
+            try:
+                async for answer in call(request, metadata=self._metadata(context)):
+                    yield answer
+            except grpc.aio.AioRpcError as exc:
+                await context.abort(exc.code(), exc.details() or "")
+
+        return forward
+
+
+async def serve_proxy(
+    target: str, address: str, overrides: dict[str, grpc.RpcMethodHandler[Any, Any]]
+) -> grpc.aio.Server:
+    """A started server at `address` that forwards every call (bytes and metadata) to the
+    node at `target`, except the full method names in `overrides`, which it answers itself:
+    a node that misbehaves in those methods only."""
+    channel = grpc.aio.insecure_channel(target)
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers([_Forwarding(channel, overrides)])
+    server.add_insecure_port(address)
+    await server.start()
+    return server

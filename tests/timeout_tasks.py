@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from xnode.usecases.concurrency import pending_task_stacks
+from xnode.observability.task_stacks import pending_task_stacks
 
 
 @pytest.hookimpl(hookwrapper=True)

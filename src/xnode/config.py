@@ -17,7 +17,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from xnode.core.crypto import SigningKey
 from xnode.core.fees import FeeSchedule
 from xnode.core.limits import Limit
-from xnode.usecases.crypto_threads import share
+from xnode.core.partitions import DEFAULT_PERIOD_DAYS
+from xnode.runtime.crypto_threads import share
 from xnode.usecases.limits import LimitPolicy
 
 # `workers = 0` starts one serving process per core, but no more than this many.
@@ -169,7 +170,7 @@ class Settings(BaseSettings):
         None, description="PEM CA that https:// peers' certificates must chain to (default: system)"
     )
     migrate_on_start: bool = Field(True, description="Apply database migrations at start-up")
-    # Default: one per core. With one sequencer per node (usecases.forwarding), each added
+    # Default: one per core. With one sequencer per node (runtime.forwarding), each added
     # worker adds throughput (docs/benchmarks.md, "Measurements behind choices in the code").
     workers: int = Field(
         0,
@@ -226,6 +227,30 @@ class Settings(BaseSettings):
         description="Anti-entropy repair: compare every originator's log with every peer's"
         " and fetch what is missing, every N seconds (0: off)",
         ge=0,
+    )
+    retention_seconds: float = Field(
+        3600.0,
+        description="Retention: every N seconds add envelope partitions ahead, drop those"
+        " whose every envelope has expired, and apply `retention_plan_file` if it changed"
+        " (0: off; `xnode partitions` does one run by hand)",
+        ge=0,
+    )
+    retention_partition_days: int = Field(
+        DEFAULT_PERIOD_DAYS,
+        description="Days of envelope expiry each new envelope partition covers (a topic"
+        " query reads every partition: fewer, longer ones read faster; docs/benchmarks.md)",
+        ge=1,
+    )
+    retention_partitions_ahead_days: int = Field(
+        200,
+        description="Keep envelope partitions made this many days of expiry ahead of now"
+        " (longer retentions wait in one partition until then)",
+        ge=1,
+    )
+    retention_plan_file: Path | None = Field(
+        None,
+        description="A plan of spark_jobs.retention_expiry, applied (as `xnode prune`) by"
+        " each retention run after it changes",
     )
     replication_verify_threads: int = Field(
         2, description="Threads verifying signatures of envelopes received from peers", ge=1

@@ -32,6 +32,8 @@ from xnode.api.logs import LogService, add_log_service
 from xnode.api.misbehavior import MisbehaviorService
 from xnode.api.registration import envelope_handlers, misbehavior_handlers, service_names
 from xnode.api.service import EnvelopeService
+from xnode.api.withholding import SERVICE_NAME as HOLDINGS_SERVICE
+from xnode.api.withholding import HoldingsService, add_holdings_service
 from xnode.chain.node import (
     ChainConnection,
     ChainServices,
@@ -62,6 +64,8 @@ from xnode.replication.ingest import BulkVerifiers, start_bulk
 from xnode.replication.ports import MisbehaviorRecorder
 from xnode.replication.unfiled import UnfiledReports
 from xnode.replication.worker import ReplicationConfig, ReplicationWorker
+from xnode.runtime import crypto_threads
+from xnode.runtime.forwarding import ForwardingOriginator, SequencerLink
 from xnode.static_registry import StaticRegistrySource
 from xnode.store.chain import ChainStore
 from xnode.store.envelopes import EnvelopeStore
@@ -73,19 +77,20 @@ from xnode.store.logs import LogStore
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.misbehavior import MisbehaviorLog, MisbehaviorStore
 from xnode.store.notifications import CommitListener
+from xnode.store.partitions import EnvelopePartitions
 from xnode.store.primary import Connect, Database
 from xnode.store.probe import PostgresProbe
+from xnode.store.prune import ScheduledPlan
 from xnode.store.replica import Replica, ReplicaWatch
 from xnode.store.replication import ReplicationStore
 from xnode.store.scrub import ScrubStore
 from xnode.store.sequencer import Sequencer
 from xnode.store.subscription_slots import SharedSubscriptionSlots
 from xnode.tls import ClientTls, ServerTls, TlsConfigError
-from xnode.usecases import crypto_threads
 from xnode.usecases.admission import Admission
 from xnode.usecases.concurrency import StopSteps
-from xnode.usecases.forwarding import ForwardingOriginator, SequencerLink
 from xnode.usecases.health import DATABASE, HealthMonitor
+from xnode.usecases.holdings import Holdings
 from xnode.usecases.identity import IdentityUpdates
 from xnode.usecases.limits import ApiLimits
 from xnode.usecases.logs import CheckpointIntake, CheckpointIssuer, LogQueries
@@ -96,6 +101,7 @@ from xnode.usecases.publish import Publish
 from xnode.usecases.query import Query
 from xnode.usecases.reads import RoutedReads, for_catch_up, for_queries
 from xnode.usecases.registry_source import RegistrySource
+from xnode.usecases.retention import RetentionSchedule
 from xnode.usecases.subscribe import Subscribe
 from xnode_api.fees.v1 import fees_pb2_grpc
 
@@ -214,7 +220,7 @@ class WorkerRole:
     by its own lock. With more than one, the ports are shared (SO_REUSEPORT) and each
     process's metrics are served plainly on loopback for the supervisor to merge. The first
     also sequences every worker's publishes: the others hand it their validated batches over
-    the Unix socket `sequencer_link` (xnode.usecases.forwarding)."""
+    the Unix socket `sequencer_link` (xnode.runtime.forwarding)."""
 
     index: int = 0
     count: int = 1
@@ -326,7 +332,7 @@ async def start_node(settings: Settings, role: WorkerRole = SOLE) -> Node:
 
 async def _signing_process(role: WorkerRole, stack: StopSteps) -> Executor | None:
     """The first of several workers signs every worker's batches, in a process of its own
-    (usecases.crypto_threads): a process of the same kind as replication's bulk verifiers,
+    (runtime.crypto_threads): a process of the same kind as replication's bulk verifiers,
     started by the fork server, that dies with this one. Stopped last, after the final
     commits; without it the batches are signed in the crypto threads."""
     if not (role.shares_ports and role.primary):
@@ -417,8 +423,25 @@ async def _start(
     stack.push_async_callback(listener.stop)
     listener.start()
     replica = await _open_replica(settings, pool, stack)
+    if role.primary:
+        await _start_retention(settings, pool, stack)
+    holdings = (
+        Holdings(node_id, key, ScrubStore(pool), logs)
+        if logs is not None and not settings.read_only
+        else None
+    )
     parts = NodeParts(
-        store, state, originator, reports, registry, chain_parts, logs, identity, database, replica
+        store,
+        state,
+        originator,
+        reports,
+        registry,
+        chain_parts,
+        logs,
+        identity,
+        database,
+        replica,
+        holdings,
     )
     served = await _serve(settings, node_id, parts, tls.served, stack, role)
     if replication is not None:
@@ -437,6 +460,24 @@ async def _start(
         http_address=served.http_address,
         metrics_address=served.metrics_address,
     )
+
+
+async def _start_retention(settings: Settings, pool: asyncpg.Pool, stack: StopSteps) -> None:
+    """The first run before serving (a node that was down a while catches up), then on the
+    schedule; processes and nodes sharing the database take turns by an advisory lock."""
+    plan_file = settings.retention_plan_file
+    retention = RetentionSchedule(
+        EnvelopePartitions(pool),
+        SYSTEM_CLOCK,
+        settings.retention_seconds,
+        settings.retention_partitions_ahead_days,
+        settings.retention_partition_days,
+        None if plan_file is None else ScheduledPlan(pool, plan_file),
+    )
+    if settings.retention_seconds > 0:
+        await retention.run_logged()
+        stack.push_async_callback(retention.stop)
+        retention.start()
 
 
 def _forgetting(
@@ -601,6 +642,7 @@ class NodeParts:
     identity: IdentityUpdates | None = None
     database: Database | None = None  # how dedicated connections find the primary
     replica: Replica | None = None  # reads for queries and catch-up, when configured
+    holdings: Holdings | None = None  # an originator's signed account of its own log
 
 
 @dataclass(frozen=True)
@@ -668,6 +710,7 @@ async def _serve(
         admission=admission,
         limits=limits,
         identity=parts.identity,
+        crypto=crypto_threads.THREADS,
     )
     registry = parts.registry
     current_registry = registry.current if registry else _no_registry
@@ -701,6 +744,7 @@ async def _serve(
         tls,
         ForkService(ForkStore(parts.store.pool)),
         role.shares_ports,
+        HoldingsService(parts.holdings) if parts.holdings is not None else None,
     )
     serving = GrpcServing(server, end_streams, admission, settings.shutdown_grace_seconds)
     stack.push_async_callback(serving.stop)
@@ -942,6 +986,7 @@ def _grpc_server(
     tls: ServerTls | None = None,
     forks: ForkService | None = None,
     reuse_port: bool = False,
+    holdings: HoldingsService | None = None,
 ) -> tuple[grpc.aio.Server, health.HealthServicer, str]:
     limit = settings.max_message_mib * 1024 * 1024
     options: list[tuple[str, Any]] = [
@@ -960,11 +1005,14 @@ def _grpc_server(
         add_log_service(logs, server)
     if forks is not None:
         add_fork_service(forks, server)
+    if holdings is not None:
+        add_holdings_service(holdings, server)
     fees_pb2_grpc.add_FeesApiServicer_to_server(fees, server)  # type: ignore[no-untyped-call]
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [*service_names(), *([LOG_SERVICE] if logs is not None else [])]
     names += [FORK_SERVICE] if forks is not None else []
+    names += [HOLDINGS_SERVICE] if holdings is not None else []
     reflection.enable_server_reflection(
         [
             *names,

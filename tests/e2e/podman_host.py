@@ -1,15 +1,30 @@
-"""Podman on the test machine (issue 13's facts: Debian's podman with runc, no registry):
-the tools installed with apt when missing, and commands that fail the test with their output."""
+"""Podman on the test machine (Debian's podman 4.3 with runc, no registry): the tools
+installed with apt when missing, commands that fail the test with their output, and podman's
+Docker-compatible API for testcontainers (docs/testing.md)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from testcontainers.core.docker_client import DockerClient
+
+from tests.waiting import wait_until
 
 TOOLS = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
+REPO = Path(__file__).resolve().parents[2]
+# runc (crun fails on hybrid cgroups), no default rlimits, cgroupfs: docker/containers.conf.
+CONTAINERS_CONF = str(REPO / "docker" / "containers.conf")
+
+
+def podman_env() -> dict[str, str]:
+    """The environment podman commands (and its API service) run with."""
+    return {**os.environ, "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", CONTAINERS_CONF)}
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: float = 300) -> str:
@@ -30,3 +45,43 @@ def install_tools(tools: dict[str, str] = TOOLS) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", *missing]):
         run(cmd, env, timeout=900)
+
+
+def _answers(client: DockerClient) -> bool:
+    try:
+        return bool(client.client.ping())
+    except Exception:  # the service is not listening yet
+        return False
+
+
+@pytest.fixture(scope="session")
+def docker_api() -> Iterator[DockerClient]:
+    """`podman system service` on a socket of its own, as the Docker API testcontainers
+    talks to (DOCKER_HOST). The reaper (Ryuk) is off: its image is on a registry CI does not
+    reach, and each test removes the containers it starts."""
+    install_tools()
+    directory = Path(tempfile.mkdtemp(prefix="xnode-podman-"))
+    socket = directory / "podman.sock"
+    log = directory / "service.log"
+    service = subprocess.Popen(
+        ["podman", "system", "service", "--time=0", f"unix://{socket}"],
+        env=podman_env(),
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    patch = pytest.MonkeyPatch()
+    patch.setenv("DOCKER_HOST", f"unix://{socket}")
+    patch.setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+    try:
+        try:
+            wait_until(socket.exists, 30, "podman's API socket")
+            client = DockerClient()
+            wait_until(lambda: _answers(client), 30, "podman's API answering")
+        except AssertionError as exc:
+            pytest.fail(f"{exc}; `podman system service` said:\n{log.read_text()[-3000:]}")
+        yield client
+    finally:
+        patch.undo()
+        service.terminate()
+        service.wait(30)
+        shutil.rmtree(directory, ignore_errors=True)

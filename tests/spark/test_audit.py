@@ -18,6 +18,7 @@ from xnode.core import merkle
 from xnode.core.audit import FaultKind
 from xnode.core.checkpoints import envelope_leaf, sign_checkpoint
 from xnode.core.forks import envelope_hash, log_keeps
+from xnode.core.leaves import signed_content
 
 KEYS = {n: g.node_key(n, seed=7) for n in (100, 200)}
 NS = 1_700_000_000 * 1_000_000_000
@@ -49,7 +50,9 @@ def _checkpoints(
     return [(originator, c.tree_size, c.signed, None) for c in chain]
 
 
-def write_export(root: Path, tamper: bool = False) -> Path:
+def write_export(root: Path, tamper: bool = False, with_expiry: bool = False) -> Path:
+    """`with_expiry`: leaves carry the expiry they commit to (exports from before that
+    column do not)."""
     node = g.node_dir(root, 100)
     g.write_nodes(node, KEYS)
     # A fork at 200:4: the log keeps the rule's pick; 200's checkpoint was signed over the
@@ -71,7 +74,12 @@ def write_export(root: Path, tamper: bool = False) -> Path:
         for s, raw in enumerate(raws, start=1)
         if s not in EXPIRED.get(o, ())
     ]
-    leaf_rows = {o: list(enumerate(ls, start=1)) for o, ls in leaves.items()}
+    leaf_rows: dict[int, list[Any]] = {o: list(enumerate(ls, start=1)) for o, ls in leaves.items()}
+    if with_expiry:
+        leaf_rows = {
+            o: [(s, leaf, signed_content(logs[o][s - 1])[1]) for s, leaf in rows]
+            for o, rows in leaf_rows.items()
+        }
     if tamper:
         fifteen = envelopes[15 - 1 - 5]
         assert fifteen.payload is not None
@@ -105,6 +113,17 @@ def test_a_clean_export_passes(spark: Any, audit: ModuleType, tmp_path: Path) ->
     assert verdict.format1_without_envelope == 5 and verdict.expired == 0
     assert verdict.checkpoints == 4 and verdict.checkpoints_over_forks == 1
     assert verdict.conflicts == 1
+
+
+def test_with_the_committed_expiry_leaves_without_envelopes_are_provably_expired(
+    spark: Any, audit: ModuleType, tmp_path: Path
+) -> None:
+    verdict = audit.audit_exports(spark, [write_export(tmp_path, with_expiry=True)])[100]
+    assert verdict.clean, verdict.describe()
+    assert verdict.expired == 5 and verdict.format1_without_envelope == 0
+    # Before that expiry, the same leaves without their envelopes are a loss.
+    before = audit.audit_exports(spark, [tmp_path], now_unix=NS // 10**9)[100]
+    assert before.faults == {FaultKind.LOST: 5}, before.describe()
 
 
 def test_a_tampered_export_is_caught_and_named(

@@ -16,11 +16,13 @@ import pytest
 from spark_jobs import gen_data as g
 from tests.conftest import ChainEnv
 from tests.integration.chain.helpers import add_message_call, message_payload, send_raw_event
+from tests.withholding_log import CommittedLog, leaving_out
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.client.node import key_package_envelope
 from xnode.core.chain_payloads import ChainEvent, build_chain_payload
 from xnode.core.crypto import SigningKey, blockchain_proof_digest
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
+from xnode.core.withholding import accusation_report, withholding_report
 
 T0 = 1_800_000_000 * 10**9  # on an hour boundary
 MIN = 60 * 10**9
@@ -400,3 +402,31 @@ def test_causal_and_chain_proofs_flag_only_the_guilty(
     assert checked.outcomes == {"accepted": 2, "unverified_proof": 2}
     assert flags(unchecked) == [(700, CAUSAL)]
     assert unchecked.outcomes == {"accepted": 1, "unverified_proof": 3}
+
+
+def test_withholding_proofs_flag_the_withholder_and_accusations_need_a_threshold(
+    spark: Any, aggregation: ModuleType, tmp_path: Path
+) -> None:
+    """600 signs holdings that leave out a sequence id its checkpoint covers: one report
+    flags it. 500's honest holdings prove nothing. 700 is accused by two nodes (flagged at
+    threshold 2), 400 by one (not flagged)."""
+    withholder = CommittedLog(KEYS[600], 600, 5, T0)
+    honest = CommittedLog(KEYS[500], 500, 5, T0)
+    h100, h200 = Host(100, KEYS[100]), Host(200, KEYS[200])
+    lie = withholder.holdings(leaving_out(withholder, 3))
+    h100.add(withholding_report(600, withholder.commitment(3), lie, T0))
+    h100.add(withholding_report(500, honest.commitment(3), honest.holdings(), T0))
+    for host, accused in ((h100, 700), (h200, 700), (h100, 400)):
+        accused_log = CommittedLog(KEYS[accused], accused, 3, T0)
+        host.add(accusation_report(accused, accused_log.commitment(2), "UNAVAILABLE", T0, T0))
+    for host in (h100, h200):
+        host.write(tmp_path / "export", KEYS)
+
+    data = aggregation.run(spark, [tmp_path / "export"], tmp_path / "out", threshold=2)
+
+    flags = sorted((r["misbehaving_node_id"], r["type_name"], r["basis"]) for r in data.flagged)
+    assert flags == [
+        (600, "WITHHOLDING", "safety_proof"),
+        (700, "WITHHOLDING_ACCUSATION", "liveness_threshold"),
+    ]
+    assert data.outcomes == {"accepted": 4, "unverified_proof": 1}

@@ -111,3 +111,24 @@ def test_totals_equal_the_signed_fees_each_envelope_once(
     assert html.count("<svg") == len(PAYERS)  # a chart per payer
     for payer in PAYERS:
         assert "0x" + payer.address.hex() in (out / "report.md").read_text()
+
+
+def test_envelopes_exported_again_after_a_loss_are_counted_once(
+    spark: Any, payer_usage: ModuleType, tmp_path: Path
+) -> None:
+    """Node 100 lost sequence ids 10..20, fetched them back from a peer and exported them
+    again (an export of the restored node, beside its first one); node 200 exported them
+    too."""
+    own = _signed(100, 30)
+    first, again = tmp_path / "exports", tmp_path / "after-the-loss"
+    gen_data.write_envelopes(first / "node-100", _table(100, own))
+    gen_data.write_envelopes(again / "node-100", _table(100, own[9:20]))
+    gen_data.write_envelopes(first / "node-200", _table(100, own[9:20]))
+
+    data = payer_usage.run(spark, [first, again], tmp_path / "usage")
+
+    assert data.rows_read == 30 + 11 + 11
+    assert data.envelopes == 30
+    payers = pq.read_table(tmp_path / "usage" / "payers.parquet").to_pylist()
+    got = {bytes(r["payer_address"]): int(r["base_fee_picodollars"]) for r in payers}
+    assert got == {payer: totals[1] for payer, totals in _expected(own).items()}

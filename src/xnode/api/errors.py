@@ -1,19 +1,23 @@
-"""Maps the core's refusals to gRPC statuses, and store failures to UNAVAILABLE; counts
-refusals per API, method and reason."""
+"""The one mapping of errors to gRPC statuses: the core's refusals by reason, limits,
+store failures UNAVAILABLE (retry later) and, per API, errors of its own (`statuses`);
+counts refusals per API, method and reason. Every servicer is registered through it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
-import asyncpg
 import grpc
 import structlog
+from google.protobuf.descriptor import ServiceDescriptor
 
 from xnode.core.envelopes import cursor_to_proto
 from xnode.core.errors import Reason, Rejected
 from xnode.core.limits import Kind, LimitExceeded
 from xnode.observability.metrics import LIMITED, REQUESTS_REJECTED
+from xnode.usecases.ports import StoreUnavailable
 
 log = structlog.get_logger(__name__)
 
@@ -40,9 +44,9 @@ CURSOR_TRAILER = "xnode-cursor-bin"
 
 T = TypeVar("T")
 Context = grpc.aio.ServicerContext[Any, Any]
-# asyncpg raises InternalClientError ("cannot switch to state ...") for a query sent on a
-# connection its server dropped mid-operation (a database host lost, docs/ha.md): retry.
-StoreErrors = (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError)
+# The store's failures, and a socket failure below the API that no adapter translated:
+# retry later.
+StoreErrors = (StoreUnavailable, OSError)
 
 
 def count_rejected(api: str, method: str, reason: str) -> None:
@@ -77,38 +81,100 @@ async def abort_limited(context: Context, exc: LimitExceeded, api: str) -> None:
     await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
 
 
+@dataclass
+class StatusError(Exception):
+    """A refusal that names its own status and message, with trailers to send (a gateway
+    passing on a node's refusal)."""
+
+    code: grpc.StatusCode
+    message: str
+    trailers: tuple[tuple[str, str | bytes], ...] = ()
+
+    def __str__(self) -> str:
+        return self.message
+
+
+async def abort_status(context: Context, exc: StatusError) -> None:
+    if exc.trailers:
+        context.set_trailing_metadata(exc.trailers)
+    await context.abort(exc.code, exc.message)
+
+
+# An API's own errors and their statuses, the message being str(error); the first class
+# that matches wins.
+Statuses = Mapping[type[Exception], grpc.StatusCode]
+NO_STATUSES: Statuses = {}
+
+
+def _caught(statuses: Statuses) -> tuple[type[Exception], ...]:
+    return (Rejected, LimitExceeded, *StoreErrors, StatusError, *statuses)
+
+
+async def abort_error(
+    context: Context, exc: Exception, api: str, method: str, statuses: Statuses
+) -> None:
+    """Aborts with the status `exc` maps to; re-raises an error the mapping does not know."""
+    if isinstance(exc, Rejected):
+        await abort_rejected(context, exc, api, method)
+    if isinstance(exc, LimitExceeded):
+        await abort_limited(context, exc, api)
+    if isinstance(exc, StoreErrors):
+        await abort_store(context, method, exc)
+    if isinstance(exc, StatusError):
+        await abort_status(context, exc)
+    for kind, code in statuses.items():
+        if isinstance(exc, kind):
+            await context.abort(code, str(exc))
+    raise exc
+
+
 def unary_errors(
-    fn: Callable[[Any, Context], Awaitable[T]], api: str, method: str
+    fn: Callable[[Any, Context], Awaitable[T]],
+    api: str,
+    method: str,
+    statuses: Statuses = NO_STATUSES,
 ) -> Callable[[Any, Context], Awaitable[T]]:
-    """`fn` with refusals and store failures turned into statuses; `api` is the short name
-    of the service it is called under (publish, query, replication)."""
+    """`fn` with its errors turned into statuses; `api` is the short name of the service it
+    is called under (publish, query, replication, ...)."""
+    caught = _caught(statuses)
 
     async def handler(request: Any, context: Context) -> T:
         try:
             return await fn(request, context)
-        except Rejected as exc:
-            await abort_rejected(context, exc, api, method)
-        except LimitExceeded as exc:
-            await abort_limited(context, exc, api)
-        except StoreErrors as exc:
-            await abort_store(context, method, exc)
+        except caught as exc:
+            await abort_error(context, exc, api, method, statuses)
         raise AssertionError("unreachable: abort raises")
 
     return handler
 
 
 def stream_errors(
-    fn: Callable[[Any, Context], AsyncIterator[T]], api: str, method: str
+    fn: Callable[[Any, Context], AsyncIterator[T]],
+    api: str,
+    method: str,
+    statuses: Statuses = NO_STATUSES,
 ) -> Callable[[Any, Context], AsyncIterator[T]]:
+    caught = _caught(statuses)
+
     async def handler(request: Any, context: Context) -> AsyncIterator[T]:
         try:
             async for item in fn(request, context):
                 yield item
-        except Rejected as exc:
-            await abort_rejected(context, exc, api, method)
-        except LimitExceeded as exc:
-            await abort_limited(context, exc, api)
-        except StoreErrors as exc:
-            await abort_store(context, method, exc)
+        except caught as exc:
+            await abort_error(context, exc, api, method, statuses)
 
     return handler
+
+
+def errors_mapped(
+    service: object, descriptor: ServiceDescriptor, api: str, statuses: Statuses = NO_STATUSES
+) -> Any:
+    """`service` with every method of `descriptor` through the mapping, for a generated
+    add_...Servicer_to_server."""
+    methods = {
+        m.name: (stream_errors if m.server_streaming else unary_errors)(
+            getattr(service, m.name), api, m.name, statuses
+        )
+        for m in descriptor.methods
+    }
+    return SimpleNamespace(**methods)

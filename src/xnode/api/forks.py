@@ -1,6 +1,6 @@
 """ForkApi (xnode.forks.v1): every signed version of each forked (originator,
 sequence id) this node keeps, the log's version first, and their digest (anti-entropy compares
-it before paging). Translates protobuf and statuses only."""
+it before paging). Translates protobuf only; errors go through api.errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 
-from xnode.api.errors import StoreErrors, abort_store
+from xnode.api.errors import errors_mapped
 from xnode.core.cursors import MAX_SEQUENCE_ID
 from xnode.usecases.ports import ForkEvidence
 from xnode_api.forks.v1 import forks_pb2 as pb
@@ -29,11 +29,7 @@ class ForkService:
     ) -> pb.QueryForksResponse:
         limit = request.limit if 0 < request.limit <= MAX_FORKS else MAX_FORKS
         after = min(request.after_sequence_id, MAX_SEQUENCE_ID)  # nothing is stored beyond
-        try:
-            found = await self._forks.forks(request.originator_node_id, after, limit)
-        except StoreErrors as exc:
-            await abort_store(context, "QueryForks", exc)
-            raise
+        found = await self._forks.forks(request.originator_node_id, after, limit)
         return pb.QueryForksResponse(
             forks=[
                 pb.Fork(
@@ -48,13 +44,10 @@ class ForkService:
     async def GetForkDigest(
         self, request: pb.GetForkDigestRequest, context: Context
     ) -> pb.GetForkDigestResponse:
-        try:
-            found = await self._forks.digest(request.originator_node_id)
-        except StoreErrors as exc:
-            await abort_store(context, "GetForkDigest", exc)
-            raise
+        found = await self._forks.digest(request.originator_node_id)
         return pb.GetForkDigestResponse(versions=found.versions, digest=found.digest)
 
 
 def add_fork_service(service: ForkService, server: grpc.aio.Server) -> None:
-    forks_pb2_grpc.add_ForkApiServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+    mapped = errors_mapped(service, pb.DESCRIPTOR.services_by_name["ForkApi"], "forks")
+    forks_pb2_grpc.add_ForkApiServicer_to_server(mapped, server)  # type: ignore[no-untyped-call]

@@ -1,18 +1,17 @@
 """LogApi (xnode.logs.v1): checkpoints, inclusion and consistency proofs, range
-fingerprints and leaves of the committed logs this node holds. Translates protobuf and
-statuses only; the answers come from xnode.usecases.logs."""
+fingerprints and leaves of the committed logs this node holds. Translates protobuf only
+(errors go through api.errors); the answers come from xnode.usecases.logs."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import grpc
 
-from xnode.api.errors import StoreErrors, abort_rejected, abort_store
+from xnode.api.errors import Statuses, errors_mapped
 from xnode.core import merkle
 from xnode.core.checkpoints import Checkpoint
-from xnode.core.errors import Rejected
 from xnode.core.reconciliation import SequenceRange
 from xnode.usecases.logs import LogQueries, NotHeld
 from xnode_api.logs.v1 import logs_pb2 as pb
@@ -42,18 +41,12 @@ def _bounded(*values: int) -> None:
         raise ValueError(f"sequence ids and tree sizes are at most {MAX_ID}")
 
 
-async def _abort(context: Context, method: str, exc: Exception) -> NoReturn:
-    if isinstance(exc, NotHeld):
-        await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
-    if isinstance(exc, merkle.ProofError):
-        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-    if isinstance(exc, ValueError):
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-    await abort_store(context, method, exc)
-    raise AssertionError("unreachable: abort raises")
-
-
-_EXPECTED = (NotHeld, ValueError, *StoreErrors)
+# The LogApi's own errors (the first that matches wins).
+LOG_STATUSES: Statuses = {
+    NotHeld: grpc.StatusCode.NOT_FOUND,
+    merkle.ProofError: grpc.StatusCode.FAILED_PRECONDITION,
+    ValueError: grpc.StatusCode.INVALID_ARGUMENT,
+}
 
 
 class LogService:
@@ -63,39 +56,28 @@ class LogService:
     async def GetCheckpoints(
         self, request: pb.GetCheckpointsRequest, context: Context
     ) -> pb.GetCheckpointsResponse:
-        try:
-            _bounded(request.after_sequence_id)
-            found = await self._queries.checkpoints(
-                request.originator_node_id, request.after_sequence_id, request.latest, request.limit
-            )
-        except _EXPECTED as exc:
-            await _abort(context, "GetCheckpoints", exc)
+        _bounded(request.after_sequence_id)
+        found = await self._queries.checkpoints(
+            request.originator_node_id, request.after_sequence_id, request.latest, request.limit
+        )
         return pb.GetCheckpointsResponse(checkpoints=_proto(found))
 
     async def SubscribeCheckpoints(
         self, request: pb.SubscribeCheckpointsRequest, context: Context
     ) -> AsyncIterator[pb.SubscribeCheckpointsResponse]:
-        try:
-            _bounded(request.after_sequence_id)
-            async for found in self._queries.follow(
-                request.originator_node_id, request.after_sequence_id
-            ):
-                yield pb.SubscribeCheckpointsResponse(checkpoints=_proto(found))
-        except Rejected as exc:  # the node drains
-            await abort_rejected(context, exc, "logs", "SubscribeCheckpoints")
-        except _EXPECTED as exc:
-            await _abort(context, "SubscribeCheckpoints", exc)
+        _bounded(request.after_sequence_id)
+        async for found in self._queries.follow(  # Rejected(UNAVAILABLE) as the node drains
+            request.originator_node_id, request.after_sequence_id
+        ):
+            yield pb.SubscribeCheckpointsResponse(checkpoints=_proto(found))
 
     async def GetInclusionProof(
         self, request: pb.GetInclusionProofRequest, context: Context
     ) -> pb.GetInclusionProofResponse:
-        try:
-            _bounded(request.sequence_id, request.tree_size)
-            found = await self._queries.inclusion(
-                request.originator_node_id, request.sequence_id, request.tree_size
-            )
-        except (*_EXPECTED, merkle.ProofError) as exc:
-            await _abort(context, "GetInclusionProof", exc)
+        _bounded(request.sequence_id, request.tree_size)
+        found = await self._queries.inclusion(
+            request.originator_node_id, request.sequence_id, request.tree_size
+        )
         response = pb.GetInclusionProofResponse(
             leaf_hash=found.leaf, tree_size=found.tree_size, proof=found.proof
         )
@@ -106,13 +88,10 @@ class LogService:
     async def GetRunProofs(
         self, request: pb.GetRunProofsRequest, context: Context
     ) -> pb.GetRunProofsResponse:
-        try:
-            _bounded(request.tree_size)
-            size, proofs = await self._queries.run_proofs(
-                request.originator_node_id, request.tree_size, _ranges(request.runs)
-            )
-        except (*_EXPECTED, merkle.ProofError) as exc:
-            await _abort(context, "GetRunProofs", exc)
+        _bounded(request.tree_size)
+        size, proofs = await self._queries.run_proofs(
+            request.originator_node_id, request.tree_size, _ranges(request.runs)
+        )
         return pb.GetRunProofsResponse(
             tree_size=size,
             proofs=[pb.RunProof(first_proof=p.first, last_proof=p.last) for p in proofs],
@@ -121,24 +100,18 @@ class LogService:
     async def GetConsistencyProof(
         self, request: pb.GetConsistencyProofRequest, context: Context
     ) -> pb.GetConsistencyProofResponse:
-        try:
-            _bounded(request.first_size, request.second_size)
-            proof = await self._queries.consistency(
-                request.originator_node_id, request.first_size, request.second_size
-            )
-        except (*_EXPECTED, merkle.ProofError) as exc:
-            await _abort(context, "GetConsistencyProof", exc)
+        _bounded(request.first_size, request.second_size)
+        proof = await self._queries.consistency(
+            request.originator_node_id, request.first_size, request.second_size
+        )
         return pb.GetConsistencyProofResponse(proof=proof)
 
     async def GetFingerprints(
         self, request: pb.GetFingerprintsRequest, context: Context
     ) -> pb.GetFingerprintsResponse:
-        try:
-            found = await self._queries.fingerprints(
-                request.originator_node_id, _ranges(request.ranges)
-            )
-        except _EXPECTED as exc:
-            await _abort(context, "GetFingerprints", exc)
+        found = await self._queries.fingerprints(
+            request.originator_node_id, _ranges(request.ranges)
+        )
         return pb.GetFingerprintsResponse(
             fingerprints=[pb.Fingerprint(count=f.count, xor=f.xor) for f in found]
         )
@@ -146,12 +119,10 @@ class LogService:
     async def GetLeaves(
         self, request: pb.GetLeavesRequest, context: Context
     ) -> pb.GetLeavesResponse:
-        try:
-            found = await self._queries.leaves(request.originator_node_id, _ranges(request.ranges))
-        except _EXPECTED as exc:
-            await _abort(context, "GetLeaves", exc)
+        found = await self._queries.leaves(request.originator_node_id, _ranges(request.ranges))
         return pb.GetLeavesResponse(leaves=[pb.Leaf(sequence_id=s, leaf_hash=h) for s, h in found])
 
 
 def add_log_service(service: LogService, server: grpc.aio.Server) -> None:
-    logs_pb2_grpc.add_LogApiServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+    mapped = errors_mapped(service, pb.DESCRIPTOR.services_by_name["LogApi"], "logs", LOG_STATUSES)
+    logs_pb2_grpc.add_LogApiServicer_to_server(mapped, server)  # type: ignore[no-untyped-call]

@@ -13,19 +13,18 @@ import grpc
 import structlog
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.api.errors import StoreErrors, abort_limited, abort_rejected, abort_store
 from xnode.core import wire
 from xnode.core.chain_evidence import ChainFacts, transactions_named
 from xnode.core.cursors import MAX_SEQUENCE_ID
 from xnode.core.errors import Reason, Rejected
-from xnode.core.evidence import RegistryKeys, why_unproven
-from xnode.core.limits import LimitExceeded
+from xnode.core.evidence import why_unproven
 from xnode.core.misbehavior import (
     BLOCKCHAIN_INCONSISTENCY,
-    SAFETY_TYPES,
+    PROVEN_TYPES,
     check_client_report,
     type_name,
 )
+from xnode.core.registry import RegistryKeys
 from xnode.usecases.limits import ApiLimits, Caller
 from xnode.usecases.ports import ChainTransactions, MisbehaviorReports
 
@@ -54,7 +53,7 @@ class MisbehaviorService:
 
     async def _check(self, report: mb.UnsignedMisbehaviorReport) -> None:
         check_client_report(report)
-        if int(report.type) in SAFETY_TYPES:
+        if int(report.type) in PROVEN_TYPES:
             # A report this node signs must prove itself (xnode.core.evidence): hosting
             # unprovable accusations would lend them this node's signature.
             failure = why_unproven(report, self._keys(), await self._chain_facts(report))
@@ -76,18 +75,9 @@ class MisbehaviorService:
         self, request: mb.SubmitMisbehaviorReportRequest, context: Context
     ) -> bytes:
         if self._limits is not None:
-            try:
-                await self._limits.report(self._caller_of(context))
-            except LimitExceeded as exc:
-                await abort_limited(context, exc, "misbehavior")
-        try:
-            await self._check(request.report)
-        except Rejected as exc:
-            await abort_rejected(context, exc, "misbehavior", "SubmitMisbehaviorReport")
-        try:
-            await self._store.add(request.report)
-        except StoreErrors as exc:
-            await abort_store(context, "SubmitMisbehaviorReport", exc)
+            await self._limits.report(self._caller_of(context))
+        await self._check(request.report)
+        await self._store.add(request.report)
         log.info(
             "client_misbehavior_report",
             type=type_name(request.report.type),
@@ -98,10 +88,6 @@ class MisbehaviorService:
     async def QueryMisbehaviorReports(
         self, request: mb.QueryMisbehaviorReportsRequest, context: Context
     ) -> bytes:
-        try:
-            # Server times are int64 nanoseconds: nothing is stored after a later uint64.
-            reports = await self._store.after(min(request.after_ns, MAX_SEQUENCE_ID))
-        except StoreErrors as exc:
-            await abort_store(context, "QueryMisbehaviorReports", exc)
-            raise
+        # Server times are int64 nanoseconds: nothing is stored after a later uint64.
+        reports = await self._store.after(min(request.after_ns, MAX_SEQUENCE_ID))
         return wire.repeated(1, reports)

@@ -127,7 +127,7 @@ def misbehavior_handlers(service: MisbehaviorService) -> grpc.GenericRpcHandler[
     descriptor = misbehavior_api_pb2.DESCRIPTOR.services_by_name["MisbehaviorApi"]
     methods = {
         m.name: grpc.unary_unary_rpc_method_handler(
-            getattr(service, m.name),
+            unary_errors(getattr(service, m.name), "misbehavior", m.name),
             request_deserializer=getattr(misbehavior_api_pb2, m.input_type.name).FromString,
             response_serializer=_identity,
         )

@@ -95,9 +95,7 @@ class NetworkClient:
         self.tls = tls
         self.deadline_s = deadline_s
         self.clock_ns = clock_ns
-        self.keys: dict[int, bytes] | None = (
-            {n.node_id: n.public_key for n in registry.nodes.values()} if check_signatures else None
-        )
+        self.keys: dict[int, bytes] | None = registry.public_keys() if check_signatures else None
         self.trusted_payers = trusted_payers
         self.excluded: list[int] = []
         self.refusals: list[Refusal] = []

@@ -24,12 +24,12 @@ from xnode.config import Settings
 from xnode.core.audit import (
     FaultKind,
     OriginatorAudit,
-    RegistryKeys,
     Verdict,
     audit_chain_events,
     audit_conflict,
 )
 from xnode.core.chain_payloads import ChainEvent, MalformedPayload
+from xnode.core.registry import Registry, RegistryKeys
 from xnode.export.writer import ExportError
 from xnode.replication.scrub import PassCount, Scrub
 from xnode.store.audit import AuditSource
@@ -50,13 +50,12 @@ class AuditOptions:
     now_unix: int | None = None  # when expiry is judged (None: now)
 
 
-async def _registry_keys(settings: Settings, conn: asyncpg.Connection) -> dict[int, bytes]:
+async def _registry(settings: Settings, conn: asyncpg.Connection) -> Registry:
     try:
         node_id, public_key = await ExportSource(conn).node_identity()
-        entries = await registry_entries(settings, node_id, public_key)
+        return Registry(await registry_entries(settings, node_id, public_key))
     except (ExportSourceError, ExportError) as exc:
         raise AuditError(str(exc)) from None
-    return {e.node_id: e.public_key for e in entries}
 
 
 async def scrub_node(settings: Settings) -> PassCount:
@@ -65,7 +64,7 @@ async def scrub_node(settings: Settings) -> PassCount:
     originator's) are withdrawn, so they are no longer served; they and the losses are
     fetched again from peers by the node's repair."""
     async with connection(settings.database_dsn, AuditError) as conn:
-        keys = await _registry_keys(settings, conn)
+        keys = (await _registry(settings, conn)).public_keys()
         try:
             return await Scrub(ScrubStore(conn), 0, keys=lambda: keys).one_pass()
         except DATABASE_ERRORS as exc:
@@ -74,7 +73,7 @@ async def scrub_node(settings: Settings) -> PassCount:
 
 async def audit_node(settings: Settings, options: AuditOptions = AuditOptions()) -> Verdict:
     async with connection(settings.database_dsn, AuditError) as conn:
-        keys: RegistryKeys = {n: (k,) for n, k in (await _registry_keys(settings, conn)).items()}
+        keys = (await _registry(settings, conn)).keys()
         verdict = Verdict()
         try:
             async with AuditSource(conn).snapshot() as source:

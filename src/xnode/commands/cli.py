@@ -55,6 +55,19 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_partitions(args: argparse.Namespace) -> int:
+    from xnode.commands.partitions import PartitionsError, describe, maintain_once
+
+    settings = settings_from_args(args)
+    try:
+        done = asyncio.run(maintain_once(settings, args.now))
+    except PartitionsError as exc:
+        print(f"xnode partitions: {exc}", file=sys.stderr)
+        return 2
+    print(describe(done))
+    return 0
+
+
 def _cmd_audit(args: argparse.Namespace) -> int:
     from xnode.commands.audit import AuditError, AuditOptions, audit_node, scrub_node
 
@@ -121,6 +134,15 @@ def add_export_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     prune.add_argument("--dry-run", action="store_true", help="count, delete nothing")
     prune.set_defaults(func=_cmd_prune)
+    partitions = sub.add_parser(
+        "partitions",
+        help="one retention run by hand: add envelope partitions ahead, drop wholly expired ones",
+    )
+    add_settings_flags(partitions)
+    partitions.add_argument(
+        "--now", type=int, default=None, help="unix seconds to expire at (default: now)"
+    )
+    partitions.set_defaults(func=_cmd_partitions)
 
 
 def _cmd_watchdog(args: argparse.Namespace) -> int:

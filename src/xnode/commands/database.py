@@ -8,8 +8,11 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 
-# What a lost or refused connection raises, at connect time or in the middle of a statement.
-DATABASE_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+from xnode.usecases.ports import StoreUnavailable
+
+# What a lost or refused connection raises, at connect time or in the middle of a statement
+# (the store's port classes say StoreUnavailable for it).
+DATABASE_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, StoreUnavailable)
 
 
 @asynccontextmanager

@@ -164,13 +164,14 @@ async def _copy_logs(source: ExportSource, writer: ExportWriter, page_rows: int)
     """The committed logs, whole (LogSnapshotWriter): leaves, checkpoints, forks."""
     with LogSnapshotWriter(writer.directory) as logs:
         async for page in source.leaf_pages(page_rows):
-            by_originator: dict[int, tuple[list[int], list[bytes]]] = {}
-            for originator, sequence_id, leaf in page:
-                ids, leaves = by_originator.setdefault(originator, ([], []))
+            by_originator: dict[int, tuple[list[int], list[bytes], list[int | None]]] = {}
+            for originator, sequence_id, leaf, expiry in page:
+                ids, leaves, expiries = by_originator.setdefault(originator, ([], [], []))
                 ids.append(sequence_id)
                 leaves.append(bytes(leaf))
-            for originator, (ids, leaves) in by_originator.items():
-                logs.leaves(originator, ids, leaves)
+                expiries.append(expiry)
+            for originator, (ids, leaves, expiries) in by_originator.items():
+                logs.leaves(originator, ids, leaves, expiries)
         async for rows in source.checkpoint_pages(page_rows):
             logs.checkpoints([(r[1], r[2], bytes(r[3]), r[4]) for r in rows])
         async for rows in source.fork_pages(page_rows):

@@ -11,9 +11,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from xnode.commands.database import DATABASE_ERRORS, connection
 from xnode.config import Settings
 from xnode.core.prune_plan import Plan, PlanError, batch_count, load_plan
-from xnode.store.prune import PruneResult, prune
+from xnode.store.prune import PLAN_BATCH_SIZE, PruneResult, prune
 
-DEFAULT_BATCH_SIZE = 5000
+DEFAULT_BATCH_SIZE = PLAN_BATCH_SIZE
 
 
 class PruneError(RuntimeError):

@@ -23,7 +23,7 @@ checkpoints and the tree's O(log n) frontier. `xnode audit` (a database) and
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -40,20 +40,13 @@ from xnode.core.checkpoints import (
     verify_checkpoint,
 )
 from xnode.core.constants import NS_PER_SECOND
-from xnode.core.crypto import (
-    SignatureError,
-    blockchain_proof_digest,
-    originator_digest,
-    recover_public_key,
-)
+from xnode.core.crypto import SignatureError
+from xnode.core.envelopes import envelope_signer
 from xnode.core.forks import envelope_hash, log_keeps
 from xnode.core.leaves import leaf_matches, provably_expired
+from xnode.core.registry import RegistryKeys
 from xnode.core.retention import NEVER
 
-# node id -> every key it may have signed with (xnode.core.evidence.RegistryKeys). The
-# NodeRegistry contract fixes a node's key when the node is added, so today this is one key
-# per node; a registry with rotations passes each node's keys over time.
-RegistryKeys = Mapping[int, Collection[bytes]]
 MAX_DETAILS = 200  # faults described in full; the rest are only counted
 
 
@@ -155,21 +148,6 @@ def _decode(
     return envelope, unsigned
 
 
-def _signer(envelope: envelopes_pb2.OriginatorEnvelope) -> bytes:
-    """The key that signed the envelope: the originator's, or the indexing node's blockchain
-    proof for chain payloads. Raises SignatureError."""
-    unsigned_raw = envelope.unsigned_originator_envelope
-    proof = envelope.WhichOneof("proof")
-    if proof == "originator_signature":
-        return recover_public_key(
-            envelope.originator_signature.bytes, originator_digest(unsigned_raw)
-        )
-    if proof == "blockchain_proof":
-        digest = blockchain_proof_digest(unsigned_raw, envelope.blockchain_proof.transaction_hash)
-        return recover_public_key(envelope.blockchain_proof.node_signature.bytes, digest)
-    raise SignatureError("envelope carries no proof")
-
-
 def envelope_problem(
     originator: int, sequence_id: int, raw: bytes, keys: RegistryKeys
 ) -> tuple[FaultKind, str] | None:
@@ -190,7 +168,7 @@ def envelope_problem(
     else:
         allowed = {key for node_keys in keys.values() for key in node_keys}
     try:
-        signer = _signer(envelope)
+        signer = envelope_signer(envelope)
     except SignatureError as exc:
         return FaultKind.BAD_SIGNATURE, str(exc)
     if signer not in allowed:

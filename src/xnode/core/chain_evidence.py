@@ -19,7 +19,8 @@ from google.protobuf.message import DecodeError
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.core.chain_payloads import ChainEvent, MalformedPayload, payer_envelope_of
 from xnode.core.constants import CHAIN_ORIGINATORS
-from xnode.core.crypto import SignatureError, blockchain_proof_digest, recover_public_key
+from xnode.core.crypto import SignatureError
+from xnode.core.envelopes import envelope_signer
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +60,8 @@ def chain_claim(envelope: envelopes_pb2.OriginatorEnvelope, where: str) -> Chain
     if unsigned.originator_node_id not in CHAIN_ORIGINATORS:
         raise ValueError(f"{where}: originator {unsigned.originator_node_id} is not the chain's")
     proof = envelope.blockchain_proof
-    digest = blockchain_proof_digest(envelope.unsigned_originator_envelope, proof.transaction_hash)
     try:
-        signer = recover_public_key(proof.node_signature.bytes, digest)
+        signer = envelope_signer(envelope)
     except SignatureError as exc:
         raise ValueError(f"{where}: node signature does not recover ({exc})") from None
     return ChainClaim(

@@ -29,6 +29,7 @@ from xnode.core.crypto import (
     payer_digest,
     recover_public_key,
 )
+from xnode.core.envelopes import envelope_signer
 from xnode.core.mls import is_mls_message
 from xnode.core.topics import Topic, TopicKind
 
@@ -251,9 +252,6 @@ def vouches_for(own_raw: bytes, other_raw: bytes, registry_keys: Collection[byte
     if other.unsigned_originator_envelope != unsigned or not same_tx:
         return False
     try:
-        signer = recover_public_key(
-            other.blockchain_proof.node_signature.bytes, blockchain_proof_digest(unsigned, tx)
-        )
+        return envelope_signer(other) in registry_keys
     except SignatureError:
         return False
-    return signer in registry_keys

@@ -18,12 +18,16 @@ from xnode.core.constants import CHAIN_ORIGINATORS, NS_PER_SECOND
 from xnode.core.crypto import (
     SignatureError,
     address_of,
-    blockchain_proof_digest,
     payer_digest,
     recover_public_key,
 )
 from xnode.core.cursors import Cursor
-from xnode.core.envelopes import ReceivedEnvelope, cursor_from_proto, parse_originator_envelope
+from xnode.core.envelopes import (
+    ReceivedEnvelope,
+    cursor_from_proto,
+    envelope_signer,
+    parse_originator_envelope,
+)
 from xnode.core.errors import Rejected
 from xnode.core.mls import is_commit
 from xnode.core.topics import KIND_OF_PAYLOAD, Topic, TopicError
@@ -102,27 +106,16 @@ class CheckedEnvelope:
     client_envelope: bytes = field(repr=False, default=b"")
 
 
-def _signer(env: ReceivedEnvelope, proof: envelopes_pb2.OriginatorEnvelope) -> bytes:
+def _signer(env: ReceivedEnvelope) -> bytes:
     try:
-        if env.signature is not None:
-            return env.signer_public_key()
-        if env.transaction_hash is not None:
-            signature = proof.blockchain_proof.node_signature.bytes
-            digest = blockchain_proof_digest(env.unsigned_raw, env.transaction_hash)
-            return recover_public_key(signature, digest)
+        return envelope_signer(envelopes_pb2.OriginatorEnvelope.FromString(env.raw))
     except SignatureError as exc:
         raise BadOriginatorSignature(str(exc), env.originator_node_id, env.sequence_id) from None
-    raise BadOriginatorSignature(
-        "carries neither an originator signature nor a blockchain proof",
-        env.originator_node_id,
-        env.sequence_id,
-    )
 
 
 def _check_signature(env: ReceivedEnvelope, keys: Mapping[int, bytes]) -> None:
     origin, seq = env.originator_node_id, env.sequence_id
-    proof = envelopes_pb2.OriginatorEnvelope.FromString(env.raw)
-    signer = _signer(env, proof)
+    signer = _signer(env)
     if origin in CHAIN_ORIGINATORS:
         # Chain payloads are vouched for by the node that indexed them (node_signature).
         if signer not in keys.values():

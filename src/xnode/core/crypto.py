@@ -56,6 +56,12 @@ def checkpoint_digest(unsigned_checkpoint: bytes) -> bytes:
     return keccak256(b"checkpoint|", unsigned_checkpoint)
 
 
+def holdings_digest(unsigned_holdings: bytes) -> bytes:
+    """What an originator signs to account for what it holds of its own log
+    (xnode.core.withholding)."""
+    return keccak256(b"holdings|", unsigned_holdings)
+
+
 def blockchain_proof_digest(unsigned_originator_envelope: bytes, transaction_hash: bytes) -> bytes:
     """What a node signs when it vouches for a payload it indexed from the chain."""
     return keccak256(b"blockchain|", transaction_hash, b"|", unsigned_originator_envelope)

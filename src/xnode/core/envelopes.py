@@ -17,6 +17,7 @@ from xnode.core.crypto import (
     SignatureError,
     SigningKey,
     address_of,
+    blockchain_proof_digest,
     originator_digest,
     payer_digest,
     recover_public_key,
@@ -276,9 +277,10 @@ def validate_payer_envelope(
 
 def received_payer(
     payer: envelopes_pb2.PayerEnvelope, node_id: int, originator_ns: int
-) -> tuple[bytes, bytes, int]:
-    """(topic, payer address, retention days) of a payer envelope another originator signed
-    at `originator_ns`, under the same rules and reasons as validate_payer_envelope. Verifying
+) -> tuple[bytes, bytes, int, Cursor]:
+    """(topic, payer address, retention days, depends_on) of a payer envelope another
+    originator signed at `originator_ns`, under the same rules and reasons as
+    validate_payer_envelope. Verifying
     envelopes received from peers needs no more: no ValidPayerEnvelope and no second
     serialization, which a repair or catch-up would pay per envelope.
 
@@ -287,9 +289,15 @@ def received_payer(
     a catch-up or an audit months later); the originator checked before stamping, hence
     LIFETIME_SKEW_S of slack after a lifetime's end as before its start."""
     at_s = originator_ns // NS_PER_SECOND
-    client = _payer_rules(payer, node_id, at_s, at_s - LIFETIME_SKEW_S)[0]
+    rules = _payer_rules(payer, node_id, at_s, at_s - LIFETIME_SKEW_S)
+    client, depends_on = rules[0], rules[-1]
     # Topic.parse accepted these bytes: they are the topic's raw form
-    return client.aad.target_topic, _payer_address(payer), payer.message_retention_days
+    return (
+        client.aad.target_topic,
+        _payer_address(payer),
+        payer.message_retention_days,
+        depends_on,
+    )
 
 
 def check_depends_on(envelope: ValidPayerEnvelope, node_cursor: Cursor) -> None:
@@ -333,6 +341,9 @@ class IndexedEnvelope:
     # The fees the originator signed (fields 5 and 6), picodollars; usage accounting sums them
     base_fee: int = 0
     congestion_fee: int = 0
+    # The originator's own sequence id its depends_on names at or after this one's: a
+    # dependency it cannot have seen (CAUSAL_ORDERING, xnode.core.evidence); 0 when none
+    depends_ahead: int = 0
 
     def stored(self) -> StoredEnvelope:
         return StoredEnvelope(
@@ -348,7 +359,7 @@ class IndexedEnvelope:
             (
                 self.originator_node_id, self.sequence_id, self.originator_ns, self.topic,
                 self.expiry, self.payer_address, self.raw, self.leaf, self.base_fee,
-                self.congestion_fee,
+                self.congestion_fee, self.depends_ahead,
             ),
         )  # fmt: skip
 
@@ -445,6 +456,20 @@ class ReceivedEnvelope:
         if self.signature is None:
             raise SignatureError("envelope carries no originator signature")
         return recover_public_key(self.signature, originator_digest(self.unsigned_raw))
+
+
+def envelope_signer(envelope: envelopes_pb2.OriginatorEnvelope) -> bytes:
+    """The key that vouched for an originator envelope: its originator's signature, or for a
+    chain payload the indexing node's blockchain proof. Raises SignatureError."""
+    unsigned = envelope.unsigned_originator_envelope
+    proof = envelope.WhichOneof("proof")
+    if proof == "originator_signature":
+        signature = envelope.originator_signature.bytes
+        return recover_public_key(signature, originator_digest(unsigned))
+    if proof == "blockchain_proof":
+        digest = blockchain_proof_digest(unsigned, envelope.blockchain_proof.transaction_hash)
+        return recover_public_key(envelope.blockchain_proof.node_signature.bytes, digest)
+    raise SignatureError("carries neither an originator signature nor a blockchain proof")
 
 
 def parse_originator_envelope(raw: bytes) -> ReceivedEnvelope:

@@ -23,13 +23,16 @@ aggregation job (it counts only what this says is proven). What proves what:
   own claim, and any of them may be the one that lied;
 - BLOCKCHAIN_INCONSISTENCY: a chain payload the accused vouched for (its BlockchainProof
   signature) whose transaction, on the chain, carried other content
-  (xnode.core.chain_evidence); checked against `chain`, the looked-up transactions.
+  (xnode.core.chain_evidence); checked against `chain`, the looked-up transactions;
+- WITHHOLDING (xnode's extension): the accused's signed checkpoint covering a sequence id and
+  its signed account of its own log leaving that id out, or calling it expired before its
+  committed expiry (xnode.core.withholding).
 Every envelope in a safety report must be signed by the accused: a report padded with
 someone else's envelopes is not clean evidence."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -38,8 +41,8 @@ from google.protobuf.message import DecodeError
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.chain_evidence import ChainFacts, why_not_inconsistent
-from xnode.core.crypto import SignatureError, originator_digest, recover_public_key
-from xnode.core.envelopes import received_payer
+from xnode.core.crypto import SignatureError
+from xnode.core.envelopes import envelope_signer, received_payer
 from xnode.core.errors import Rejected
 from xnode.core.misbehavior import (
     BLOCKCHAIN_INCONSISTENCY,
@@ -47,11 +50,12 @@ from xnode.core.misbehavior import (
     DUPLICATE_SEQUENCE_ID,
     OUT_OF_ORDER,
     SAFETY_TYPES,
+    WITHHOLDING,
     type_name,
 )
+from xnode.core.registry import RegistryKeys
+from xnode.core.withholding import extended, why_not_withheld
 
-# node id -> every registry key it may have signed with (snapshots may hold a rotation).
-RegistryKeys = Mapping[int, Collection[bytes]]
 PAYER_ENVELOPE_RULE = "payer-envelope rule (XIP-49 3.3.4)"
 
 
@@ -85,9 +89,8 @@ def _signed_by(
         )
     if envelope.WhichOneof("proof") != "originator_signature":
         raise Unproven(f"{where}: carries no originator signature")
-    digest = originator_digest(envelope.unsigned_originator_envelope)
     try:
-        signer = recover_public_key(envelope.originator_signature.bytes, digest)
+        signer = envelope_signer(envelope)
     except SignatureError as exc:
         raise Unproven(f"{where}: originator signature does not recover ({exc})") from None
     if signer not in keys:
@@ -166,6 +169,18 @@ def _causal_ordering(signed: Sequence[SignedEnvelope], node_id: int) -> None:
     )
 
 
+def _withholding(report: mb.UnsignedMisbehaviorReport, node_id: int, keys: RegistryKeys) -> None:
+    try:
+        proof = extended(report)
+    except DecodeError as exc:
+        raise Unproven(f"the withholding proof does not decode ({exc})") from None
+    if not proof.HasField("withholding"):
+        raise Unproven("a WITHHOLDING report carries no withholding proof")
+    failure = why_not_withheld(proof.withholding, node_id, keys.get(node_id, ()))
+    if failure is not None:
+        raise Unproven(failure)
+
+
 def check_claim(
     report: mb.UnsignedMisbehaviorReport, keys: RegistryKeys, chain: ChainFacts | None = None
 ) -> None:
@@ -173,6 +188,9 @@ def check_claim(
     misbehaving node did what its type says. `chain`: the transactions a
     BLOCKCHAIN_INCONSISTENCY report names, as the chain has them (None: not looked up)."""
     kind, node_id = int(report.type), report.misbehaving_node_id
+    if kind == WITHHOLDING:
+        _withholding(report, node_id, keys)
+        return
     if kind not in SAFETY_TYPES or report.WhichOneof("failure") != "safety":
         raise Unproven(f"a {type_name(kind)} report carries no proof: only safety reports do")
     node_keys = keys.get(node_id)

@@ -42,7 +42,12 @@ def leaf_v1(unsigned: bytes) -> bytes:
 
 def leaf_v2(unsigned: bytes, expiry: int) -> bytes:
     """`expiry`: the envelope's expiry_unixtime (0: never)."""
-    return merkle.leaf_hash(_V2_TAG + expiry.to_bytes(8, "big") + keccak256(unsigned))
+    return opened_leaf_v2(keccak256(unsigned), expiry)
+
+
+def opened_leaf_v2(content_hash: bytes, expiry: int) -> bytes:
+    """The format 2 leaf of an opening: the content's keccak256 and its expiry."""
+    return merkle.leaf_hash(_V2_TAG + expiry.to_bytes(8, "big") + content_hash)
 
 
 def signed_content(raw_originator_envelope: bytes) -> tuple[bytes, int]:

@@ -15,6 +15,7 @@ from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.crypto import SigningKey, misbehavior_digest, recover_public_key
 from xnode.core.cursors import out_of_range
 from xnode.core.errors import Reason, Rejected
+from xnode_api.withholding.v1.withholding_pb2 import ExtendedMisbehavior
 
 Misbehavior = mb.Misbehavior
 UNRESPONSIVE_NODE = mb.MISBEHAVIOR_UNRESPONSIVE_NODE
@@ -26,7 +27,12 @@ CAUSAL_ORDERING = mb.MISBEHAVIOR_CAUSAL_ORDERING
 INVALID_PAYLOAD = mb.MISBEHAVIOR_INVALID_PAYLOAD
 BLOCKCHAIN_INCONSISTENCY = mb.MISBEHAVIOR_BLOCKCHAIN_INCONSISTENCY
 
+WITHHOLDING = ExtendedMisbehavior.MISBEHAVIOR_WITHHOLDING
+WITHHOLDING_ACCUSATION = ExtendedMisbehavior.MISBEHAVIOR_WITHHOLDING_ACCUSATION
+
 LIVENESS_TYPES = frozenset({UNRESPONSIVE_NODE, SLOW_NODE, FAILED_REQUEST})
+# Judged like liveness (a threshold of distinct reporting nodes), proven like safety.
+JUDGED_TYPES = LIVENESS_TYPES | {WITHHOLDING_ACCUSATION}
 SAFETY_TYPES = frozenset(
     {
         OUT_OF_ORDER,
@@ -36,14 +42,19 @@ SAFETY_TYPES = frozenset(
         BLOCKCHAIN_INCONSISTENCY,
     }
 )
+PROVEN_TYPES = SAFETY_TYPES | {WITHHOLDING}
 # response_time_ns is a uint32 on the wire: about 4.29 s. Longer waits are reported as this.
 MAX_RESPONSE_TIME_NS = 2**32 - 1
 MAX_REPORT_ENVELOPES = 16
 
 
 def type_name(kind: int) -> str:
-    """`UNRESPONSIVE_NODE` for MISBEHAVIOR_UNRESPONSIVE_NODE: a metric label, a log field."""
-    return str(Misbehavior.Name(kind)).removeprefix("MISBEHAVIOR_")
+    """`UNRESPONSIVE_NODE` for MISBEHAVIOR_UNRESPONSIVE_NODE: a metric label, a log field.
+    Types of xnode's extension (xnode.withholding.v1) are named too."""
+    for enum in (Misbehavior, ExtendedMisbehavior):
+        if kind in enum.values():
+            return str(enum.Name(kind)).removeprefix("MISBEHAVIOR_")
+    return f"UNKNOWN_{kind}"
 
 
 def liveness_report(
@@ -118,6 +129,12 @@ def check_client_report(report: mb.UnsignedMisbehaviorReport) -> None:
     failure = report.WhichOneof("failure")
     if kind in LIVENESS_TYPES and failure != "liveness":
         raise Rejected(Reason.MALFORMED, f"a {type_name(kind)} report needs a liveness failure")
+    if kind == WITHHOLDING_ACCUSATION:
+        raise Rejected(
+            Reason.MALFORMED, "a WITHHOLDING_ACCUSATION proves nothing: only nodes file one"
+        )
+    if kind == WITHHOLDING:
+        return  # its proof is in xnode's extension fields, checked as evidence
     if kind in SAFETY_TYPES and failure != "safety":
         raise Rejected(Reason.MALFORMED, f"a {type_name(kind)} report needs a safety failure")
     if kind not in LIVENESS_TYPES | SAFETY_TYPES:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from xnode.core.crypto import PUBLIC_KEY_LENGTH
+
+# node id -> every registry key it may have signed with. The NodeRegistry contract fixes a
+# node's key when the node is added, so today this is one key per node; a registry with
+# rotations (or a snapshot taken across one) passes each node's keys over time.
+RegistryKeys = Mapping[int, Collection[bytes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +37,14 @@ class Registry:
     def get(self, node_id: int) -> NodeEntry | None:
         return self.nodes.get(node_id)
 
+    def public_keys(self) -> dict[int, bytes]:
+        """node id -> its registry key, disabled nodes included: what they originated while
+        enabled stays theirs."""
+        return {n.node_id: n.public_key for n in self.nodes.values()}
+
     def keys(self) -> dict[int, tuple[bytes]]:
-        """node id -> its registry key, as xnode.core.evidence checks signatures against."""
-        return {n.node_id: (n.public_key,) for n in self.nodes.values()}
+        """node id -> its registry key (RegistryKeys), as signatures are checked against."""
+        return {node_id: (key,) for node_id, key in self.public_keys().items()}
 
     def find_by_key(self, public_key: bytes) -> NodeEntry | None:
         return next((n for n in self.nodes.values() if n.public_key == public_key), None)

@@ -1,5 +1,5 @@
 """How a node's workers hand validated batches to the worker that sequences them, and get
-the signed envelopes back (xnode.usecases.forwarding). Pure byte framing, no I/O.
+the signed envelopes back (xnode.runtime.forwarding). Pure byte framing, no I/O.
 
 Every frame is a 4-byte big-endian length, then the body. A batch (worker -> sequencer):
 request id (8 bytes), count (4), then per envelope the lengths of the payer envelope (4),

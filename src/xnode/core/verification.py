@@ -88,7 +88,7 @@ def verify_envelope(
             f"not by originator {origin}'s registry key",
         )
     try:
-        topic, payer_address, retention_days = received_payer(
+        topic, payer_address, retention_days, depends_on = received_payer(
             env.payer_envelope, origin, env.originator_ns
         )
     except Rejected as exc:
@@ -121,7 +121,12 @@ def verify_envelope(
         leaf_v2(env.unsigned_raw, env.expiry),  # in the verifying thread, off the event loop
         base_fee=env.fees.base,
         congestion_fee=env.fees.congestion,
+        depends_ahead=_own_dependency_ahead(depends_on.get(origin), env.sequence_id),
     )
+
+
+def _own_dependency_ahead(named: int, sequence_id: int) -> int:
+    return named if named >= sequence_id else 0
 
 
 def verify_batch(

@@ -24,7 +24,7 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.constants import CHAIN_ORIGINATORS
-from xnode.core.evidence import RegistryKeys, own_dependency_ahead, why_unproven
+from xnode.core.evidence import own_dependency_ahead, why_unproven
 from xnode.core.misbehavior import (
     CAUSAL_ORDERING,
     DUPLICATE_SEQUENCE_ID,
@@ -34,6 +34,7 @@ from xnode.core.misbehavior import (
     UNRESPONSIVE_NODE,
     safety_report,
 )
+from xnode.core.registry import RegistryKeys
 
 NS_PER_S = 1_000_000_000
 # gRPC status names that are the node's failure to serve (the XIP's "error code").

@@ -116,7 +116,9 @@ def _config(member: Member, scope: str, etcd: str) -> dict[str, object]:
         # Its etcd3 code puts the key unconditionally when its lease has expired, so a primary
         # thawed after a failover takes the lock back and the promoted member's commits are
         # lost (docs/ha.md).
-        "etcd": {"hosts": [etcd]},
+        # use_proxies: the address given is the one used, never etcd's advertised one, so that
+        # a test can put a proxy between a member and etcd and cut it.
+        "etcd": {"hosts": [etcd], "use_proxies": True},
         "bootstrap": {
             "dcs": DCS,
             "initdb": [{"encoding": "UTF8"}, {"locale": "C"}, {"auth": "trust"}],
@@ -155,6 +157,8 @@ class HaCluster:
     etcd_port: int
     members: dict[str, Member] = field(default_factory=dict)
     etcd: subprocess.Popen[bytes] | None = None
+    # {member: host:port} where that member's Patroni reaches etcd, when not etcd itself.
+    etcd_via: dict[str, str] = field(default_factory=dict)
 
     @property
     def hosts(self) -> str:
@@ -285,7 +289,8 @@ class HaCluster:
     def start_member(self, name: str) -> None:
         member = self.members[name]
         config = member.directory / "patroni.yml"  # JSON is YAML
-        config.write_text(json.dumps(_config(member, self.scope, f"127.0.0.1:{self.etcd_port}")))
+        etcd = self.etcd_via.get(name, f"127.0.0.1:{self.etcd_port}")
+        config.write_text(json.dumps(_config(member, self.scope, etcd)))
         log = (member.directory / "patroni.log").open("ab")
         # Its own session: the whole member (Patroni, then Postgres in a session of its own)
         # can be killed or frozen like a host.
@@ -362,13 +367,22 @@ def _start_etcd(root: Path, port: int) -> subprocess.Popen[bytes]:
     )
 
 
-def start_ha_cluster(root: Path, scope: str = "xnode", timeout_s: float = 120.0) -> HaCluster:
-    """etcd, then the members; returns once a primary and a synchronous standby stream."""
+def start_ha_cluster(
+    root: Path,
+    scope: str = "xnode",
+    timeout_s: float = 120.0,
+    etcd_port: int | None = None,
+    etcd_via: dict[str, str] | None = None,
+) -> HaCluster:
+    """etcd, then the members; returns once a primary and a synchronous standby stream.
+
+    `etcd_via` ({member: host:port}) makes a member reach etcd (on `etcd_port`) through
+    another address, such as a proxy that a test can cut."""
     _require("patroni")
     root = server_reachable(root.absolute()).resolve()
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)  # the `postgres` user enters its members' directories below
-    cluster = HaCluster(root, scope, free_port())
+    cluster = HaCluster(root, scope, etcd_port or free_port(), etcd_via=dict(etcd_via or {}))
     cluster.etcd = _start_etcd(root, cluster.etcd_port)
     try:
         for name in MEMBERS:

@@ -39,7 +39,15 @@ NODES_SCHEMA = pa.schema(
 
 # The committed logs, written whole at each `xnode export --with-logs` under
 # node-<id>/logs/ (docs/export-format.md): what the audit job replays the roots from.
-LEAF_SCHEMA = pa.schema([("sequence_id", pa.int64()), ("leaf_hash", pa.binary())])
+LEAF_SCHEMA = pa.schema(
+    [
+        ("sequence_id", pa.int64()),
+        ("leaf_hash", pa.binary()),
+        # The expiry a format 2 leaf commits to (0: never); null for a format 1 leaf. What
+        # tells a leaf whose envelope is gone as expired or lost (xnode.core.leaves).
+        ("expiry", pa.int64()),
+    ]
+)
 CHECKPOINT_SCHEMA = pa.schema(
     [
         ("originator_node_id", pa.int32()),

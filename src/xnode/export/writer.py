@@ -324,9 +324,20 @@ class LogSnapshotWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, path)
 
-    def leaves(self, originator: int, sequence_ids: Sequence[int], leaves: Sequence[bytes]) -> None:
+    def leaves(
+        self,
+        originator: int,
+        sequence_ids: Sequence[int],
+        leaves: Sequence[bytes],
+        expiries: Sequence[int | None],
+    ) -> None:
+        """`expiries`: what each leaf commits to (format 2), None for a format 1 leaf."""
         table = pa.Table.from_arrays(
-            [pa.array(sequence_ids, pa.int64()), pa.array(leaves, pa.binary())],
+            [
+                pa.array(sequence_ids, pa.int64()),
+                pa.array(leaves, pa.binary()),
+                pa.array(expiries, pa.int64()),
+            ],
             schema=LEAF_SCHEMA,
         )
         self._part(table, self.temp / LEAVES_DIR / f"originator_node_id={originator}")

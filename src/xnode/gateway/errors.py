@@ -4,13 +4,15 @@ the node's status and message, re-indexed to the client's request."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 import structlog
 
-from xnode.api.errors import CURSOR_TRAILER
+from xnode.api.errors import CURSOR_TRAILER, StatusError, abort_limited, abort_status
+from xnode.core.limits import LimitExceeded
+from xnode.gateway.clients import Unauthenticated
 
 log = structlog.get_logger(__name__)
 
@@ -19,16 +21,8 @@ log = structlog.get_logger(__name__)
 _NODE_INDEX = re.compile(r"^payer_envelopes\[(\d+)\]: ")
 
 
-@dataclass
-class GatewayError(Exception):
+class GatewayError(StatusError):
     """A refusal for the client: the status, a message, and trailers to pass on."""
-
-    code: grpc.StatusCode
-    message: str
-    trailers: tuple[tuple[str, str | bytes], ...] = ()
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class NodeUnavailable(Exception):
@@ -38,6 +32,31 @@ class NodeUnavailable(Exception):
         super().__init__(detail)
         self.node_id = node_id
         self.detail = detail
+
+
+async def abort_gateway_error(context: Any, exc: Exception) -> None:
+    """The gateway's statuses, from the node API's mapping (limits as a node answers them;
+    no store of its own, so no retry-later for an OSError: envelopes may be published)."""
+    if isinstance(exc, StatusError):
+        await abort_status(context, exc)
+    if isinstance(exc, LimitExceeded):
+        await abort_limited(context, exc, "gateway")
+    if isinstance(exc, Unauthenticated):
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+    raise exc
+
+
+def gateway_errors(
+    fn: Callable[[bytes, Any], Awaitable[bytes]],
+) -> Callable[[bytes, Any], Awaitable[bytes]]:
+    async def handler(request: bytes, context: Any) -> bytes:
+        try:
+            return await fn(request, context)
+        except (StatusError, LimitExceeded, Unauthenticated) as exc:
+            await abort_gateway_error(context, exc)
+        raise AssertionError("unreachable: abort raises")
+
+    return handler
 
 
 def invalid(index: int, detail: str) -> GatewayError:

@@ -19,6 +19,7 @@ import grpc
 import structlog
 
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xnode.api.errors import abort_status
 from xnode.client.network import FAILOVER_CODES
 from xnode.core import wire
 from xnode.core.backoff import Backoff
@@ -29,6 +30,7 @@ from xnode.core.errors import Rejected
 from xnode.core.originator_selection import available_nodes, failover_order
 from xnode.core.registry import NodeEntry
 from xnode.gateway.channels import NodeChannels, UnusableUrl
+from xnode.gateway.errors import GatewayError, gateway_errors
 from xnode.gateway.node_health import NodeHealth, cut_when
 from xnode.gateway.read_checks import AnswerChecks, check_newest, envelopes_of
 from xnode.observability.metrics import GATEWAY_READ_FAILOVERS
@@ -83,8 +85,7 @@ class Reads:
         self._closing.set()
 
     def _keys(self) -> dict[int, bytes]:
-        # Disabled nodes too: what they originated while enabled stays theirs.
-        return {n.node_id: n.public_key for n in self._registry.current().nodes.values()}
+        return self._registry.current().public_keys()
 
     def _order(self, key: bytes) -> list[NodeEntry]:
         """3.3.6's order for `key`, nodes that fail their checks or just failed a call last."""
@@ -138,7 +139,7 @@ class Reads:
             except grpc.aio.AioRpcError as exc:
                 if exc.code() not in FAILOVER_CODES:
                     # The request's own fault: every node would say so. Its words go back.
-                    await context.abort(exc.code(), exc.details() or "")
+                    raise GatewayError(exc.code(), exc.details() or "") from None
                 raise self._call_failed(node.node_id, method, exc) from None
         try:
             check(answer)
@@ -156,14 +157,13 @@ class Reads:
             except NodeFailed as exc:
                 failures.append(exc)
         tried = "; ".join(f"node {f.node_id}: {f.detail}" for f in failures) or "no enabled node"
-        await context.abort(grpc.StatusCode.UNAVAILABLE, f"no node answered ({tried}); retry later")
-        raise AssertionError("abort returns only by raising")
+        raise GatewayError(grpc.StatusCode.UNAVAILABLE, f"no node answered ({tried}); retry later")
 
     # -- the handlers ---------------------------------------------------------------------
 
     async def QueryEnvelopes(self, path: str, request: bytes, context: Context) -> bytes:
-        parsed = await _decode(api.QueryEnvelopesRequest, request, context)
-        start = await _cursor(parsed.query, context)
+        parsed = _decode(api.QueryEnvelopesRequest, request)
+        start = _cursor(parsed.query)
 
         def check(answer: bytes) -> None:
             checks = AnswerChecks(self._keys, parsed.query, start, self._clock_ns)
@@ -174,7 +174,7 @@ class Reads:
         return await self.unary(path, request, key, check, context)
 
     async def GetNewestEnvelope(self, path: str, request: bytes, context: Context) -> bytes:
-        parsed = await _decode(api.GetNewestEnvelopeRequest, request, context)
+        parsed = _decode(api.GetNewestEnvelopeRequest, request)
         topics = list(parsed.topics)
         key = topics[0] if topics else b""
         return await self.unary(
@@ -188,16 +188,14 @@ class Reads:
     async def GetInboxIds(self, path: str, request: bytes, context: Context) -> bytes:
         # A node's answer from its replayed identity state carries no signature to check;
         # the client checks the inbox's identity updates (signed, from the chain) itself.
-        await _decode(api.GetInboxIdsRequest, request, context)
+        _decode(api.GetInboxIdsRequest, request)
         return await self.unary(path, request, request, lambda _: None, context)
 
     async def SubscribeEnvelopes(
         self, path: str, request: bytes, context: Context
     ) -> AsyncIterator[bytes]:
-        parsed = await _decode(api.SubscribeEnvelopesRequest, request, context)
-        checks = AnswerChecks(
-            self._keys, parsed.query, await _cursor(parsed.query, context), self._clock_ns
-        )
+        parsed = _decode(api.SubscribeEnvelopesRequest, request)
+        checks = AnswerChecks(self._keys, parsed.query, _cursor(parsed.query), self._clock_ns)
         key = parsed.query.topics[0] if parsed.query.topics else b""
         backoff = Backoff(0.05, 1.0)
         give_up = time.monotonic() + self._failover_s
@@ -211,12 +209,12 @@ class Reads:
                 except NodeFailed:
                     continue
             if time.monotonic() > give_up:
-                await context.abort(
+                raise GatewayError(
                     grpc.StatusCode.UNAVAILABLE,
                     "no node takes the subscription; resubscribe from your cursor later",
                 )
             await asyncio.sleep(backoff.next_delay())
-        await context.abort(grpc.StatusCode.UNAVAILABLE, CLOSING)
+        raise GatewayError(grpc.StatusCode.UNAVAILABLE, CLOSING)
 
     async def _stream_from(
         self,
@@ -245,36 +243,35 @@ class Reads:
                         raise self._refused(node.node_id, SUBSCRIBE, failed)
             except asyncio.CancelledError:
                 if self._closing.is_set():
-                    await context.abort(grpc.StatusCode.UNAVAILABLE, CLOSING)
+                    raise GatewayError(grpc.StatusCode.UNAVAILABLE, CLOSING) from None
                 if not down.is_set():
                     raise
                 detail = "failed its health check"
                 raise self._failed(node.node_id, SUBSCRIBE, HEALTH, detail) from None
             except grpc.aio.AioRpcError as exc:
                 if exc.code() not in FAILOVER_CODES:
-                    await context.abort(exc.code(), exc.details() or "")
+                    raise GatewayError(exc.code(), exc.details() or "") from None
                 raise self._call_failed(node.node_id, SUBSCRIBE, exc) from None
             finally:
                 call.cancel()
         raise self._failed(node.node_id, SUBSCRIBE, "ended", "the node ended the stream")
 
 
-async def _decode(kind: Any, request: bytes, context: Context) -> Any:
+def _decode(kind: Any, request: bytes) -> Any:
     try:
         return kind.FromString(request)
     except Exception as exc:  # protobuf's DecodeError, or worse on hostile bytes
-        await context.abort(
+        raise GatewayError(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"request does not decode as {kind.DESCRIPTOR.full_name}: {exc}",
-        )
+        ) from None
 
 
-async def _cursor(query: api.EnvelopesQuery, context: Context) -> Cursor:
+def _cursor(query: api.EnvelopesQuery) -> Cursor:
     try:
         return cursor_from_proto(query.last_seen, "query.last_seen")
     except Rejected as exc:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, exc.detail)
-        raise
+        raise GatewayError(grpc.StatusCode.INVALID_ARGUMENT, exc.detail) from None
 
 
 def read_handlers(reads: Reads) -> list[grpc.GenericRpcHandler[Any, Any]]:
@@ -293,14 +290,17 @@ def _methods(reads: Reads, service: str) -> dict[str, grpc.RpcMethodHandler[Any,
             return answer
 
         return grpc.unary_unary_rpc_method_handler(
-            handler, request_deserializer=_identity, response_serializer=_identity
+            gateway_errors(handler), request_deserializer=_identity, response_serializer=_identity
         )
 
     subscribe_path = f"/{service}/SubscribeEnvelopes"
 
     async def subscribe(request: bytes, context: Context) -> AsyncIterator[bytes]:
-        async for frame in reads.SubscribeEnvelopes(subscribe_path, request, context):
-            yield frame
+        try:
+            async for frame in reads.SubscribeEnvelopes(subscribe_path, request, context):
+                yield frame
+        except GatewayError as exc:
+            await abort_status(context, exc)
 
     return {
         "QueryEnvelopes": unary("QueryEnvelopes"),

@@ -13,16 +13,13 @@ import grpc
 import structlog
 
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
-from xnode.api.errors import RETRY_AFTER_TRAILER
 from xnode.core import wire
-from xnode.core.limits import LimitExceeded
 from xnode.core.originator_selection import available_nodes
-from xnode.gateway.clients import ClientAuth, Unauthenticated
-from xnode.gateway.errors import GatewayError
+from xnode.gateway.clients import ClientAuth
+from xnode.gateway.errors import GatewayError, gateway_errors
 from xnode.gateway.limits import ClientLimits
 from xnode.gateway.publish import Publisher
 from xnode.gateway.usage import UsageLog
-from xnode.observability.metrics import LIMITED
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -83,34 +80,21 @@ class PayerService:
         try:
             raws = wire.length_delimited(request, 1)
         except wire.FrameError as exc:
-            await context.abort(
+            raise GatewayError(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"request does not decode as {_PUBLISH_REQUEST}: {exc}",
-            )
+            ) from None
         client = await self._admit(raws, context)
-        try:
-            answers = await self._publisher.publish(raws)
-        except GatewayError as exc:
-            if exc.trailers:
-                context.set_trailing_metadata(exc.trailers)
-            await context.abort(exc.code, exc.message)
+        answers = await self._publisher.publish(raws)
         await self._clients.usage.record(client, raws, answers)
         # The node's envelopes go out as the node serialized (and signed) them.
         return wire.repeated(1, answers)
 
     async def _admit(self, raws: list[bytes], context: Context) -> str:
-        """The client's name once it is known and within its limits; aborts otherwise."""
-        try:
-            client = self._clients.auth.client_of(
-                context.invocation_metadata() or (), context.peer()
-            )
-            await self._clients.limits.publish(client, raws)
-        except Unauthenticated as exc:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
-        except LimitExceeded as exc:
-            LIMITED.labels("gateway", exc.kind.value).inc()
-            context.set_trailing_metadata(((RETRY_AFTER_TRAILER, str(exc.retry_after_whole_s)),))
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        """The client's name once it is known and within its limits; raises Unauthenticated
+        or LimitExceeded otherwise."""
+        client = self._clients.auth.client_of(context.invocation_metadata() or (), context.peer())
+        await self._clients.limits.publish(client, raws)
         return client
 
 
@@ -118,7 +102,7 @@ def payer_handlers(service: PayerService) -> grpc.GenericRpcHandler[Any, Any]:
     descriptor = payer_api.DESCRIPTOR.services_by_name["PayerApi"]
     methods = {
         m.name: grpc.unary_unary_rpc_method_handler(
-            getattr(service, m.name),
+            gateway_errors(getattr(service, m.name)),
             request_deserializer=_identity,
             response_serializer=_identity,
         )

@@ -272,3 +272,15 @@ WATCHDOG_WITHHELD_ROUNDS = Counter(
     "Rounds whose liveness reports were withheld: every probed node failed (the watchdog's "
     "own network is the likelier fault)",
 )
+RETENTION_RUNS = Counter(
+    "xnode_retention_runs_total",
+    "Scheduled retention runs (envelope partitions added ahead, expired ones dropped, a"
+    " retention plan applied), by outcome (done; skipped: another process held the lock;"
+    " failed: tried again at the next run)",
+    ["outcome"],
+)
+ENVELOPE_PARTITIONS = Counter(
+    "xnode_envelope_partitions_total",
+    "Envelope table partitions the retention runs changed, by change (added, dropped)",
+    ["change"],
+)

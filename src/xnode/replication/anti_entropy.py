@@ -49,6 +49,7 @@ from xnode.observability.metrics import REPAIR_ENVELOPES, REPAIR_ROUND_TRIPS
 from xnode.replication.fork_sync import ForkPeer, ForkSync, OnFork, StoredBytes
 from xnode.replication.ingest import OriginatorLog
 from xnode.replication.losses import LossFinder
+from xnode.replication.withholding import MAX_CHECKED, WithholdingCheck
 from xnode.usecases.concurrency import all_or_cancel
 from xnode.usecases.logs import MAX_LEAVES, MAX_RANGES
 
@@ -185,6 +186,16 @@ def _split_listed(ranges: Iterable[SequenceRange]) -> list[SequenceRange]:
     return out
 
 
+def _unserved(wanted: Iterable[SequenceRange], got: dict[int, bytes]) -> list[int]:
+    """The first sequence ids of `wanted` not stored (MAX_CHECKED at most)."""
+    out: list[int] = []
+    for run in wanted:
+        out += (s for s in range(run.first, run.last + 1) if s not in got)
+        if len(out) >= MAX_CHECKED:
+            return out[:MAX_CHECKED]
+    return out
+
+
 class Repair:
     """Repairs originators' logs here from peers."""
 
@@ -195,11 +206,15 @@ class Repair:
         originator_log: Callable[[int], OriginatorLog],
         on_fork: OnFork,
         now_unix: Callable[[], int] = SYSTEM_CLOCK.now_s,
+        withholding: WithholdingCheck | None = None,
     ) -> None:
+        """`withholding`: when given, sequence ids an originator does not serve of its own
+        committed log are looked into (replication.withholding)."""
         self._logs = logs
         self._stored = stored
         self._originator_log = originator_log
         self._on_fork = on_fork
+        self._withholding = withholding
         self.losses = LossFinder(logs, now_unix)
 
     async def _fingerprints(
@@ -324,10 +339,15 @@ class Repair:
             again = [s for r in more for s in range(r.first, r.last + 1) if s not in asked]
             if again:
                 outcome.wanted += len(again)
-                await self._fetched(
+                got |= await self._fetched(
                     peer, originator, target, checkpoint, runs(again), more_leaves, outcome
                 )
+                wanted += runs(again)
+                leaves |= more_leaves
         outcome.expired = outcome.wanted - outcome.stored - outcome.rejected - outcome.unproven
+        if self._withholding is not None and outcome.expired > 0:
+            unserved = _unserved(wanted, got)
+            await self._withholding.check(peer, originator, checkpoint, unserved, leaves)
         await self.restore_lost(peer, originator, outcome)
         REPAIR_ROUND_TRIPS.labels(str(peer.node_id)).inc(outcome.round_trips)
         if forks:

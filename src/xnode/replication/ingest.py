@@ -195,7 +195,29 @@ class OriginatorLog:
         async with self._lock:
             valid = await self._rejected(verdicts, source)
             fresh, forked = await self._checked(valid, direct, source)
-            await self._insert(fresh, forked)
+            # Only envelopes new here: relays resend what is stored, and each copy would
+            # file the same report again.
+            await self._causal(await self._insert(fresh, forked), source)
+
+    async def _causal(self, valid: Sequence[IndexedEnvelope], source: int) -> None:
+        """One CAUSAL_ORDERING report per batch for envelopes that depend on their own
+        originator's sequence id at or after their own (it cannot have seen it yet); they are
+        stored anyway, as the XIP keeps misordered payloads."""
+        ahead = [e for e in valid if e.depends_ahead]
+        if not ahead:
+            return
+        report = misbehavior.safety_report(
+            misbehavior.CAUSAL_ORDERING,
+            self.originator,
+            _proof([e.raw for e in ahead]),
+            self._now_ns(),
+        )
+        first = ahead[0]
+        detail = (
+            f"{len(ahead)} envelope(s) from peer {source} depend on their originator's own "
+            f"later sequence id: {first.sequence_id} depends on {first.depends_ahead}"
+        )
+        await self._ctx.reports.record(report, detail)
 
     async def _rejected(self, verdicts: Sequence[Verdict], source: int) -> list[IndexedEnvelope]:
         valid: list[IndexedEnvelope] = []
@@ -281,13 +303,16 @@ class OriginatorLog:
         )
         await self._ctx.reports.record(report, "two different envelopes share a sequence id")
 
-    async def _insert(self, fresh: list[IndexedEnvelope], forked: list[IndexedEnvelope]) -> None:
+    async def _insert(
+        self, fresh: list[IndexedEnvelope], forked: list[IndexedEnvelope]
+    ) -> list[IndexedEnvelope]:
         """Stores what is new; a version that differs from the stored one is a fork, settled
         by xnode.core.forks on every node alike. When the newcomer takes the stored one's
         place, live subscribers are told nothing: they were already sent that sequence id
-        (one version of it), and queries serve the log's version from then on."""
+        (one version of it), and queries serve the log's version from then on. Returns
+        the envelopes new here."""
         if not fresh:
-            return
+            return []
         ctx = self._ctx
         inserted = {seq for _, seq in await ctx.store.insert_received(fresh, ctx.notice_token)}
         if len(inserted) == len(fresh) and not forked:  # all new (a catch-up): no fork here
@@ -306,6 +331,7 @@ class OriginatorLog:
         if stored:
             REPLICATION_RECEIVED.labels(self._label).inc(len(stored))
             await ctx.on_stored([e.stored() for e in stored])
+        return stored
 
     async def _differing(self, known: list[IndexedEnvelope]) -> list[IndexedEnvelope]:
         """Envelopes stored already with other bytes (one cheap read: relays resend a lot)."""

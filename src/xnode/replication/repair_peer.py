@@ -19,12 +19,15 @@ from xnode.core.forks import Fork, ForkDigest
 from xnode.core.query import MAX_QUERY_LIMIT
 from xnode.core.reconciliation import Fingerprint, SequenceRange
 from xnode.core.wire import fields
+from xnode.replication.withholding import HoldingsUnanswered
 from xnode.usecases.logs import MAX_RANGES
 from xnode_api.forks.v1 import forks_pb2 as forks_pb
 from xnode_api.logs.v1 import logs_pb2 as pb
+from xnode_api.withholding.v1 import withholding_pb2 as wh
 
 _LOGS = "/" + pb.DESCRIPTOR.services_by_name["LogApi"].full_name
 _FORKS = "/" + forks_pb.DESCRIPTOR.services_by_name["ForkApi"].full_name
+_HOLDINGS = "/" + wh.DESCRIPTOR.services_by_name["HoldingsApi"].full_name
 QUERY_ENVELOPES = "/xmtp.xmtpv4.message_api.ReplicationApi/QueryEnvelopes"
 TIMEOUT_S = 30.0
 
@@ -143,6 +146,19 @@ class GrpcRepairPeer:
             for f in got.forks
             if f.originator_node_id == originator
         ]
+
+    async def signed_holdings(self, originator: int, first: int, last: int) -> wh.SignedHoldings:
+        """The originator's signed account of first..last of its own log
+        (xnode.withholding.v1); HoldingsUnanswered names how it answered otherwise."""
+        request = wh.GetSignedHoldingsRequest(originator_node_id=originator, first=first, last=last)
+        try:
+            response = await self._call(
+                _HOLDINGS + "/GetSignedHoldings", request, wh.GetSignedHoldingsResponse
+            )
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code().name
+            raise HoldingsUnanswered(f"{code}: {exc.details()}", code) from None
+        return response.holdings  # type: ignore[no-any-return]
 
     async def envelopes(self, originator: int, run: SequenceRange) -> list[bytes]:
         """The envelopes the peer still holds in `run` (expired ones are gone), in pages."""

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-import asyncpg
 import grpc
 import structlog
 
@@ -30,6 +29,7 @@ from xnode.core.wire import FrameError, originator_envelopes
 from xnode.observability.metrics import REPLICATION_RECONNECTS, REPLICATION_STREAMS
 from xnode.replication.ingest import OriginatorLog
 from xnode.tls import is_handshake_failure
+from xnode.usecases.ports import StoreUnavailable
 
 log = structlog.get_logger(__name__)
 
@@ -224,7 +224,7 @@ class PeerStream:
             await self._failed(exc, started, state["answered"])
         except FrameError as exc:
             self._log.warning("peer_stream_bad_frame", error=str(exc))
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        except (StoreUnavailable, OSError) as exc:
             # The store failed: nothing past the stored position is lost; resume later.
             self._log.error("peer_stream_store_failed", error=repr(exc), after=after)
         finally:

@@ -45,6 +45,7 @@ from xnode.replication.recovery import OwnLogFetch, OwnLogRecovery, recover_own_
 from xnode.replication.repair_peer import GrpcRepairPeer
 from xnode.replication.scrub import Scrub, ScrubSource
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
+from xnode.replication.withholding import WithholdingCheck
 from xnode.tls import ClientTls, open_channel
 from xnode.usecases.logs import CheckpointIntake, LogPort
 from xnode.usecases.registry_source import RegistrySource
@@ -208,10 +209,6 @@ class PeerLink:
             self._timer.cancel()
 
 
-def _keys_of(registry: Registry) -> dict[int, bytes]:
-    return {n.node_id: n.public_key for n in registry.nodes.values()}
-
-
 class ReplicationWorker:
     def __init__(
         self,
@@ -270,7 +267,12 @@ class ReplicationWorker:
         self._stopped = False
         self._epoch_timer: asyncio.TimerHandle | None = None
         fork_intake = on_fork or self._fork_found
-        repair = Repair(logs, store, self.originator_log, fork_intake) if logs is not None else None
+        withholding = WithholdingCheck(self.reports, self._keys_of_node, clock)
+        repair = (
+            Repair(logs, store, self.originator_log, fork_intake, withholding=withholding)
+            if logs is not None
+            else None
+        )
         self.anti_entropy = (
             AntiEntropy(
                 repair,
@@ -305,6 +307,10 @@ class ReplicationWorker:
 
     def _current_keys(self) -> Mapping[int, bytes]:
         return self._keys
+
+    def _keys_of_node(self, node_id: int) -> list[bytes]:
+        key = self._keys.get(node_id)
+        return [] if key is None else [key]
 
     @property
     def links(self) -> Mapping[int, PeerLink]:
@@ -342,7 +348,7 @@ class ReplicationWorker:
         `local_top` (see xnode.replication.recovery); call before start()."""
         if self.node_id is None:
             raise ValueError("a read-only node has no log of its own to recover")
-        self._keys = _keys_of(self._registry)
+        self._keys = self._registry.public_keys()
         positions = await self._store.newest_per_originator()
         target = OriginatorLog(self.node_id, positions.get(self.node_id), self._ctx)
         peers = [
@@ -396,7 +402,7 @@ class ReplicationWorker:
         if self._stopped:
             return
         self._registry = registry
-        self._keys = _keys_of(registry)
+        self._keys = registry.public_keys()
         for entry in registry.nodes.values():
             if entry.node_id == self.node_id:
                 continue

@@ -15,6 +15,7 @@ from xnode.core.chain_payloads import ChainPayload, SkippedEvent
 from xnode.core.constants import CHAIN_ORIGINATORS, IDENTITY_UPDATES_ORIGINATOR
 from xnode.core.envelopes import StoredEnvelope
 from xnode.core.identity import association_changes, normalize_identifier
+from xnode.store.errors import driver_errors_translated
 from xnode.store.notifications import NOTIFY_CHANNEL, commit_notice
 
 _INSERT_PAYLOADS = """
@@ -30,7 +31,7 @@ WITH rows AS (
     SELECT originator_node_id, originator_sequence_id, originator_ns, topic, NULL, envelope,
            payer_address
     FROM rows
-    ON CONFLICT (originator_node_id, originator_sequence_id) DO NOTHING
+    -- a sequence id already stored is skipped (migration 0009's envelope_keys trigger)
     RETURNING originator_node_id, originator_sequence_id, topic, envelope
 ), located AS (
     INSERT INTO chain_payloads
@@ -204,6 +205,7 @@ def _skipped_columns(skipped: Sequence[SkippedEvent]) -> list[list[object]]:
     return [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(8)]
 
 
+@driver_errors_translated
 class ChainStore:
     """The chain side's store (chain.ports.ChainStorage)."""
 

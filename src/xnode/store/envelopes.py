@@ -10,8 +10,13 @@ from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import StoredEnvelope
 from xnode.core.query import EnvelopeQuery
+from xnode.store.errors import driver_errors_translated
+from xnode.store.partitions import by_key
 
 _COLUMNS = "originator_node_id, originator_sequence_id, topic, envelope, expiry_unixtime"
+_IN_RANGE = (
+    "originator_node_id = $1 AND originator_sequence_id > $2 AND originator_sequence_id <= $3"
+)
 
 # One index range scan per (topic, known originator) past the cursor, merged in stable order.
 _TOPIC_QUERY = f"""
@@ -62,6 +67,11 @@ ORDER BY t.i
 """
 
 
+_ORIGINATOR_RANGE = f"""
+SELECT * FROM ({by_key(_COLUMNS, _IN_RANGE)}) AS r ORDER BY originator_sequence_id
+"""
+
+
 def _cursor_arrays(cursor: Cursor) -> tuple[list[int], list[int]]:
     items = cursor.to_dict()
     return list(items), list(items.values())
@@ -71,6 +81,7 @@ def _rows_to_envelopes(rows: Sequence[asyncpg.Record]) -> list[StoredEnvelope]:
     return [StoredEnvelope(r[0], r[1], r[2], r[3], r[4] or 0) for r in rows]
 
 
+@driver_errors_translated
 class EnvelopeStore:
     def __init__(self, pool: asyncpg.Pool, clock: Clock = SYSTEM_CLOCK) -> None:
         self.pool = pool
@@ -90,9 +101,7 @@ class EnvelopeStore:
         self, originator: int, after: int, up_to: int
     ) -> list[StoredEnvelope]:
         rows = await self.pool.fetch(
-            f"SELECT {_COLUMNS} FROM originator_envelopes WHERE originator_node_id = $1"
-            " AND originator_sequence_id > $2 AND originator_sequence_id <= $3"
-            " ORDER BY originator_sequence_id",
+            _ORIGINATOR_RANGE,
             originator,
             after,
             up_to,

@@ -78,7 +78,7 @@ FROM misbehavior_reports WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3
 _LEAVES = (
     "log_leaves",
     "originator_node_id, sequence_id",
-    "originator_node_id, sequence_id, leaf_hash",
+    "originator_node_id, sequence_id, leaf_hash, expiry",
 )
 _CHECKPOINTS = (
     "log_checkpoints",
@@ -183,7 +183,8 @@ class ExportSource:
             after = rows[-1][0]
 
     def leaf_pages(self, page_size: int) -> AsyncIterator[list[asyncpg.Record]]:
-        """(originator, sequence id, leaf hash) of every leaf held, expired envelopes' too."""
+        """(originator, sequence id, leaf hash, committed expiry or None for format 1) of every
+        leaf held, expired envelopes' too."""
         return self._pages(*_LEAVES, page_size)
 
     def checkpoint_pages(self, page_size: int) -> AsyncIterator[list[asyncpg.Record]]:

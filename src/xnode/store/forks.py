@@ -23,6 +23,7 @@ from xnode.core.forks import (
     newcomer_wins,
 )
 from xnode.core.reconciliation import fingerprint_part
+from xnode.store.errors import driver_errors_translated
 from xnode.store.logs import extend_trees
 
 MAX_QUERY_FORKS = 1000
@@ -104,6 +105,7 @@ async def resolve_fork(
     return ForkResolution(previous, replaced, bool(kept))
 
 
+@driver_errors_translated
 class ForkStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool

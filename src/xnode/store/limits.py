@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 import asyncpg
 
 from xnode.core.limits import Charge, Limit, LimitExceeded, lease_size, subject_of
+from xnode.store.errors import driver_errors_translated
 
 _NOW = "extract(epoch FROM statement_timestamp())::float8"
 _REFILLED = f"LEAST($2::float8, b.tokens + $3::float8 * GREATEST(0, {_NOW} - b.updated_s))"
@@ -34,6 +35,7 @@ RETURNING tokens, granted
 """
 
 
+@driver_errors_translated
 class SharedBuckets:
     def __init__(self, pool: asyncpg.Pool, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._pool = pool

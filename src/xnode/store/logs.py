@@ -22,6 +22,7 @@ from xnode.core import merkle
 from xnode.core.checkpoints import Checkpoint, envelope_leaf, has_log, parse_checkpoint
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.reconciliation import Fingerprint, SequenceRange, fingerprint_part
+from xnode.store.errors import driver_errors_translated
 from xnode.usecases.logs import IssueSigner, StoredCheckpoint
 
 EXTEND_CHUNK = 10_000
@@ -373,6 +374,7 @@ async def _insert_checkpoint(
     )
 
 
+@driver_errors_translated
 class LogStore:
     """The committed logs of every originator this node holds (usecases.logs.LogPort)."""
 

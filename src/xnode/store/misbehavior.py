@@ -11,6 +11,8 @@ from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.crypto import SigningKey
 from xnode.core.misbehavior import sign_report, type_name
 from xnode.observability.metrics import MISBEHAVIOR_REPORTS
+from xnode.store.errors import driver_errors_translated
+from xnode.usecases.ports import StoreUnavailable
 
 log = structlog.get_logger(__name__)
 
@@ -23,6 +25,7 @@ VALUES ($1, $2, $3, $4, $5)
 """
 
 
+@driver_errors_translated
 class MisbehaviorStore:
     def __init__(self, pool: asyncpg.Pool, key: SigningKey, clock: Clock = SYSTEM_CLOCK) -> None:
         self._pool = pool
@@ -71,7 +74,7 @@ class MisbehaviorLog:
         kind = type_name(unsigned.type)
         try:
             await self._store.add(unsigned)
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        except StoreUnavailable as exc:
             log.error(
                 "misbehavior_report_not_stored",
                 type=kind,

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncpg
 
 from xnode.core.constants import NS_PER_SECOND
-from xnode.core.prune_plan import Plan, PlanRange, batches
+from xnode.core.prune_plan import Plan, PlanRange, batches, load_plan
 from xnode.core.retention import DEFAULT_RETENTION_SECONDS
 from xnode.core.topics import TopicKind
 
 _IDENTITY_KIND = bytes([TopicKind.IDENTITY_UPDATES])
+PLAN_BATCH_SIZE = 5000  # ids per transaction, as `xnode prune` defaults
 
 # One primary-key range scan per named range. asyncpg prepares statements, and the generic plan
 # of a plain join (or a LATERAL the planner flattens into one) guesses the ranges are large and
@@ -27,7 +29,7 @@ _IDENTITY_KIND = bytes([TopicKind.IDENTITY_UPDATES])
 _IN_RANGES = """
 FROM unnest($1::int[], $2::bigint[], $3::bigint[]) AS r(node_id, first_id, last_id)
 CROSS JOIN LATERAL (
-    SELECT ctid, originator_node_id, topic, expiry_unixtime, originator_ns
+    SELECT tableoid, ctid, originator_node_id, topic, expiry_unixtime, originator_ns
     FROM originator_envelopes x
     WHERE x.originator_node_id = r.node_id
       AND x.originator_sequence_id BETWEEN r.first_id AND r.last_id
@@ -40,10 +42,14 @@ _IDENTITY = "substring(e.topic FROM 1 FOR 1) = $4"
 _EXPIRED = f"coalesce(nullif(e.expiry_unixtime, 0), e.originator_ns / {NS_PER_SECOND} + $6) <= $5"
 
 # Deleting by the row ids found above is a TID scan, whatever the planner thinks of the ranges.
+# A row id is a place within one partition (migration 0009): the partition must match too.
 _DELETE = f"""
-WITH deleted AS (
-    DELETE FROM originator_envelopes
-    WHERE ctid = ANY(ARRAY(SELECT e.ctid {_IN_RANGES} WHERE NOT {_IDENTITY} AND {_EXPIRED}))
+WITH found AS MATERIALIZED (
+    SELECT e.tableoid, e.ctid {_IN_RANGES} WHERE NOT {_IDENTITY} AND {_EXPIRED}
+), deleted AS (
+    DELETE FROM originator_envelopes x
+    WHERE x.ctid = ANY(ARRAY(SELECT ctid FROM found))
+      AND (x.tableoid, x.ctid) IN (SELECT tableoid, ctid FROM found)
     RETURNING originator_node_id
 )
 SELECT originator_node_id, count(*) FROM deleted GROUP BY 1
@@ -113,3 +119,28 @@ async def prune(
         if on_batch is not None:
             on_batch()
     return dict(sorted(result.items()))
+
+
+class ScheduledPlan:
+    """A retention plan file applied by the node's retention runs (xnode.usecases.retention)
+    each time it changes: a plan is tried once per version of the file, so a refused one is
+    reported once, not at every run."""
+
+    def __init__(self, pool: asyncpg.Pool, path: Path, batch_size: int = PLAN_BATCH_SIZE):
+        self._pool = pool
+        self._path = path
+        self._batch_size = batch_size
+        self._applied: int | None = None  # the file's mtime_ns when last tried
+
+    async def apply_if_new(self) -> int | None:
+        try:
+            changed = self._path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return None
+        if changed == self._applied:
+            return None
+        self._applied = changed
+        plan = load_plan(self._path)
+        async with self._pool.acquire() as conn:
+            result = await prune(conn, plan, self._batch_size)
+        return sum(c.deleted for c in result.values())

@@ -11,9 +11,11 @@ import asyncpg
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.forks import ForkResolution
 from xnode.core.verification import Position
+from xnode.store.errors import driver_errors_translated
 from xnode.store.forks import resolve_fork
 from xnode.store.logs import extend_trees, leaf_columns
 from xnode.store.notifications import NOTIFY_CHANNEL, commit_notice
+from xnode.store.partitions import by_key
 
 # The newest stored envelope of every originator: where each peer stream resumes, and what
 # the next envelope must follow.
@@ -25,6 +27,11 @@ JOIN originator_envelopes AS e
    AND e.originator_sequence_id = v.sequence_id
 """
 
+_STORED = by_key(
+    "originator_sequence_id, envelope",
+    "originator_node_id = $1 AND originator_sequence_id = ANY($2::bigint[])",
+)
+
 _INSERT_RECEIVED = """
 WITH rows AS (
     SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[],
@@ -35,7 +42,7 @@ WITH rows AS (
 ), inserted AS (
     INSERT INTO originator_envelopes
     SELECT * FROM rows
-    ON CONFLICT (originator_node_id, originator_sequence_id) DO NOTHING
+    -- a sequence id already stored is skipped (migration 0009's envelope_keys trigger)
     RETURNING originator_node_id, originator_sequence_id
 ), leaves AS (
     INSERT INTO log_leaves
@@ -54,6 +61,7 @@ SELECT originator_node_id, array_agg(originator_sequence_id) FROM inserted GROUP
 """
 
 
+@driver_errors_translated
 class ReplicationStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
@@ -68,8 +76,7 @@ class ReplicationStore:
         """The stored bytes at these sequence ids (expired or not), to compare with
         duplicates."""
         rows = await self._pool.fetch(
-            "SELECT originator_sequence_id, envelope FROM originator_envelopes"
-            " WHERE originator_node_id = $1 AND originator_sequence_id = ANY($2::bigint[])",
+            _STORED,
             originator,
             list(sequence_ids),
         )

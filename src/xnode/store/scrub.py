@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncpg
 
 from xnode.core.leaves import HeldLeaf
+from xnode.store.errors import driver_errors_translated
 
 _PAGE = """
 SELECT l.originator_node_id, l.sequence_id, l.leaf_hash, l.expiry, e.envelope
@@ -25,6 +26,7 @@ WHERE e.originator_node_id = $1 AND e.originator_sequence_id = $2 AND e.envelope
 """
 
 
+@driver_errors_translated
 class ScrubStore:
     def __init__(self, pool: asyncpg.Pool | asyncpg.Connection) -> None:
         self._pool = pool

@@ -26,13 +26,14 @@ from xnode.core.envelopes import (
 )
 from xnode.core.fees import FeeSchedule, Pricing
 from xnode.core.merkle import Frontier
-from xnode.store.logs import STORED_MIN_LEVEL, extend_tree, node_columns
-from xnode.store.notifications import NOTIFY_CHANNEL
-from xnode.usecases.crypto_threads import (
+from xnode.runtime.crypto_threads import (
     has_signing_process,
     in_crypto_thread,
     in_signing_process,
 )
+from xnode.store.errors import driver_errors_translated
+from xnode.store.logs import STORED_MIN_LEVEL, extend_tree, node_columns
+from xnode.store.notifications import NOTIFY_CHANNEL
 
 _READ_CLOCK = "SELECT sequence_id, last_ns FROM vector_clock WHERE originator_node_id = $1"
 _LOCK_CLOCK = _READ_CLOCK + " FOR UPDATE"
@@ -74,9 +75,10 @@ def _leaf_rows(joined: str) -> str:
 
 
 # If the row moved on (another process appended), `claimed` is empty and nothing is inserted.
-# The primary key would refuse a reused id regardless. The fast path also carries the tree
-# nodes the batch completes ($17..$19), computed from the frontier this process holds, which
-# is the tree up to $15 (the remembered id): so the tree grows in the same statement.
+# envelope_keys would skip a reused id regardless (migration 0009). The fast path also
+# carries the tree nodes the batch completes ($17..$19), computed from the frontier this
+# process holds, which is the tree up to $15 (the remembered id): so the tree grows in the
+# same statement.
 # The remembered time ($16) is checked too: a batch signed on top of one still being written
 # (Sequencer.append) must not claim a row that reached the same id by other envelopes (the
 # earlier batch missed and was signed again by the locked path, always at later times).
@@ -258,6 +260,7 @@ async def append_originated(
     return signed
 
 
+@driver_errors_translated
 class Sequencer:
     """Appends batches for one node; the fast path when this process is the only appender."""
 

@@ -12,6 +12,8 @@ import asyncio
 
 import asyncpg
 
+from xnode.store.errors import driver_errors_translated
+
 _SESSION = (
     "pg_backend_pid(), (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())"
 )
@@ -40,6 +42,7 @@ WHERE key = $1 AND (pid, backend_start) = ({_SESSION}) AND held <= 0
 """
 
 
+@driver_errors_translated
 class SharedSubscriptionSlots:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool

@@ -7,19 +7,20 @@ before the first failure propagates, so nothing it started outlives it.
 
 `StopSteps` runs a node's cleanup (its parts' stops in reverse start order) with a deadline
 on each step: one that overruns is logged once, `node_stop_step_overran`, naming the step,
-with the stack of every task still pending (what it waits on), then forced."""
+with the stack of every task still pending (what it waits on, read by
+xnode.observability.task_stacks), then forced."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import io
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack
-from types import CoroutineType, FrameType, GeneratorType
 from typing import Any, ParamSpec, Self, TypeVar
 
 import structlog
+
+from xnode.observability.task_stacks import pending_task_stacks
 
 log = structlog.get_logger(__name__)
 
@@ -29,7 +30,6 @@ P = ParamSpec("P")
 # A step still running this long after it was forced (cancelled, its `force` called) is left
 # behind so the steps after it (the pool's close above all) still run.
 FORCED_GRACE_S = 5.0
-STACK_FRAMES = 12  # innermost frames shown per task: where it waits, and what called that
 
 
 async def all_or_cancel(*coros: Coroutine[Any, Any, T]) -> list[T]:
@@ -42,68 +42,6 @@ async def all_or_cancel(*coros: Coroutine[Any, Any, T]) -> list[T]:
         # Callers handle the error one coroutine raised (a peer's UNAVAILABLE), not a group.
         raise failed.exceptions[0] from None
     return [t.result() for t in tasks]
-
-
-def _frame_of(awaitable: object) -> FrameType | None:
-    for attribute in ("cr_frame", "gi_frame", "ag_frame"):
-        frame = getattr(awaitable, attribute, None)
-        if isinstance(frame, FrameType):
-            return frame
-    return None
-
-
-def _awaited_by(awaitable: object) -> object:
-    for attribute in ("cr_await", "gi_yieldfrom", "ag_await"):
-        found = getattr(awaitable, attribute, None)
-        if found is not None:
-            return found
-    return None
-
-
-def _described(awaited: object) -> str:
-    # A future's iterator does not say which future (the frame above shows the await).
-    return "a future" if type(awaited).__name__ == "FutureIter" else repr(awaited)
-
-
-def await_chain(task: asyncio.Task[Any]) -> list[str]:
-    """Where `task` waits: each coroutine it awaits through, outermost first, down to the
-    innermost await (Task.get_stack shows a suspended coroutine's outermost frame only)."""
-    lines: list[str] = []
-    current: object = task.get_coro()
-    while current is not None:
-        frame = _frame_of(current)
-        if frame is None:  # a future, or a coroutine compiled to C (asyncpg, grpc)
-            lines.append(f"    awaiting {_described(current)}")
-            break
-        code = frame.f_code
-        lines.append(f'  File "{code.co_filename}", line {frame.f_lineno}, in {code.co_qualname}')
-        nested = _awaited_by(current)
-        if nested is None or not isinstance(nested, CoroutineType | GeneratorType):
-            if nested is not None:
-                lines.append(f"    awaiting {_described(nested)}")
-            break
-        current = nested
-    return lines[-STACK_FRAMES:]
-
-
-def task_stacks(tasks: Iterable[asyncio.Task[Any]]) -> str:
-    """Each pending task's name and where it waits: what a stuck stop or a test timeout is
-    waiting on."""
-    out = io.StringIO()
-    for task in sorted(tasks, key=lambda t: t.get_name()):
-        if task.done():
-            continue
-        out.write(f"--- task {task.get_name()}\n")
-        for line in await_chain(task):
-            out.write(line + "\n")
-    return out.getvalue()
-
-
-def pending_task_stacks(loop: asyncio.AbstractEventLoop | None = None) -> str:
-    """task_stacks of every task of `loop` (the running one) but the one asking."""
-    loop = loop or asyncio.get_running_loop()
-    asking = asyncio.current_task(loop)
-    return task_stacks(t for t in asyncio.all_tasks(loop) if t is not asking)
 
 
 def _step_name(callback: Callable[..., object]) -> str:

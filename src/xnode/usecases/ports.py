@@ -3,8 +3,8 @@ implement them, server.py wires them (XIP-49 3.3.3, 3.3.4 step 4, 3.2.8)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypeVar
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.associations import WalletCheck
@@ -14,6 +14,21 @@ from xnode.core.envelopes import IndexedEnvelope, Originable, StoredEnvelope, Va
 from xnode.core.forks import Fork, ForkDigest
 from xnode.core.limits import Charge, LimitExceeded
 from xnode.core.query import EnvelopeQuery
+
+T = TypeVar("T")
+
+
+class StoreUnavailable(Exception):
+    """The store cannot answer now (its connection lost, its host failing over, a transaction
+    the database gave up): nothing was half-done, the caller retries later. The store raises
+    it for every driver failure, so no layer above it knows the driver."""
+
+
+class CryptoThreads(Protocol):
+    """Where signature recoveries and signatures run beside the event loop (libsecp256k1
+    releases the GIL); the process's threads are the adapter's (xnode.runtime)."""
+
+    async def run(self, call: Callable[[], T]) -> T: ...
 
 
 class EnvelopeReader(Protocol):

@@ -5,8 +5,11 @@ Answers come in request order; a refusal names the request index (`payer_envelop
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.core.envelopes import ValidPayerEnvelope, check_depends_on, validate_payer_envelope
@@ -14,10 +17,11 @@ from xnode.core.errors import Reason, Rejected
 from xnode.core.vector_clock import NodeClock
 from xnode.observability.metrics import ENVELOPES_STORED, PUBLISH_LATENCY
 from xnode.usecases.admission import Admission
-from xnode.usecases.crypto_threads import in_crypto_thread
 from xnode.usecases.identity import IdentityUpdates, has_updates
 from xnode.usecases.limits import ANONYMOUS, ApiLimits, Caller
-from xnode.usecases.ports import ChainPublisher, EnvelopeReader, Originate
+from xnode.usecases.ports import ChainPublisher, CryptoThreads, EnvelopeReader, Originate
+
+T = TypeVar("T")
 
 MAX_PUBLISH_ENVELOPES = 1000
 # Batches this large are validated in a crypto thread (signature recovery releases the GIL).
@@ -57,8 +61,16 @@ READ_ONLY_DETAIL = (
 )
 
 
+class _DefaultExecutor:
+    """The loop's default executor, for tests and tools that build Publish directly."""
+
+    async def run(self, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(None, call)
+
+
 class Publish:
-    """`originator` None: a read-only node, which refuses every publish with READ_ONLY."""
+    """`originator` None: a read-only node, which refuses every publish with READ_ONLY.
+    `crypto`: where large batches are validated (the process's crypto threads)."""
 
     def __init__(
         self,
@@ -70,8 +82,10 @@ class Publish:
         admission: Admission | None = None,
         limits: ApiLimits | None = None,
         identity: IdentityUpdates | None = None,
+        crypto: CryptoThreads | None = None,
     ) -> None:
         self.node_id = node_id
+        self._crypto = crypto or _DefaultExecutor()
         self._identity = identity
         self.admission = admission or Admission()
         self._limits = limits
@@ -109,7 +123,7 @@ class Publish:
                 f"{MAX_PUBLISH_ENVELOPES}",
             )
         if len(envelopes) >= THREAD_VALIDATION_MIN:
-            valid = await in_crypto_thread(validate_all, envelopes, self.node_id)
+            valid = await self._crypto.run(functools.partial(validate_all, envelopes, self.node_id))
         else:
             valid = validate_all(envelopes, self.node_id)
         if self._limits is not None:

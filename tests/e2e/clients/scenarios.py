@@ -257,7 +257,8 @@ async def every_payload_kind(network: NetworkView, tmp_path: Path) -> None:
 async def conversation_with_node_sdk(network: NetworkView, tmp_path: Path) -> None:
     """A user of the official Node SDK (in a container, node_sdk_user.py) and a user of the
     Python bindings, each through its own gateway and node: both register, find each other,
-    the Node SDK user makes a group, both send and both read every message."""
+    the Node SDK user makes a group, both send and both read every message; then the group's
+    preferred node is killed (kill -9) and both go on, neither reconnecting."""
     gateway_a, gateway_b = network.gateway_urls
     alice = new_user("alice", tmp_path, network.node_url(100), gateway_a)
     nora = NodeSdkUser("nora", network.node_url(200), gateway_b)
@@ -280,6 +281,25 @@ async def conversation_with_node_sdk(network: NetworkView, tmp_path: Path) -> No
         everything = ["hello from node", "hello from python", "bye from node"]
         await alice.read(alices, everything)
         await nora.read(group_id, everything)
+
+        # The group's preferred node dies; neither client reconnects. Both read and publish
+        # through their gateways, which fail over to the topic's next node.
+        topic = Topic(TopicKind.GROUP_MESSAGES, bytes.fromhex(group_id)).raw
+        victim = preferred_node(topic, nodes_of(network), ())
+        assert victim is not None
+        next_node = preferred_node(topic, nodes_of(network), (victim,))
+        network.kill(victim)
+        await nora.call("send", groupId=group_id, text="after, from node")
+        everything.append("after, from node")
+        await alice.read(alices, everything)
+        await alices.send_text("after, from python")
+        everything.append("after, from python")
+        await nora.read(group_id, everything)
+        messages = await alices.find_messages(list_options())
+        originators = {_text(m): m.originator_id for m in messages}
+        assert originators["hello from node"] == victim
+        assert originators["after, from node"] == next_node
+        assert originators["after, from python"] == next_node
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nnode sdk output:\n{nora.log()}") from None
     finally:

@@ -1,14 +1,15 @@
-"""The container images and docker-compose.yml really run (issue 13), with podman as on CI
-(no Docker engine, no registry): `make image` builds them (a cached debootstrap base), the node
-image answers `xnode --help` and serves against the host's Postgres, and the compose network
-under podman-compose converges, goes healthy and keeps its data over `down` and `up`.
+"""The container images and docker-compose.yml really run, with podman as on CI (no Docker
+engine, no registry): `make image` builds them (a cached debootstrap base), the node image
+answers `xnode --help` and serves against the host's Postgres (containers started by
+testcontainers through podman's Docker API), and the compose network under podman-compose
+converges, goes healthy and keeps its data over `down` and `up` (testcontainers' compose
+drives `docker compose` v2, which podman 4.3 does not have: docs/testing.md).
 
 Needs root for apt (podman, runc, debootstrap) when they are missing; fails, never skips."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import subprocess
 import sys
@@ -20,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testcontainers.core.container import DockerContainer
+from testcontainers.core.docker_client import DockerClient
 
-from tests.e2e.podman_host import install_tools, run
+from tests.e2e.podman_host import REPO, install_tools, podman_env, run
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
@@ -31,7 +34,7 @@ from xnode.devtools.postgres import free_port
 # Building the images on a fresh machine takes minutes (docs/operations.md); later runs reuse them.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-REPO = Path(__file__).resolve().parents[3]
+NODE_IMAGE = "localhost/xnode:local"
 PODMAN_COMPOSE = "podman-compose==1.6.0"
 LOCAL_POSTGRES = "localhost/xnode-postgres:15"
 GROUP = b"\x13" * 16
@@ -47,20 +50,28 @@ def podman_compose(env: dict[str, str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def podman_env() -> dict[str, str]:
+def images() -> dict[str, str]:
     """Tools installed and the images built (`make image`); the environment podman needs."""
     install_tools()
-    env = {**os.environ, "CONTAINERS_CONF": str(REPO / "docker" / "containers.conf")}
+    env = podman_env()
     started = time.monotonic()
     run(["bash", str(REPO / "scripts" / "build_image.sh")], env, timeout=1800)
     print(f"make image: {time.monotonic() - started:.0f} s")
     return env
 
 
-def test_node_image_has_the_cli(podman_env: dict[str, str]) -> None:
-    out = run(["podman", "run", "--rm", "xnode:local", "--help"], podman_env)
-    assert "usage: xnode" in out
-    uid = run(["podman", "run", "--rm", "--entrypoint", "id", "xnode:local", "-u"], podman_env)
+def run_once(container: DockerContainer) -> str:
+    """Starts `container`, waits for it to exit (successfully) and returns its output."""
+    with container:
+        ended = container.get_wrapped_container().wait(timeout=120)
+        out, err = container.get_logs()
+    assert ended["StatusCode"] == 0, f"exited {ended}: {err.decode(errors='replace')[-3000:]}"
+    return out.decode()
+
+
+def test_node_image_has_the_cli(images: dict[str, str], docker_api: DockerClient) -> None:
+    assert "usage: xnode" in run_once(DockerContainer(NODE_IMAGE).with_command("--help"))
+    uid = run_once(DockerContainer(NODE_IMAGE).with_command("-u").with_kwargs(entrypoint="id"))
     assert uid.strip() != "0", "the node must not run as root"
 
 
@@ -75,13 +86,16 @@ def shared_dir() -> Iterator[Path]:
 
 @pytest.fixture
 def image_node(
-    podman_env: dict[str, str], database: str, node_spec: Any, shared_dir: Path
+    images: dict[str, str],
+    docker_api: DockerClient,
+    database: str,
+    node_spec: Any,
+    shared_dir: Path,
 ) -> Iterator[str]:
     """A node in the node image on the host network, its database on the host's Postgres."""
     address = f"127.0.0.1:{free_port()}"
     shutil.copy(node_spec.write({100: address}), shared_dir / "nodes.json")
     (shared_dir / "nodes.json").chmod(0o644)
-    name = f"xnode-test-{uuid.uuid4().hex[:8]}"
     settings = {
         "XNODE_LISTEN_ADDRESS": address,
         "XNODE_DATABASE_DSN": database,
@@ -89,19 +103,18 @@ def image_node(
         "XNODE_NODES_FILE": "/spec/nodes.json",
         "XNODE_METRICS_ADDRESS": "",
     }
-    env_args = [arg for k, v in settings.items() for arg in ("-e", f"{k}={v}")]
-    run(
-        ["podman", "run", "-d", "--name", name, "--network", "host", *env_args,
-         "-v", f"{shared_dir}:/spec:ro", "xnode:local", "run"],
-        podman_env,
-    )  # fmt: skip
-    try:
+    container = (
+        DockerContainer(NODE_IMAGE)
+        .with_command("run")
+        .with_envs(**settings)
+        .with_volume_mapping(str(shared_dir), "/spec", "ro")
+        .with_kwargs(network_mode="host")
+    )
+    with container:
         if not wait_serving(address, 90):
-            logs = subprocess.run(["podman", "logs", name], env=podman_env, capture_output=True)
-            pytest.fail(f"the node in the image did not serve:\n{logs.stderr[-3000:]!r}")
+            _, err = container.get_logs()
+            pytest.fail(f"the node in the image did not serve:\n{err[-3000:]!r}")
         yield address
-    finally:
-        subprocess.run(["podman", "rm", "-f", "-t", "5", name], env=podman_env, check=False)
 
 
 async def test_node_in_the_image_publishes_and_answers_queries(image_node: str) -> None:
@@ -128,16 +141,18 @@ async def stored(address: str, envelope: bytes, timeout_s: float = 60) -> bool:
 
 
 class Compose:
-    """docker-compose.yml under podman-compose, as one project with its own host ports."""
+    """docker-compose.yml under podman-compose, as one project with its own host ports; its
+    images, volumes and containers read through the Docker API (`api`)."""
 
     SERVICES = ("postgres", "anvil", "setup", "node1", "node2", "node3")
     HEALTHY = ("postgres", "anvil", "node1", "node2", "node3")
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], api: DockerClient) -> None:
         self.project = f"xnodeci{uuid.uuid4().hex[:6]}"
         self.ports = {f"XNODE_{s}_PORT": str(free_port()) for s in ("NODE1", "NODE2", "NODE3")}
         self.env = {**env, **self.ports, "XNODE_ANVIL_PORT": str(free_port())}
-        if subprocess.run(["podman", "image", "exists", LOCAL_POSTGRES], env=env).returncode == 0:
+        self.api = api.client
+        if self.api.images.list(name=LOCAL_POSTGRES):
             self.env["XNODE_POSTGRES_IMAGE"] = LOCAL_POSTGRES
         self.tool = podman_compose(env)
 
@@ -155,14 +170,12 @@ class Compose:
 
     def volume_file(self, volume: str, name: str) -> str:
         """A file in one of the project's named volumes (read on the host)."""
-        fmt = ["--format", "{{.Mountpoint}}"]
-        mountpoint = run(
-            ["podman", "volume", "inspect", *fmt, f"{self.project}_{volume}"], self.env
-        )
-        return (Path(mountpoint.strip()) / name).read_text()
+        mountpoint = self.api.volumes.get(f"{self.project}_{volume}").attrs["Mountpoint"]
+        return (Path(mountpoint) / name).read_text()
 
     def wait_healthy(self, timeout_s: float = 180) -> None:
-        """Runs each health check until it passes (podman has no timers without systemd)."""
+        """Runs each health check until it passes: podman has no timers without systemd, and
+        running a check now is podman's own command (the Docker API has none)."""
         pending = {f"{self.project}_{s}_1" for s in self.HEALTHY}
         deadline = time.monotonic() + timeout_s
         while pending and time.monotonic() < deadline:
@@ -175,15 +188,13 @@ class Compose:
             time.sleep(1)
         assert not pending, f"not healthy within {timeout_s} s: {sorted(pending)}"
         for name in (f"{self.project}_{s}_1" for s in self.HEALTHY):
-            status = run(
-                ["podman", "inspect", "--format", "{{.State.Health.Status}}", name], self.env
-            )
-            assert status.strip() == "healthy", f"{name}: {status}"
+            status = self.api.containers.get(name).attrs["State"]["Health"]["Status"]
+            assert status == "healthy", f"{name}: {status}"
 
 
 @pytest.fixture
-def compose(podman_env: dict[str, str]) -> Iterator[Compose]:
-    stack = Compose(podman_env)
+def compose(images: dict[str, str], docker_api: DockerClient) -> Iterator[Compose]:
+    stack = Compose(images, docker_api)
     try:
         yield stack
     finally:

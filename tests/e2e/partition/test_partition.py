@@ -17,7 +17,6 @@ every version as evidence and the same ones in the log."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -30,6 +29,7 @@ from tests.conftest import REPLICATION_TEST_SETTINGS, NodeProcess, NodeSpec
 from tests.integration.export.helpers import Item, group, publish, received_row
 from tests.integration.logs.helpers import checkpoints, log_api
 from tests.integration.replication.test_replication import stored
+from tests.tcp_link import Link
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.forks import log_keeps
@@ -51,60 +51,6 @@ SETTINGS = {
     "log_checkpoint_seconds": 0.5,
     "replication_repair_seconds": 2.0,
 }
-
-
-class Link:
-    """A TCP proxy for one direction of one peer link; `cut` drops its connections and
-    refuses new ones until `heal`."""
-
-    def __init__(self) -> None:
-        self.upstream = ""
-        self.cut = False
-        self._open: set[asyncio.StreamWriter] = set()
-        self._server: asyncio.Server | None = None
-        self.address = ""
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.address = f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    def set_cut(self, cut: bool) -> None:
-        self.cut = cut
-        if cut:
-            for writer in list(self._open):
-                writer.close()
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(Exception):
-            while data := await reader.read(65536):
-                if self.cut:
-                    break
-                writer.write(data)
-                await writer.drain()
-        writer.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.cut or not self.upstream:
-            writer.close()
-            return
-        try:
-            host, port = self.upstream.rsplit(":", 1)
-            up_reader, up_writer = await asyncio.open_connection(host, int(port))
-        except OSError:
-            writer.close()
-            return
-        self._open |= {writer, up_writer}
-        try:
-            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
-        except asyncio.CancelledError:
-            pass  # the test's loop is ending: so is the connection
-        finally:
-            self._open -= {writer, up_writer}
-
-    async def stop(self) -> None:
-        self.set_cut(True)
-        if self._server is not None:
-            self._server.close()
 
 
 async def _forks(dsn: str) -> list[tuple[int, int, bytes]]:

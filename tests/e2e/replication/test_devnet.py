@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import grpc
 import pytest
 from web3 import Web3
 
+from tests.e2e.ops.test_restore import log_of
 from tests.identity_signers import Inbox
 from tests.integration.chain.helpers import (
     canonical_payloads,
@@ -135,6 +137,44 @@ async def test_devnet_replicates_and_ctrl_c_loses_nothing(state: Path) -> None:
         assert await count_on(second["nodes"][1]["address"]) == 2
     finally:
         assert interrupt(proc) == 0
+
+
+async def test_devnet_ha_puts_node_100_on_patroni(state: Path) -> None:
+    """`xnode devnet --ha`: node 100's database is a Patroni primary with a synchronous
+    standby, reached by a DSN naming both; publishes are stored on both and replicated."""
+    proc, described = start_devnet(state, free_port(), "--ha")
+    try:
+        members = described["ha"]["members"]
+        assert sorted(members) == ["pg-a", "pg-b"]
+        nodes = {n["node_id"]: n for n in described["nodes"]}
+        hosts = ",".join(m["postgres"] for m in members.values())
+        assert nodes[100]["dsn"] == (
+            f"postgresql://postgres@{hosts}/xnode_100?target_session_attrs=read-write"
+        )
+        cluster = json.loads(await asyncio.to_thread(_get, members["pg-a"]["rest"] + "/cluster"))
+        assert sorted(m["role"] for m in cluster["members"]) == ["leader", "sync_standby"]
+        async with NodeClient(nodes[100]["address"]) as client:
+            await client.publish_group_messages(SigningKey.generate(), 100, GROUP, [b"a", b"b"])
+
+        async def everywhere() -> bool:
+            on_members = [
+                len(await log_of(f"postgresql://postgres@{m['postgres']}/xnode_100", 100))
+                for m in members.values()
+            ]
+            return on_members == [2, 2] and await count_on(nodes[200]["address"]) == 2
+
+        await eventually(everywhere, what="both members and node 200 holding the publishes")
+    finally:
+        assert interrupt(proc) == 0
+    for member in members.values():  # Ctrl-C stopped Patroni too
+        with pytest.raises(OSError):
+            await asyncio.to_thread(_get, member["rest"] + "/health")
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        body: bytes = reply.read()
+    return body
 
 
 def _registered(url: str, contracts_file: str) -> list[int]:

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import ChainEnv, Network, NodeSpec, node_settings
 from tests.integration.chain.helpers import commit_envelope, publish
+from tests.withholding_log import CommittedLog, leaving_out
 from xmtp.identity.associations import signature_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
@@ -19,6 +20,7 @@ from xnode.core import misbehavior
 from xnode.core.crypto import SigningKey, blockchain_proof_digest
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
+from xnode.core.withholding import accusation_report, withholding_report
 
 GROUP = bytes(range(16))
 
@@ -122,3 +124,28 @@ async def test_blockchain_inconsistency_is_checked_against_the_chain(
         error = await refused(client, client_report(kind, 200, doctored))
         assert error.code() == grpc.StatusCode.UNAVAILABLE
         assert "cannot read the chain now" in (error.details() or "")
+
+
+async def test_withholding_is_taken_with_proof_and_accusations_are_refused(
+    start_node: Any, network: Network
+) -> None:
+    node = await start_node(**network.settings(100))
+    accused = CommittedLog(network.spec.keys[200], 200, 4, time.time_ns())
+    lie = accused.holdings(leaving_out(accused, 2))
+
+    def from_client(report: mb.UnsignedMisbehaviorReport) -> mb.UnsignedMisbehaviorReport:
+        report.submitted_by_node = False
+        return report
+
+    async with NodeClient(node.address) as client:
+        honest = withholding_report(200, accused.commitment(2), accused.holdings(), 1)
+        error = await refused(client, from_client(honest))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "sequence id 2 was served" in (error.details() or "")
+        accusation = accusation_report(200, accused.commitment(2), "UNAVAILABLE", 1, 1)
+        error = await refused(client, from_client(accusation))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "only nodes file one" in (error.details() or "")
+        proof = from_client(withholding_report(200, accused.commitment(2), lie, 1))
+        await client.submit_misbehavior_report(proof)
+        assert await taken(client) == [(misbehavior.WITHHOLDING, 200)]

@@ -14,6 +14,7 @@ from tests.integration.logs.helpers import FAST_CHECKPOINTS, checkpoint_at, leav
 from xnode.commands.export import export_node
 from xnode.config import Settings
 from xnode.core.checkpoints import verify_checkpoint
+from xnode.core.leaves import signed_content
 from xnode.core.topics import TopicKind
 
 GROUP = Item(TopicKind.GROUP_MESSAGES, group(1))
@@ -36,6 +37,8 @@ async def test_with_logs_exports_leaves_and_checkpoints_whole(
     assert leaves.column("sequence_id").to_pylist() == list(range(1, 26))
     assert leaves.column("originator_node_id").to_pylist() == [100] * 25
     assert leaves.column("leaf_hash").to_pylist() == leaves_of(sent)
+    # The committed expiry, so the council's jobs tell an expired envelope from a lost one.
+    assert leaves.column("expiry").to_pylist() == [signed_content(r)[1] for r in sent]
     checkpoints = pq.read_table(logs / "checkpoints").to_pylist()
     key = node_spec.keys[100].public_key
     assert {verify_checkpoint(c["signed"], key).tree_size for c in checkpoints} >= {25}

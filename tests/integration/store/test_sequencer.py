@@ -24,10 +24,10 @@ from xnode.core.fees import Fees
 from xnode.core.merkle import Frontier
 from xnode.core.reconciliation import fingerprint_part
 from xnode.replication.ingest import BulkVerifiers, start_bulk
+from xnode.runtime import crypto_threads
 from xnode.store.identity import WrongNodeError, claim_database
 from xnode.store.logs import STORED_MIN_LEVEL
 from xnode.store.sequencer import THREAD_SIGNING_MIN, Sequencer, append_originated
-from xnode.usecases import crypto_threads
 
 NODE = 100
 KEY = SigningKey.generate()
@@ -394,7 +394,7 @@ async def test_two_processes_each_with_batches_in_flight_share_one_sequence(
 
 
 async def test_batches_signed_in_a_signing_process_are_those_signed_here(database: str) -> None:
-    """The sequencer of several workers signs in a process of its own (usecases.crypto_threads):
+    """The sequencer of several workers signs in a process of its own (runtime.crypto_threads):
     the stored envelopes and leaves are byte for byte what signing in this process gives."""
     pool = await asyncpg.create_pool(database, min_size=1, max_size=2)
     await claim_database(pool, NODE, KEY.public_key)

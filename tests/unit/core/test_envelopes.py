@@ -14,12 +14,13 @@ from xmtp.identity.associations import association_pb2, signature_pb2
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.client.node import group_message_envelope
-from xnode.core.crypto import SigningKey
+from xnode.core.crypto import SignatureError, SigningKey, blockchain_proof_digest
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import (
     IndexedEnvelope,
     build_payer_envelope,
     check_depends_on,
+    envelope_signer,
     originate,
     parse_originator_envelope,
     validate_payer_envelope,
@@ -187,3 +188,38 @@ def test_an_indexed_envelope_pickles_with_every_field() -> None:
     back = pickle.loads(pickle.dumps(env, protocol=pickle.HIGHEST_PROTOCOL))
     assert dataclasses.astuple(back) == dataclasses.astuple(env)
     assert back.leaf == b"leaf"  # not compared by ==
+
+
+def _originated() -> envelopes_pb2.OriginatorEnvelope:
+    payer = validate_payer_envelope(_payer(group_message_envelope(GROUP, b"m")), NODE)
+    raw = originate(payer, NODE, 1, 1_700_000_000 * 10**9, NODE_KEY).raw
+    return envelopes_pb2.OriginatorEnvelope.FromString(raw)
+
+
+def test_the_signer_of_an_originated_envelope_is_its_originator() -> None:
+    assert envelope_signer(_originated()) == NODE_KEY.public_key
+
+
+def test_the_signer_of_a_chain_payload_is_the_node_that_vouched_for_it() -> None:
+    unsigned = _originated().unsigned_originator_envelope
+    transaction = b"\x07" * 32
+    vouched = envelopes_pb2.OriginatorEnvelope(
+        unsigned_originator_envelope=unsigned,
+        blockchain_proof=envelopes_pb2.BlockchainProof(
+            transaction_hash=transaction,
+            node_signature=signature_pb2.RecoverableEcdsaSignature(
+                bytes=PAYER.sign(blockchain_proof_digest(unsigned, transaction))
+            ),
+        ),
+    )
+    assert envelope_signer(vouched) == PAYER.public_key
+    vouched.blockchain_proof.transaction_hash = b"\x08" * 32  # another transaction
+    assert envelope_signer(vouched) != PAYER.public_key
+
+
+def test_an_envelope_without_proof_has_no_signer() -> None:
+    bare = envelopes_pb2.OriginatorEnvelope(
+        unsigned_originator_envelope=_originated().unsigned_originator_envelope
+    )
+    with pytest.raises(SignatureError, match="neither an originator signature nor"):
+        envelope_signer(bare)

@@ -10,7 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from xnode.usecases import concurrency
-from xnode.usecases.concurrency import Repeating, StopSteps, all_or_cancel, pending_task_stacks
+from xnode.usecases.concurrency import Repeating, StopSteps, all_or_cancel
 
 
 class PeerDown(Exception):
@@ -42,23 +42,6 @@ async def test_a_failure_cancels_and_ends_the_others_before_it_propagates() -> N
     with pytest.raises(PeerDown):  # the error itself, not a group
         await all_or_cancel(all_or_cancel(failing_peer()), all_or_cancel(slow_local_read()))
     assert ended == ["local read"]
-
-
-async def test_a_pending_task_is_shown_where_it_waits() -> None:
-    async def inner_wait() -> None:
-        await asyncio.Event().wait()
-
-    async def outer() -> None:
-        await inner_wait()
-
-    task = asyncio.create_task(outer(), name="waiting-one")
-    await asyncio.sleep(0)
-    stacks = pending_task_stacks()
-    task.cancel()
-    assert "--- task waiting-one" in stacks
-    outer_at = stacks.index("<locals>.outer")
-    assert stacks.index("<locals>.inner_wait") > outer_at  # the chain down to the await
-    assert "in Event.wait" in stacks
 
 
 async def test_steps_run_in_reverse_order_and_errors_propagate() -> None:

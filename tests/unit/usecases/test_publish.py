@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import pytest
 
 from tests.unit.usecases.fakes import (
@@ -15,6 +18,8 @@ from xnode.core.cursors import Cursor
 from xnode.core.errors import Reason, Rejected
 from xnode.core.vector_clock import NodeClock
 from xnode.usecases.publish import MAX_PUBLISH_ENVELOPES, THREAD_VALIDATION_MIN, Publish
+
+T = TypeVar("T")
 
 
 def _publish(
@@ -108,3 +113,24 @@ async def test_a_read_only_node_refuses_every_publish_with_a_clear_reason() -> N
         await publish([payer_envelope(b"m0")])
     assert refused.value.reason is Reason.READ_ONLY
     assert "read-only node" in str(refused.value) and "registered node" in str(refused.value)
+
+
+class CountingThreads:
+    """The CryptoThreads port, run inline: counts what the use case hands it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def run(self, call: Callable[[], T]) -> T:
+        self.calls += 1
+        return call()
+
+
+async def test_large_batches_are_validated_through_the_crypto_threads_port() -> None:
+    threads = CountingThreads()
+    publish = Publish(NODE, NodeClock(Cursor()), MemoryStore(), FakeOriginator(), crypto=threads)
+    await publish([payer_envelope(b"m")])
+    assert threads.calls == 0  # small: on the loop, a hop would cost more than it moves
+    batch = [payer_envelope(b"m%d" % i) for i in range(THREAD_VALIDATION_MIN)]
+    assert len(await publish(batch)) == THREAD_VALIDATION_MIN
+    assert threads.calls == 1

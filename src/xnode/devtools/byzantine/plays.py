@@ -229,46 +229,6 @@ def clock_ahead(minutes: int) -> Callable[[peer.Originator], list[tuple[Any, int
     return history
 
 
-async def checkpointed(network: Network, node_id: int, size: int) -> None:
-    """The node signed a checkpoint of its own log covering `size` envelopes."""
-
-    async def check() -> bool:
-        rows = await fetch(
-            network.dsns[node_id],
-            "SELECT 1 FROM log_checkpoints WHERE originator_node_id = $1 AND tree_size >= $2"
-            " AND conflict IS NULL",
-            node_id,
-            size,
-        )
-        return bool(rows)
-
-    await until(check, f"node {node_id} checkpoints {size} envelopes", DEADLINE_S)
-
-
-def withheld_below_checkpoint(kind: int) -> Play:
-    """Node 500, a real node, publishes alone and signs a checkpoint over its log, then cannot
-    serve four of the envelopes it committed (deleted; nobody else holds them) when the
-    honest nodes start: done once one of them files `kind` with the checkpoint."""
-
-    async def play(network: Network) -> None:
-        await asyncio.to_thread(network.start, ACCUSED)
-        try:
-            await publish(network, ACCUSED, 20, b"w")
-            await checkpointed(network, ACCUSED, 20)
-            await fetch(
-                network.dsns[ACCUSED],
-                "DELETE FROM originator_envelopes WHERE originator_node_id = $1"
-                " AND originator_sequence_id BETWEEN 5 AND 8",
-                ACCUSED,
-            )
-            await asyncio.to_thread(network.start, *HONEST)
-            await until_reported(network, kind)
-        finally:
-            await asyncio.to_thread(network.stop)
-
-    return play
-
-
 async def chain_payload(network: Network, node_id: int) -> bytes:
     """A chain payload (originator 0) the node indexed, with its own proof."""
 

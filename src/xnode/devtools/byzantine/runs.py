@@ -100,8 +100,9 @@ KINDS: list[Kind] = [
 ]
 # Ways the XIP names that the harness cannot play yet, and why (printed by the bench).
 PENDING = {
-    "withhold below a checkpoint": "pending withhold report (the WITHHOLDING kind is not "
-    "merged yet)",
+    "withhold below a checkpoint": "not built: a WITHHOLDING proof needs an originator that "
+    "signs holdings contradicting its checkpoint; the scripted peer serves no LogApi or "
+    "HoldingsApi yet (a real node that lost rows signs nothing: no proof, by design)",
 }
 
 

@@ -1,4 +1,4 @@
-"""Workers of one node hand their batches to the one that sequences (xnode.usecases.forwarding):
+"""Workers of one node hand their batches to the one that sequences (xnode.runtime.forwarding):
 two "workers" in one event loop, each with its own pool and sequencer on a real Postgres."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, Originable
 from xnode.core.errors import Reason, Rejected
 from xnode.core.sequencer_wire import LENGTH
+from xnode.runtime.forwarding import ForwardingOriginator, SequencerLink
 from xnode.store.identity import claim_database
 from xnode.store.sequencer import Sequencer
-from xnode.usecases.forwarding import ForwardingOriginator, SequencerLink
 from xnode.usecases.originator import Originator
 
 NODE = 100

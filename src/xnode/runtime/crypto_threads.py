@@ -58,6 +58,16 @@ async def in_crypto_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
     return await asyncio.get_running_loop().run_in_executor(_pool, call)
 
 
+class Threads:
+    """The crypto threads as the use cases see them (xnode.usecases.ports.CryptoThreads)."""
+
+    async def run(self, call: Callable[[], T]) -> T:
+        return await in_crypto_thread(call)
+
+
+THREADS = Threads()
+
+
 async def in_signing_process(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """`fn(*args)` (picklable) in the signing process, or in a crypto thread if there is
     none or it died: a signature is never refused for want of the process."""

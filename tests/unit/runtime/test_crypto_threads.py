@@ -7,7 +7,7 @@ import threading
 
 from xnode.core.crypto import SigningKey, keccak256, sign_digests
 from xnode.replication.ingest import BulkVerifiers, start_bulk
-from xnode.usecases import crypto_threads
+from xnode.runtime import crypto_threads
 
 
 def test_the_share_of_the_cores_is_at_least_one_thread() -> None:

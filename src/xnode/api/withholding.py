@@ -1,0 +1,46 @@
+"""HoldingsApi (xnode.withholding.v1): this originator's signed account of a range of its own
+log (xnode.usecases.holdings). Translates protobuf and statuses only: a range still being
+repaired is UNAVAILABLE (retry later)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from xnode.api.errors import StoreErrors, abort_rejected, abort_store
+from xnode.core.errors import Rejected
+from xnode.core.withholding import Healing
+from xnode.usecases.holdings import Holdings
+from xnode_api.withholding.v1 import withholding_pb2 as pb
+from xnode_api.withholding.v1 import withholding_pb2_grpc
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["HoldingsApi"].full_name
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class HoldingsService:
+    def __init__(self, holdings: Holdings) -> None:
+        self._holdings = holdings
+
+    async def GetSignedHoldings(
+        self, request: pb.GetSignedHoldingsRequest, context: Context
+    ) -> pb.GetSignedHoldingsResponse:
+        try:
+            signed = await self._holdings.signed(
+                request.originator_node_id, request.first, request.last
+            )
+        except Rejected as exc:
+            await abort_rejected(context, exc, "holdings", "GetSignedHoldings")
+            raise
+        except Healing as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{exc}; retry later")
+        except StoreErrors as exc:
+            await abort_store(context, "GetSignedHoldings", exc)
+            raise
+        return pb.GetSignedHoldingsResponse(holdings=signed)
+
+
+def add_holdings_service(service: HoldingsService, server: grpc.aio.Server) -> None:
+    withholding_pb2_grpc.add_HoldingsApiServicer_to_server(service, server)  # type: ignore[no-untyped-call]
