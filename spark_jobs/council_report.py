@@ -42,6 +42,13 @@ class CouncilData:
     def duplicates_removed(self) -> int:
         return self.rows_read - sum(self.outcomes.values())
 
+    def flagged_by_basis(self) -> dict[int, set[str]]:
+        """Each flagged node and the bases of its flags (safety_proof, liveness_threshold)."""
+        bases: dict[int, set[str]] = {}
+        for row in self.flagged:
+            bases.setdefault(int(row["misbehaving_node_id"]), set()).add(str(row["basis"]))
+        return bases
+
     def nodes(self) -> list[int]:
         rows = [*self.liveness, *self.safety, *self.flagged]
         return sorted({int(r["misbehaving_node_id"]) for r in rows})

@@ -172,7 +172,11 @@ def _partition_files(base: Path, pattern: re.Pattern[str]) -> list[Path]:
 
 
 def _dataset_files(
-    node_dirs: Sequence[Path], subdir: str, pattern: re.Pattern[str], what: str
+    node_dirs: Sequence[Path],
+    subdir: str,
+    pattern: re.Pattern[str],
+    what: str,
+    may_be_empty: bool = False,
 ) -> ExportFiles:
     by_base: ExportFiles = {}
     for node in node_dirs:
@@ -181,13 +185,15 @@ def _dataset_files(
             files = _partition_files(base, pattern)
             if files:
                 by_base[base] = files
-    if not by_base:
+    if not by_base and not may_be_empty:
         listed = ", ".join(str(n) for n in node_dirs)
         raise InputError(f"no {what} Parquet files under {subdir}/ of: {listed}")
     return by_base
 
 
 def _read_partitioned(spark: SparkSession, by_base: ExportFiles, schema: T.StructType) -> DataFrame:
+    if not by_base:
+        return spark.createDataFrame([], schema)
     frames = [
         spark.read.schema(schema).option("basePath", str(base)).parquet(*(str(f) for f in files))
         for base, files in by_base.items()
@@ -206,8 +212,10 @@ def find_envelope_files(inputs: Sequence[str | Path]) -> ExportFiles:
 
 
 def find_report_files(inputs: Sequence[str | Path]) -> ExportFiles:
+    """Exports without a report are fine: a quiet network files none, and the council's
+    answer for it is that nobody is flagged."""
     by_base = _dataset_files(
-        find_node_dirs(inputs), REPORTS_DIR, _REPORT_PARTITION, "misbehavior report"
+        find_node_dirs(inputs), REPORTS_DIR, _REPORT_PARTITION, "misbehavior report", True
     )
     validate_files([f for files in by_base.values() for f in files], REPORT_COLUMNS)
     return by_base

@@ -560,6 +560,19 @@ def chain_lookup(url: str | None, contracts_file: str | None) -> ChainLookup | N
     return lambda txs: fetch_chain_facts(url, contracts, txs)
 
 
+def council_on(
+    spark: SparkSession, chain_rpc_url: str | None = None, contracts_file: str | None = None
+) -> Callable[[list[Path], Path], dict[int, set[str]]]:
+    """The job as a function of export directories and an output directory, returning each
+    flagged node and the bases of its flags (the byzantine harness, docs/evidence.md)."""
+    lookup = chain_lookup(chain_rpc_url, contracts_file)
+
+    def council(inputs: list[Path], out: Path) -> dict[int, set[str]]:
+        return run(spark, inputs, out, chain=lookup).flagged_by_basis()
+
+    return council
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     try:

@@ -265,6 +265,19 @@ def test_one_duplicate_sequence_report_alone_flags_the_node(
     assert [(r["misbehaving_node_id"], r["basis"]) for r in data.flagged] == [(700, "safety_proof")]
 
 
+def test_exports_without_a_report_flag_nobody(
+    spark: Any, aggregation: ModuleType, tmp_path: Path
+) -> None:
+    """A quiet network files no report: the council's answer is that nobody is flagged."""
+    for node_id in (100, 200):
+        g.write_nodes(tmp_path / "export" / f"node-{node_id}", KEYS)
+
+    data = aggregation.run(spark, [tmp_path / "export"], tmp_path / "out")
+
+    assert (data.rows_read, data.flagged, data.flagged_by_basis()) == (0, [], {})
+    assert "Flagged nodes | none" in (tmp_path / "out" / "report.md").read_text()
+
+
 def test_bad_input_writes_nothing(
     aggregation: ModuleType, inputs: ModuleType, tmp_path: Path, capsys: Any
 ) -> None:

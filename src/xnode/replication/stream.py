@@ -186,6 +186,7 @@ class PeerStream:
         )
         self._log = log.bind(peer=peer, originator=target.originator, mode=mode.value)
         self._tls_refused = False
+        self._unreachable_since: float | None = None
 
     async def run(self) -> None:
         """Until cancelled: stream, and after each end or failure, wait and resume."""
@@ -197,6 +198,7 @@ class PeerStream:
             if answered:
                 self._backoff.reset()
                 self._tls_refused = False
+                self._unreachable_since = None
             delay = self._backoff.next_delay()
             REPLICATION_RECONNECTS.labels(str(self.peer), self._mode.value).inc()
             await asyncio.sleep(delay)
@@ -308,6 +310,18 @@ class PeerStream:
             return
         elapsed = self._clock.monotonic_s() - started
         unreachable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        if unreachable and not answered:
+            # A refused connection is not yet a peer failing to answer within T: peers that
+            # start or restart together refuse each other for a moment. Only a peer that
+            # stays unreachable for T is reported, with how long it has been unreachable.
+            if self._unreachable_since is None:
+                self._unreachable_since = started
+            elapsed = self._clock.monotonic_s() - self._unreachable_since
+            if elapsed < self._timeouts.response_s:
+                self._log.info("peer_unreachable", detail=f"{code.name}: {details}")
+                if self._hooks is not None:
+                    self._hooks.unreachable()
+                return
         kind = misbehavior.UNRESPONSIVE_NODE if unreachable else misbehavior.FAILED_REQUEST
         await self._report(kind, elapsed, f"{code.name}: {details}")
         if not answered and self._hooks is not None:

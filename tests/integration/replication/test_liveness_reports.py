@@ -81,3 +81,29 @@ async def test_an_error_status_is_a_failed_request(start_node: Any, network: Net
     assert report.liveness.subscribe.query.originator_node_ids == [200]
     worker = node.replication
     assert worker is not None and worker.links[200].unreachable  # so others relay its envelopes
+
+
+async def test_a_peer_refusing_connections_is_unresponsive_only_after_t(
+    start_node: Any, network: Network
+) -> None:
+    """Peers that start together refuse each other for a moment: nobody is reported for
+    that. A peer still unreachable after T is."""
+    response_s = 2.0
+    node = await start_node(
+        **network.settings(100, replication_response_timeout_seconds=response_s)
+    )
+    asked = asyncio.Event()
+
+    async def answers(_context: Any) -> None:
+        asked.set()
+
+    await asyncio.sleep(response_s / 4)  # node 200 is not listening yet: refused
+    server = await serve_fake(network.addresses[200], answers)
+    try:
+        async with asyncio.timeout(30):
+            await asked.wait()
+        assert await reports_about(node, 200) == []
+    finally:
+        await server.stop(None)
+    report = await wait_for_report(node, mb.MISBEHAVIOR_UNRESPONSIVE_NODE)
+    assert report.liveness.response_time_ns >= response_s * 1e9

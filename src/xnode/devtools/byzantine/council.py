@@ -1,0 +1,87 @@
+"""What a run ends with: the council's Spark job over every node's export, and a check of
+its flags made from the exports alone (the reports and the registry keys they hold), as
+anyone holding them could make it on any later day."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode.core.chain_evidence import ChainFacts
+from xnode.core.crypto import SignatureError, misbehavior_digest, recover_public_key
+from xnode.core.evidence import why_unproven
+from xnode.core.misbehavior import LIVENESS_TYPES, SAFETY_TYPES
+
+LIVENESS_THRESHOLD = 2  # the job's default: distinct registered reporters in one window
+
+# The council's job over these exports, writing its outputs under the second path: each
+# flagged node and the bases of its flags ("safety_proof", "liveness_threshold"). The job
+# lives outside the daemon (spark_jobs), so the caller passes it in.
+Council = Callable[[list[Path], Path], Mapping[int, set[str]]]
+# The outcome on the chain of the transactions BLOCKCHAIN_INCONSISTENCY reports name.
+ChainLookup = Callable[[list[bytes]], ChainFacts]
+
+
+def named_transactions(report: mb.UnsignedMisbehaviorReport) -> list[bytes]:
+    return [
+        e.blockchain_proof.transaction_hash
+        for e in report.safety.envelopes
+        if e.WhichOneof("proof") == "blockchain_proof"
+    ]
+
+
+@dataclass(frozen=True)
+class Exported:
+    """Every node's exported reports, signed, and the registry keys the exports hold."""
+
+    reports: list[mb.MisbehaviorReport]
+    keys: dict[int, set[bytes]]
+
+    @classmethod
+    def read(cls, exports: Iterable[Path]) -> Exported:
+        reports: dict[bytes, mb.MisbehaviorReport] = {}
+        keys: dict[int, set[bytes]] = {}
+        for directory in exports:
+            for row in pq.read_table(directory / "nodes.parquet").to_pylist():
+                keys.setdefault(int(row["node_id"]), set()).add(bytes(row["public_key"]))
+            for path in sorted((directory / "misbehavior_reports").rglob("*.parquet")):
+                for raw in pq.read_table(path, columns=["report"]).column("report").to_pylist():
+                    reports[bytes(raw)] = mb.MisbehaviorReport.FromString(bytes(raw))
+        return cls(list(reports.values()), keys)
+
+    def unsigned(self, report: mb.MisbehaviorReport) -> mb.UnsignedMisbehaviorReport:
+        return mb.UnsignedMisbehaviorReport.FromString(report.unsigned_misbehavior_report)
+
+    def safety_reports(self) -> int:
+        return sum(1 for r in self.reports if self.unsigned(r).type in SAFETY_TYPES)
+
+    def host(self, report: mb.MisbehaviorReport) -> int | None:
+        """The registered node whose key signed the report, if any."""
+        try:
+            digest = misbehavior_digest(report.unsigned_misbehavior_report)
+            signer = recover_public_key(report.signature.bytes, digest)
+        except SignatureError:
+            return None
+        return next((n for n, keys in self.keys.items() if signer in keys), None)
+
+    def proves(self, node_id: int, chain: ChainLookup | None = None) -> bool:
+        """A signed safety report whose envelopes prove its claim against `node_id` (chain
+        payloads against `chain`), or liveness reports it filed itself from
+        LIVENESS_THRESHOLD distinct registered nodes."""
+        reporters: set[int] = set()
+        for report in self.reports:
+            unsigned, host = self.unsigned(report), self.host(report)
+            if unsigned.misbehaving_node_id != node_id or host is None or host == node_id:
+                continue
+            if unsigned.type in SAFETY_TYPES:
+                txs = named_transactions(unsigned)
+                facts = chain(txs) if chain is not None and txs else None
+                if why_unproven(unsigned, self.keys, facts) is None:
+                    return True
+            if unsigned.type in LIVENESS_TYPES and unsigned.submitted_by_node:
+                reporters.add(host)
+        return len(reporters) >= LIVENESS_THRESHOLD
