@@ -47,6 +47,7 @@ from xnode.core import wire
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import build_payer_envelope, parse_originator_envelope
 from xnode.devtools.postgres import PgCluster, free_port, start_cluster
+from xnode.devtools.processes import descendant_pids
 
 A, B = 100, 200
 SUBSCRIBE = "/xmtp.xmtpv4.message_api.ReplicationApi/SubscribeEnvelopes"
@@ -148,20 +149,6 @@ def rss_kb(pids: list[int]) -> int:
             if line.startswith("VmRSS:"):
                 total += int(line.split()[1])
     return total
-
-
-def process_tree(root: int) -> list[int]:
-    """`root` and every process below it (a node's worker processes)."""
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat.parent.name)] = int(stat.read_text().rpartition(")")[2].split()[1])
-        except (OSError, ValueError):
-            continue
-    tree = [root]
-    for pid in tree:
-        tree += [child for child, parent in parents.items() if parent == pid]
-    return tree
 
 
 def scrape(address: str) -> str:
@@ -355,7 +342,7 @@ class NodeServer(Server):
         self.metrics = metrics
 
     def pids(self) -> list[int]:
-        return process_tree(self.pid)
+        return [self.pid, *descendant_pids(self.pid)]  # its worker processes
 
     def open_streams(self) -> float:
         return metric(self.metrics, "xnode_open_subscriptions{")

@@ -449,6 +449,8 @@ def _add_node_services(
 async def _start_retention(settings: Settings, pool: asyncpg.Pool, stops: Stops) -> None:
     """The first run before serving (a node that was down a while catches up), then on the
     schedule; processes and nodes sharing the database take turns by an advisory lock."""
+    if settings.retention_seconds <= 0:
+        return
     plan_file = settings.retention_plan_file
     retention = RetentionSchedule(
         EnvelopePartitions(pool),
@@ -458,10 +460,9 @@ async def _start_retention(settings: Settings, pool: asyncpg.Pool, stops: Stops)
         settings.retention_partition_days,
         None if plan_file is None else ScheduledPlan(pool, plan_file),
     )
-    if settings.retention_seconds > 0:
-        await retention.run_logged()
-        stops.add(Phase.MAINTENANCE, retention.stop)
-        retention.start()
+    await retention.run_logged()
+    stops.add(Phase.MAINTENANCE, retention.stop)
+    retention.start()
 
 
 async def run(settings: Settings) -> None:
