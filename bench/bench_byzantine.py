@@ -24,7 +24,7 @@ from spark_jobs.misbehavior_aggregation import council_on
 from spark_jobs.session import build_session
 from xnode.core.chain_evidence import ChainFacts
 from xnode.devtools.byzantine.network import HarnessError, Network
-from xnode.devtools.byzantine.runs import KINDS, PENDING, Outcome, by_name, run, table
+from xnode.devtools.byzantine.runs import KINDS, Outcome, by_name, run, table
 from xnode.devtools.devchain import DevChain
 from xnode.devtools.postgres import free_port, start_cluster
 
@@ -44,9 +44,6 @@ async def run_all(directory: Path, names: list[str]) -> list[Outcome]:
             return fetch_chain_facts(chain.url, contracts, txs)
 
         for name in names:
-            if name in PENDING:
-                print(f"{name}: {PENDING[name]}", flush=True)
-                continue
             kind = by_name(name)
             try:
                 outcome = await run(network, kind, council, lookup)
@@ -70,13 +67,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
         "--runs",
-        default=",".join([*(k.name for k in KINDS), *PENDING]),
+        default=",".join(k.name for k in KINDS),
         help="comma-separated run names (default: all)",
     )
     parser.add_argument("--dir", default=None, help="keep logs and exports here")
     args = parser.parse_args()
     names = [n.strip() for n in args.runs.split(",") if n.strip()]
-    known = [*(k.name for k in KINDS), *PENDING]
+    known = [k.name for k in KINDS]
     unknown = [n for n in names if n not in known]
     if unknown:
         parser.error(f"unknown runs {unknown}; known: {known}")
@@ -86,8 +83,7 @@ def main() -> int:
     print(f"load average {os.getloadavg()[0]:.2f}; logs and exports in {directory}", flush=True)
     outcomes = asyncio.run(run_all(directory, names))
     print(table(outcomes))
-    runnable = [n for n in names if n not in PENDING]
-    passed = len(outcomes) == len(runnable) and all(o.passed for o in outcomes)
+    passed = len(outcomes) == len(names) and all(o.passed for o in outcomes)
     if args.dir is None and passed:
         shutil.rmtree(directory, ignore_errors=True)
     return 0 if passed else 1

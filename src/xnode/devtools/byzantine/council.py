@@ -14,7 +14,7 @@ from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.chain_evidence import ChainFacts
 from xnode.core.crypto import SignatureError, misbehavior_digest, recover_public_key
 from xnode.core.evidence import why_unproven
-from xnode.core.misbehavior import LIVENESS_TYPES, SAFETY_TYPES
+from xnode.core.misbehavior import LIVENESS_TYPES, PROVEN_TYPES
 
 LIVENESS_THRESHOLD = 2  # the job's default: distinct registered reporters in one window
 
@@ -57,7 +57,7 @@ class Exported:
         return mb.UnsignedMisbehaviorReport.FromString(report.unsigned_misbehavior_report)
 
     def safety_reports(self) -> int:
-        return sum(1 for r in self.reports if self.unsigned(r).type in SAFETY_TYPES)
+        return sum(1 for r in self.reports if self.unsigned(r).type in PROVEN_TYPES)
 
     def host(self, report: mb.MisbehaviorReport) -> int | None:
         """The registered node whose key signed the report, if any."""
@@ -69,15 +69,15 @@ class Exported:
         return next((n for n, keys in self.keys.items() if signer in keys), None)
 
     def proves(self, node_id: int, chain: ChainLookup | None = None) -> bool:
-        """A signed safety report whose envelopes prove its claim against `node_id` (chain
-        payloads against `chain`), or liveness reports it filed itself from
-        LIVENESS_THRESHOLD distinct registered nodes."""
+        """A signed safety or WITHHOLDING report whose evidence proves its claim against
+        `node_id` (chain payloads against `chain`), or liveness reports it filed itself
+        from LIVENESS_THRESHOLD distinct registered nodes."""
         reporters: set[int] = set()
         for report in self.reports:
             unsigned, host = self.unsigned(report), self.host(report)
             if unsigned.misbehaving_node_id != node_id or host is None or host == node_id:
                 continue
-            if unsigned.type in SAFETY_TYPES:
+            if unsigned.type in PROVEN_TYPES:
                 txs = named_transactions(unsigned)
                 facts = chain(txs) if chain is not None and txs else None
                 if why_unproven(unsigned, self.keys, facts) is None:

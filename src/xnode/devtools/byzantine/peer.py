@@ -22,6 +22,7 @@ from xnode.core.chain_payloads import ChainEvent, build_chain_payload
 from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import SigningKey, originator_digest
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
+from xnode.devtools.byzantine.committed import CommittedLog, LogService
 
 REPLICATION = "xmtp.xmtpv4.message_api.ReplicationApi"
 GROUP = bytes([0xB7]) * 16
@@ -84,10 +85,12 @@ class Originator:
 @dataclass
 class Behavior:
     """What the peer serves: `streams[i]` on the i-th stream of its own originator (the last
-    stream then stays open), after `delay_s` (None: never answers)."""
+    stream then stays open), after `delay_s` (None: never answers); with a committed `log`,
+    that log on LogApi and HoldingsApi, and its served envelopes on QueryEnvelopes."""
 
     streams: list[list[bytes]]
     delay_s: float | None = 0.0
+    log: CommittedLog | None = None
 
 
 Script = Callable[[Originator], Behavior]
@@ -140,6 +143,17 @@ def forged_envelope(o: Originator) -> Behavior:
     return Behavior([[o.message(1, b"one"), o.forged_payer(2)]])
 
 
+WITHHELD_LOG, WITHHELD = 12, 5
+
+
+def withholding(o: Originator) -> Behavior:
+    """Commits to sequence ids 1..WITHHELD_LOG in a signed checkpoint, never serves WITHHELD,
+    and signs holdings of its log that leave WITHHELD out."""
+    raws = [o.message(s, b"m%d" % s) for s in range(1, WITHHELD_LOG + 1)]
+    log = CommittedLog(o.node_id, o.key, raws, frozenset({WITHHELD}))
+    return Behavior([log.served], log=log)
+
+
 def quiet(o: Originator) -> Behavior:
     """Nothing wrong on its replication API."""
     return Behavior([[o.message(1, b"one")]])
@@ -164,12 +178,26 @@ class MisbehavingPeer:
         self.node_id = node_id
         self.behavior = behavior
         self.streams = 0
-        self.served: list[bytes] = []  # what QueryEnvelopes answers (a watchdog asks)
+        # what QueryEnvelopes answers (a watchdog asks, repair fetches)
+        self.served: list[bytes] = behavior.log.served if behavior.log is not None else []
         self._server: grpc.aio.Server | None = None
 
-    async def _query(self, _request: bytes, _context: Any) -> bytes:
-        envelopes = [envelopes_pb2.OriginatorEnvelope.FromString(raw) for raw in self.served]
-        answer: bytes = api.QueryEnvelopesResponse(envelopes=envelopes).SerializeToString()
+    async def _query(self, request: bytes, _context: Any) -> bytes:
+        """`served`, by the query's originators and cursor, up to its limit."""
+        query = api.QueryEnvelopesRequest.FromString(request)
+        originators = set(query.query.originator_node_ids)
+        after = query.query.last_seen.node_id_to_sequence_id
+        envelopes = []
+        for raw in self.served:
+            envelope = envelopes_pb2.OriginatorEnvelope.FromString(raw)
+            unsigned = envelopes_pb2.UnsignedOriginatorEnvelope.FromString(
+                envelope.unsigned_originator_envelope
+            )
+            node, seq = unsigned.originator_node_id, unsigned.originator_sequence_id
+            if (not originators or node in originators) and seq > after.get(node, 0):
+                envelopes.append(envelope)
+        limit = query.limit or len(envelopes)
+        answer: bytes = api.QueryEnvelopesResponse(envelopes=envelopes[:limit]).SerializeToString()
         return answer
 
     async def _subscribe(self, request: bytes, _context: Any) -> AsyncIterator[bytes]:
@@ -212,6 +240,8 @@ class MisbehavingPeer:
                 grpc.method_handlers_generic_handler("grpc.health.v1.Health", {"Check": check}),
             ]
         )
+        if self.behavior.log is not None:
+            server.add_generic_rpc_handlers(LogService(self.behavior.log).handlers())
         server.add_insecure_port(address)
         await server.start()
         self._server = server

@@ -87,6 +87,7 @@ KINDS: list[Kind] = [
     byzantine("unresponsive", peer.unresponsive, misbehavior.UNRESPONSIVE_NODE),
     byzantine("slow", peer.slow(SLOW_S + 2), misbehavior.SLOW_NODE),
     byzantine("forged envelope", peer.forged_envelope, misbehavior.INVALID_PAYLOAD),
+    byzantine("withhold below a checkpoint", peer.withholding, misbehavior.WITHHOLDING),
     Kind(
         "false chain payload",
         misbehavior.type_name(misbehavior.BLOCKCHAIN_INCONSISTENCY),
@@ -98,12 +99,6 @@ KINDS: list[Kind] = [
     honest("lost rows", "healed, no report", lost_rows),
     honest("restored backup", "healed, no report", restored_backup),
 ]
-# Ways the XIP names that the harness cannot play yet, and why (printed by the bench).
-PENDING = {
-    "withhold below a checkpoint": "not built: a WITHHOLDING proof needs an originator that "
-    "signs holdings contradicting its checkpoint; the scripted peer serves no LogApi or "
-    "HoldingsApi yet (a real node that lost rows signs nothing: no proof, by design)",
-}
 
 
 def by_name(name: str) -> Kind:
