@@ -316,6 +316,13 @@ class ReplicationGroup(BaseModel):
         " and fetch what is missing, every N seconds (0: off)",
         ge=0,
     )
+    withholding_patience_seconds: float = Field(
+        3600.0,
+        description="How long an originator may leave a sequence id its checkpoint covers"
+        " unserved and unaccounted for (HoldingsApi unanswered) before repair files a"
+        " WITHHOLDING_ACCUSATION; an honest node heals a loss within a minute",
+        ge=0,
+    )
     replication_verify_threads: int = Field(
         2, description="Threads verifying signatures of envelopes received from peers", ge=1
     )

@@ -298,6 +298,11 @@ class Repair:
         got = await self._fetched(peer, originator, target, checkpoint, runs(lost), lost, part)
         outcome.lost += len(lost)
         outcome.restored += len(got)
+        unserved = [s for s in lost if s not in got]
+        if self._withholding is not None and unserved:
+            # A loss the originator itself does not serve back (found by the scrub or
+            # the loss windows): it is asked to account for it, as for a gap repair finds.
+            await self._withholding.check(peer, originator, checkpoint, unserved, lost)
         outcome.rejected += part.rejected
         outcome.unproven += part.unproven
         outcome.store_s += part.store_s

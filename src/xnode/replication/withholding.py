@@ -1,13 +1,14 @@
 """Withholding found by repair (xnode.core.withholding): when a repair from an originator
-itself leaves sequence ids unserved that the originator's checkpoint held here covers, the
-originator is asked to account for them (HoldingsApi, signed). Holdings that leave one out,
-or call it expired before the expiry its leaf commits to, are filed as a WITHHOLDING report
-that proves itself. Anything else (named expired, served after all, UNAVAILABLE while it
-heals a loss, a peer without the extension, a network fault) proves nothing: a non-answer
-is no proof, and an honest originator is never reported with one. A non-answer that lasts
-(`patience_s`, far beyond the minute an honest node takes to heal a loss) is filed as a
-WITHHOLDING_ACCUSATION, for the council's judgement; a peer that does not serve HoldingsApi
-(UNIMPLEMENTED) is never accused."""
+itself leaves sequence ids unserved that the originator's checkpoint held here covers (gaps,
+or losses here that the scrub or the loss windows found), the originator is asked to account
+for them (HoldingsApi, signed). Holdings that leave one out, or call it expired before the
+expiry its leaf commits to, are filed as a WITHHOLDING report that proves itself. Anything
+else (named expired, served after all, UNAVAILABLE while it heals a loss, a peer without the
+extension, a network fault) proves nothing: a non-answer is no proof, and an honest
+originator is never reported with one. A non-answer that lasts (`patience_s`, far beyond the
+minute an honest node takes to heal a loss) is filed as a WITHHOLDING_ACCUSATION, for the
+council's judgement; a peer that does not serve HoldingsApi (UNIMPLEMENTED) is never
+accused."""
 
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ if TYPE_CHECKING:  # anti_entropy, which calls this, defines the repair peer
 log = structlog.get_logger(__name__)
 
 MAX_CHECKED = MAX_HOLDINGS_SPAN  # unserved sequence ids looked into per repair
-PATIENCE_S = 3600.0  # how long an originator may leave a committed id unaccounted for
+# How long an originator may leave a committed id unaccounted for (the default of the
+# `withholding_patience_seconds` setting).
+PATIENCE_S = 3600.0
 
 
 @runtime_checkable

@@ -45,6 +45,7 @@ from xnode.replication.recovery import OwnLogFetch, OwnLogRecovery, recover_own_
 from xnode.replication.repair_peer import GrpcRepairPeer
 from xnode.replication.scrub import Scrub
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
+from xnode.replication.withholding import PATIENCE_S
 from xnode.tls import ClientTls, open_channel
 from xnode.usecases.registry_source import RegistrySource
 
@@ -64,6 +65,7 @@ class ReplicationConfig:
     peer_tls: ClientTls | None = None  # https:// peers: their CA (None: system roots)
     repair_s: float = 0.0  # anti-entropy repair interval; 0: off
     scrub_per_second: float = 0.0  # leaves the scrub checks per second; 0: off
+    withholding_patience_s: float = PATIENCE_S  # before a non-answer is an accusation
 
     @classmethod
     def from_settings(
@@ -84,6 +86,7 @@ class ReplicationConfig:
             peer_tls=peer_tls,
             repair_s=settings.replication_repair_seconds,
             scrub_per_second=settings.scrub_envelopes_per_second,
+            withholding_patience_s=settings.withholding_patience_seconds,
             verify_processes=settings.replication_verify_processes,
         )
 

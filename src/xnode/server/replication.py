@@ -58,7 +58,9 @@ def replication_worker(
     )
     config = worker.config
     if config.repair_s > 0:
-        withholding = WithholdingCheck(worker.reports, worker.keys_of_node, SYSTEM_CLOCK)
+        withholding = WithholdingCheck(
+            worker.reports, worker.keys_of_node, SYSTEM_CLOCK, config.withholding_patience_s
+        )
         repair = Repair(
             logs, store, worker.originator_log, worker.fork_found, withholding=withholding
         )

@@ -24,7 +24,9 @@ SCRUBBING = {**FAST, "scrub_envelopes_per_second": 500.0}
 TAMPERED = ((17, 20), (18, 24), (90, -12))
 
 
-async def _flip_bytes(dsn: str, where: tuple[tuple[int, int], ...]) -> list[bytes]:
+async def _flip_bytes(
+    dsn: str, where: tuple[tuple[int, int], ...], originator: int = 100
+) -> list[bytes]:
     conn = await asyncpg.connect(dsn)
     try:
         flipped = []
@@ -32,15 +34,17 @@ async def _flip_bytes(dsn: str, where: tuple[tuple[int, int], ...]) -> list[byte
             raw = bytes(
                 await conn.fetchval(
                     "SELECT envelope FROM originator_envelopes"
-                    " WHERE originator_node_id = 100 AND originator_sequence_id = $1",
+                    " WHERE originator_node_id = $1 AND originator_sequence_id = $2",
+                    originator,
                     s,
                 )
             )
             bad = bytearray(raw)
             bad[at] ^= 0x40
             await conn.execute(
-                "UPDATE originator_envelopes SET envelope = $2"
-                " WHERE originator_node_id = 100 AND originator_sequence_id = $1",
+                "UPDATE originator_envelopes SET envelope = $3"
+                " WHERE originator_node_id = $1 AND originator_sequence_id = $2",
+                originator,
                 s,
                 bytes(bad),
             )

@@ -2,29 +2,41 @@
 its envelopes (held nowhere else) and node 300, new, repairs 100's log from 100 itself. The
 honest 100 answers UNAVAILABLE while it cannot account for the envelope, and 300 files
 nothing. Behind a proxy that answers HoldingsApi with a signed account leaving the envelope
-out, 100 is reported by 300, and the report verifies offline with the council job's check."""
+out, 100 is reported by 300, and the report verifies offline with the council job's check.
+
+Losses go the same way: an envelope node 100 held and lost (withdrawn by the scrub, or its
+row gone), which its originator, the scripted node 500 (xnode.devtools.byzantine), no longer
+serves: signed holdings leaving it out are a WITHHOLDING report, holdings never signed a
+WITHHOLDING_ACCUSATION once `withholding_patience_seconds` has passed."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
 from spark_jobs.misbehavior_aggregation import verify_report
-from tests.conftest import Network
+from tests.conftest import REPLICATION_TEST_SETTINGS, Network, NodeSpec, node_settings
 from tests.fake_peer import serve_proxy
 from tests.integration.export.helpers import Item, group, publish
 from tests.integration.logs.helpers import checkpoint_at, log_api
 from tests.integration.replication.test_losses import FAST, _delete_envelopes
 from tests.integration.replication.test_replication import metric, stored
+from tests.integration.replication.test_scrub import SCRUBBING, _flip_bytes
 from tests.waiting import eventually, eventually_value
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import NodeClient
+from xnode.core.crypto import SigningKey
 from xnode.core.misbehavior import WITHHOLDING, WITHHOLDING_ACCUSATION
 from xnode.core.topics import TopicKind
-from xnode.core.withholding import sign_holdings
+from xnode.core.withholding import check_commitment, extended, sign_holdings, why_not_withheld
+from xnode.devtools.byzantine import peer
+from xnode.devtools.byzantine.committed import CommittedLog
 from xnode.devtools.postgres import free_port
 from xnode_api.withholding.v1 import withholding_pb2 as wh
 from xnode_api.withholding.v1 import withholding_pb2_grpc
@@ -81,6 +93,66 @@ async def _reports(address: str) -> list[tuple[int, int, bytes]]:
         unsigned = mb.UnsignedMisbehaviorReport.FromString(report.unsigned_misbehavior_report)
         out.append((int(unsigned.type), unsigned.misbehaving_node_id, report.SerializeToString()))
     return out
+
+
+Reports = list[tuple[int, int, bytes]]  # (type, accused, exported report bytes)
+
+
+@asynccontextmanager
+async def beside_withholder(
+    start_node: Any, dsn: str, directory: Path, script: peer.Script, **settings: Any
+) -> AsyncIterator[tuple[Any, CommittedLog, NodeSpec]]:
+    """Node 100 (`settings` beyond FAST) running beside node 500, a MisbehavingPeer with a
+    committed log behaving as `script` says, in a registry of their own; once node 100
+    holds every envelope 500 served on its stream."""
+    spec = NodeSpec(directory, {n: SigningKey.generate() for n in (100, 500)})
+    addresses = {n: f"127.0.0.1:{free_port()}" for n in spec.keys}
+    spec.write(addresses)
+    behavior = script(peer.Originator(500, spec.keys[500]))
+    log = behavior.log
+    assert log is not None, "the script serves no committed log"
+    withholder = peer.MisbehavingPeer(500, behavior)
+    await withholder.start(addresses[500])
+    try:
+        options = {**REPLICATION_TEST_SETTINGS, **FAST, **settings}
+        node = await start_node(
+            **node_settings(dsn, spec, 100, listen_address=addresses[100], **options)
+        )
+
+        async def holds_what_was_streamed() -> bool:
+            return await stored(node.address, 500) == behavior.streams[0]
+
+        await eventually(holds_what_was_streamed, what="100 holds what 500 streamed")
+        yield node, log, spec
+    finally:
+        await withholder.stop()
+
+
+async def filed(address: str, kind: int) -> Reports:
+    """Waits for the node to host a report of `kind`; returns those it hosts."""
+
+    async def of_kind() -> Reports:
+        return [r for r in await _reports(address) if r[0] == kind]
+
+    return await eventually_value(of_kind, bool, what=f"a report of type {kind}")
+
+
+def extension(exported: bytes) -> wh.ExtendedMisbehaviorReport:
+    report = mb.MisbehaviorReport.FromString(exported)
+    return extended(mb.UnsignedMisbehaviorReport.FromString(report.unsigned_misbehavior_report))
+
+
+def proves_withholding(found: Reports, log: CommittedLog, spec: NodeSpec) -> None:
+    """One WITHHOLDING report, against node 500, with a proof anyone can check offline."""
+    assert [(kind, accused) for kind, accused, _ in found] == [(WITHHOLDING, 500)]
+    proof = extension(found[0][2]).withholding
+    assert proof.commitment.sequence_id == peer.WITHHELD
+    assert proof.commitment.checkpoint == log.checkpoint.signed
+    assert why_not_withheld(proof, 500, {spec.keys[500].public_key}) is None
+    registry = {n: frozenset({k.public_key}) for n, k in spec.keys.items()}
+    checked = verify_report(found[0][2], registry)
+    assert checked["proof_error"] is None
+    assert checked["host_signer"] == spec.keys[100].public_key
 
 
 async def test_an_honest_originator_that_lost_an_envelope_is_not_reported(
@@ -143,3 +215,50 @@ async def test_a_signed_account_leaving_out_a_committed_envelope_is_reported(
     assert checked["proof_error"] is None
     assert checked["host_signer"] == network.spec.keys[300].public_key
     assert originator.address == real
+
+
+def _streamed_then_withheld(accounts: bool) -> peer.Script:
+    """Node 500 streams its whole log, then never serves WITHHELD again (QueryEnvelopes,
+    repair) and leaves it out of the holdings it signs, or (`accounts` False) signs none."""
+
+    def script(o: peer.Originator) -> peer.Behavior:
+        log = peer.committed_log(o, accounts)
+        return peer.Behavior([log.raws], log=log)
+
+    return script
+
+
+async def test_a_loss_the_scrub_finds_and_its_originator_withholds_is_reported(
+    start_node: Any, database: str, tmp_path: Path
+) -> None:
+    script = _streamed_then_withheld(accounts=True)
+    async with beside_withholder(start_node, database, tmp_path, script, **SCRUBBING) as (
+        node,
+        log,
+        spec,
+    ):
+        [bad] = await _flip_bytes(database, ((peer.WITHHELD, 20),), originator=500)
+        found = await filed(node.address, WITHHOLDING)
+        assert bad not in await stored(node.address, 500)  # withdrawn, not served
+    proves_withholding(found, log, spec)
+
+
+async def test_a_loss_its_originator_never_accounts_for_is_an_accusation(
+    start_node: Any, database: str, tmp_path: Path
+) -> None:
+    script = _streamed_then_withheld(accounts=False)
+    patience = {"withholding_patience_seconds": 0.0}
+    async with beside_withholder(start_node, database, tmp_path, script, **patience) as (
+        node,
+        _,
+        spec,
+    ):
+        assert await _delete_envelopes(database, 500, peer.WITHHELD, peer.WITHHELD) == 1
+        found = await filed(node.address, WITHHOLDING_ACCUSATION)
+        kinds = [kind for kind, _, _ in await _reports(node.address)]
+    assert [(kind, accused) for kind, accused, _ in found] == [(WITHHOLDING_ACCUSATION, 500)]
+    assert WITHHOLDING not in kinds
+    accusation = extension(found[0][2]).withholding_accusation
+    opened = check_commitment(accusation.commitment, 500, {spec.keys[500].public_key})
+    assert opened.sequence_id == peer.WITHHELD
+    assert accusation.answer.startswith("UNAVAILABLE")

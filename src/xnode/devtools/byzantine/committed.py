@@ -34,12 +34,15 @@ HOLDINGS_API = wh.DESCRIPTOR.services_by_name["HoldingsApi"].full_name
 
 @dataclass
 class CommittedLog:
-    """Sequence ids 1..len(raws) of `node_id`, committed; `withheld` never served."""
+    """Sequence ids 1..len(raws) of `node_id`, committed; `withheld` never served. With
+    `accounts` False, HoldingsApi answers UNAVAILABLE, as an honest node does while it
+    heals a loss, but for ever."""
 
     node_id: int
     key: SigningKey
     raws: list[bytes]
     withheld: frozenset[int] = frozenset()
+    accounts: bool = True
     leaves: list[bytes] = field(init=False)
     checkpoint: Checkpoint = field(init=False)
 
@@ -183,8 +186,15 @@ class LogService:
         ]
         return pb.GetLeavesResponse(leaves=found)
 
-    async def signed_holdings(self, request: Any, _context: Any) -> wh.GetSignedHoldingsResponse:
+    async def signed_holdings(
+        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> wh.GetSignedHoldingsResponse:
         first, last = request.first, request.last
+        if not self._log.accounts:
+            hidden = sorted(self._log.withheld)
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"sequence ids {hidden} are being repaired"
+            )
         if not self._mine(request.originator_node_id):
             raise ValueError(f"node {self._log.node_id} accounts for its own log only")
         if not 1 <= first <= last or last - first + 1 > MAX_HOLDINGS_SPAN:

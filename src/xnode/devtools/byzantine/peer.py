@@ -146,11 +146,17 @@ def forged_envelope(o: Originator) -> Behavior:
 WITHHELD_LOG, WITHHELD = 12, 5
 
 
-def withholding(o: Originator) -> Behavior:
-    """Commits to sequence ids 1..WITHHELD_LOG in a signed checkpoint, never serves WITHHELD,
-    and signs holdings of its log that leave WITHHELD out."""
+def committed_log(o: Originator, accounts: bool = True) -> CommittedLog:
+    """Sequence ids 1..WITHHELD_LOG committed in a signed checkpoint, WITHHELD withheld:
+    left out of the holdings it signs (`accounts`), or no holdings signed at all."""
     raws = [o.message(s, b"m%d" % s) for s in range(1, WITHHELD_LOG + 1)]
-    log = CommittedLog(o.node_id, o.key, raws, frozenset({WITHHELD}))
+    return CommittedLog(o.node_id, o.key, raws, frozenset({WITHHELD}), accounts)
+
+
+def withholding(o: Originator) -> Behavior:
+    """Never serves WITHHELD, on its stream or when asked, and signs holdings of its log
+    that leave it out."""
+    log = committed_log(o)
     return Behavior([log.served], log=log)
 
 
