@@ -22,6 +22,7 @@ from xnode.commands.watchdog import (
     WatchdogConfig,
     run_watchdog,
 )
+from xnode.commands.watchdog_withholding import OwnLogs
 from xnode.config import Settings
 from xnode.observability.logging import configure_logging
 from xnode.observability.metrics import serve_metrics
@@ -69,7 +70,8 @@ async def watch(settings: Settings, once: bool = False) -> None:
             stack.callback(serve_metrics(settings.metrics_address, own_id or 0).stop)
         transactions = Transactions(chain.rpc, chain.contracts) if chain else None
         config = WatchdogConfig.from_settings(settings)
-        watchdog = Watchdog(registry, clients, sink, config, own_id, transactions)
+        own_logs = _own_logs(settings, registry, clients)
+        watchdog = Watchdog(registry, clients, sink, config, own_id, transactions, own_logs)
         log.info("watchdog_started", beside=own_id, chain=chain is not None)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -93,3 +95,13 @@ async def _sink(
     pool = await create_pool(settings)
     stack.push_async_callback(pool.close)
     return own_id, AsNode(MisbehaviorStore(pool, key))
+
+
+def _own_logs(settings: Settings, registry: RegistrySource, clients: NodeClients) -> OwnLogs:
+    """As a client, only proofs are filed: nodes take no WITHHOLDING_ACCUSATION from one."""
+    patience = settings.withholding_patience_seconds if settings.watchdog_as_node else None
+    return OwnLogs(
+        lambda node_id: registry.current().keys().get(node_id, ()),
+        lambda node_id: clients.get(node_id).channel,
+        patience,
+    )

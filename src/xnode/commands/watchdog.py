@@ -4,8 +4,10 @@ a node or alone.
 Every round it probes each enabled registered node's client APIs (health, then a query for
 the envelopes past what it already read of that node), files liveness reports with the query
 it made (xnode.core.watchdog), compares the envelopes across nodes (forks, an originator's
-dependency on its own future) and checks every chain payload a node vouched for against the
-chain at its transaction (xnode.core.chain_evidence). It files only what proves itself.
+dependency on its own future), checks every chain payload a node vouched for against the
+chain at its transaction (xnode.core.chain_evidence), and asks a node that skipped ids of its
+own log for its signed holdings of them (commands.watchdog_withholding). It files only what
+proves itself, and, as a node, WITHHOLDING_ACCUSATION after the patience.
 
 Reports are filed as this node (`watchdog_as_node`: into its database, signed with its key,
 as its own reports, which count toward the council's liveness threshold) or submitted as a
@@ -30,6 +32,7 @@ from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.chain.receipts import Transactions
 from xnode.client.node import NodeClient
 from xnode.client.reports import Reporter
+from xnode.commands.watchdog_withholding import OwnLogs
 from xnode.config import Settings
 from xnode.core.chain_evidence import ChainFacts, chain_claim, claim_contradicted
 from xnode.core.constants import CHAIN_ORIGINATORS
@@ -40,7 +43,7 @@ from xnode.core.evidence import why_unproven
 from xnode.core.misbehavior import BLOCKCHAIN_INCONSISTENCY, safety_report, type_name
 from xnode.core.originator_selection import available_nodes
 from xnode.core.registry import NodeEntry, Registry
-from xnode.core.watchdog import EnvelopeWitness, Probe, cut_off, liveness_reports
+from xnode.core.watchdog import EnvelopeWitness, Probe, cut_off, liveness_reports, skipped
 from xnode.observability.metrics import (
     WATCHDOG_PROBE_SECONDS,
     WATCHDOG_PROBES,
@@ -127,11 +130,14 @@ class Watchdog:
         config: WatchdogConfig,
         own_id: int | None = None,
         chain: Transactions | None = None,
+        own_logs: OwnLogs | None = None,
     ) -> None:
         """`own_id`: the node the watchdog runs beside (not probed); `chain`: where chain
-        payloads are checked (None: they are not)."""
+        payloads are checked (None: they are not); `own_logs`: where the ids a node skipped
+        of its own log are looked into (None: they are not)."""
         self._registry, self._clients, self._sink = registry, clients, sink
         self._config, self._own_id, self._chain = config, own_id, chain
+        self._own_logs = own_logs
         self._cursors: dict[int, Cursor] = {}
         self._witness = EnvelopeWitness({})
         self._chain_facts: dict[bytes, ChainFacts] = {}
@@ -142,6 +148,7 @@ class Watchdog:
         self._witness.keys = registry.keys()
         nodes = [n for n in available_nodes(registry) if n.node_id != self._own_id]
         requests = {n.node_id: self._request(registry, n.node_id) for n in nodes}
+        read = {n.node_id: self._cursors.get(n.node_id, Cursor()).get(n.node_id) for n in nodes}
         results = await asyncio.gather(*(self._probe(n, requests[n.node_id]) for n in nodes))
         now = time.time_ns()
         probes = [probe for probe, _ in results]
@@ -152,6 +159,7 @@ class Watchdog:
         for node, (_, envelopes) in zip(nodes, results, strict=True):
             for envelope in envelopes:
                 reports += await self._safety(node, envelope, now)
+            reports += await self._withheld(node, read[node.node_id], envelopes)
         await self._file(reports)
         log.info("watchdog_round", probed=len(probes), reports=len(reports))
         return reports
@@ -202,13 +210,18 @@ class Watchdog:
 
     def _advance(self, node_id: int, envelopes: Sequence[bytes]) -> None:
         tops = dict(self._cursors.get(node_id, Cursor()))
-        for raw in envelopes:
-            unsigned = envelopes_pb2.UnsignedOriginatorEnvelope.FromString(
-                envelopes_pb2.OriginatorEnvelope.FromString(raw).unsigned_originator_envelope
-            )
-            origin = unsigned.originator_node_id
-            tops[origin] = max(tops.get(origin, 0), unsigned.originator_sequence_id)
+        for origin, sequence_id in _positions(envelopes):
+            tops[origin] = max(tops.get(origin, 0), sequence_id)
         self._cursors[node_id] = Cursor(tops)
+
+    async def _withheld(
+        self, node: NodeEntry, read: int, envelopes: Sequence[bytes]
+    ) -> list[mb.UnsignedMisbehaviorReport]:
+        """What the ids of its own log the node skipped (`read`: its top read before) prove."""
+        if self._own_logs is None:
+            return []
+        own = [s for origin, s in _positions(envelopes) if origin == node.node_id]
+        return await self._own_logs.look(node, skipped(read, own))
 
     async def _safety(
         self, node: NodeEntry, raw: bytes, now: int
@@ -245,6 +258,17 @@ class Watchdog:
             log.warning("watchdog_report_filed", type=kind, node_id=report.misbehaving_node_id)
         if reports:
             await self._sink.file(reports)
+
+
+def _positions(envelopes: Sequence[bytes]) -> list[tuple[int, int]]:
+    """(originator, sequence id) of each served envelope."""
+    out = []
+    for raw in envelopes:
+        unsigned = envelopes_pb2.UnsignedOriginatorEnvelope.FromString(
+            envelopes_pb2.OriginatorEnvelope.FromString(raw).unsigned_originator_envelope
+        )
+        out.append((unsigned.originator_node_id, unsigned.originator_sequence_id))
+    return out
 
 
 async def run_watchdog(

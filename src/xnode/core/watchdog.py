@@ -14,6 +14,7 @@ xnode.core.evidence says proves itself is filed. Who files them sets `submitted_
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from xnode.core.misbehavior import (
     safety_report,
 )
 from xnode.core.registry import RegistryKeys
+from xnode.core.withholding import MAX_HOLDINGS_SPAN
 
 NS_PER_S = 1_000_000_000
 # gRPC status names that are the node's failure to serve (the XIP's "error code").
@@ -137,3 +139,17 @@ class EnvelopeWitness:
         self._seen[key] = raw
         if len(self._seen) > self._capacity:
             self._seen.popitem(last=False)
+
+
+def skipped(after: int, served: Sequence[int]) -> list[int]:
+    """The sequence ids of a node's own log that its answer skipped (at most
+    MAX_HOLDINGS_SPAN): those past `after`, the top read of it before, and below the highest
+    it served now. Its own log is whole on it unless expired, lost or withheld, which only
+    its signed holdings tell apart. Before anything was read of it (`after` 0), the ids
+    below the first served are not counted: a log's oldest envelopes expire first."""
+    if not served:
+        return []
+    held = set(served)
+    first = after + 1 if after else min(served) + 1
+    gaps = (s for s in range(first, max(served)) if s not in held)
+    return list(itertools.islice(gaps, MAX_HOLDINGS_SPAN))

@@ -13,7 +13,7 @@ import grpc
 import structlog
 
 from xnode.core.backoff import Backoff
-from xnode.core.checkpoints import CheckpointError, has_log, verify_checkpoint
+from xnode.core.checkpoints import Checkpoint, CheckpointError, has_log, verify_checkpoint
 from xnode.usecases.logs import CheckpointIntake
 from xnode_api.logs.v1 import logs_pb2 as pb
 
@@ -130,20 +130,31 @@ class Watermarks:
         channel, key = self._channel(source), self._keys().get(originator)
         if channel is None or key is None or not has_log(originator):
             return stored
-        get = channel.unary_unary(
-            GET_CHECKPOINTS,
-            request_serializer=pb.GetCheckpointsRequest.SerializeToString,
-            response_deserializer=pb.GetCheckpointsResponse.FromString,
-        )
-        request = pb.GetCheckpointsRequest(originator_node_id=originator, latest=True)
-        response = await get(request, timeout=PROOF_TIMEOUT_S)
-        newest = stored
-        for found in response.checkpoints:
-            try:
-                checkpoint = verify_checkpoint(found.SerializeToString(), key)
-            except CheckpointError as exc:
-                log.warning("checkpoint_rejected", peer=source, reason=str(exc))
-                continue
-            if checkpoint.originator_node_id == originator:
-                newest = max(newest, checkpoint.tree_size)
-        return newest
+        newest = await latest_checkpoint(channel, originator, key, source)
+        return max(stored, newest.tree_size) if newest is not None else stored
+
+
+async def latest_checkpoint(
+    channel: grpc.aio.Channel, originator: int, key: bytes, peer: int
+) -> Checkpoint | None:
+    """The newest checkpoint of `originator` that `peer` holds, verified against the
+    originator's registry `key` (None: none that verifies)."""
+    get = channel.unary_unary(
+        GET_CHECKPOINTS,
+        request_serializer=pb.GetCheckpointsRequest.SerializeToString,
+        response_deserializer=pb.GetCheckpointsResponse.FromString,
+    )
+    request = pb.GetCheckpointsRequest(originator_node_id=originator, latest=True)
+    response = await get(request, timeout=PROOF_TIMEOUT_S)
+    newest = None
+    for found in response.checkpoints:
+        try:
+            checkpoint = verify_checkpoint(found.SerializeToString(), key)
+        except CheckpointError as exc:
+            log.warning("checkpoint_rejected", peer=peer, reason=str(exc))
+            continue
+        if checkpoint.originator_node_id != originator:
+            continue
+        if newest is None or checkpoint.tree_size > newest.tree_size:
+            newest = checkpoint
+    return newest

@@ -75,14 +75,20 @@ class WithholdingCheck:
         reports: MisbehaviorRecorder,
         keys: Callable[[int], Collection[bytes]],
         clock: Clock = SYSTEM_CLOCK,
-        patience_s: float = PATIENCE_S,
+        patience_s: float | None = PATIENCE_S,
     ) -> None:
+        """`patience_s` None: a non-answer is never filed (a client's reports: nodes take no
+        WITHHOLDING_ACCUSATION from clients)."""
         self._reports = reports
         self._keys = keys
         self._clock = clock
-        self._patience_ns = int(patience_s * 1e9)
+        self._patience_ns = None if patience_s is None else int(patience_s * 1e9)
         self._settled: set[tuple[int, int]] = set()
         self._unanswered_since: dict[tuple[int, int], int] = {}
+
+    def unsettled(self, originator: int, sequence_ids: Collection[int]) -> list[int]:
+        """Those of `sequence_ids` not yet accounted for or filed: worth asking again."""
+        return sorted(s for s in sequence_ids if (originator, s) not in self._settled)
 
     async def check(
         self,
@@ -98,11 +104,8 @@ class WithholdingCheck:
             return 0
         if not isinstance(peer, HoldingsPeer):
             return 0
-        wanted = sorted(
-            s
-            for s in unserved
-            if s <= checkpoint.tree_size and (originator, s) not in self._settled
-        )[:MAX_CHECKED]
+        unsettled = self.unsettled(originator, unserved)
+        wanted = [s for s in unsettled if s <= checkpoint.tree_size][:MAX_CHECKED]
         if not wanted:
             return 0
         return await self._check(peer, peer, originator, checkpoint, wanted, listed)
@@ -153,7 +156,7 @@ class WithholdingCheck:
         key = (originator, commitment.sequence_id)
         now = self._clock.now_ns()
         since = self._unanswered_since.setdefault(key, now)
-        if now - since < self._patience_ns:
+        if self._patience_ns is None or now - since < self._patience_ns:
             return 0
         self._settled.add(key)
         report = accusation_report(originator, commitment, answer, now, now)

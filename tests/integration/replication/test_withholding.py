@@ -99,21 +99,32 @@ Reports = list[tuple[int, int, bytes]]  # (type, accused, exported report bytes)
 
 
 @asynccontextmanager
-async def beside_withholder(
-    start_node: Any, dsn: str, directory: Path, script: peer.Script, **settings: Any
-) -> AsyncIterator[tuple[Any, CommittedLog, NodeSpec]]:
-    """Node 100 (`settings` beyond FAST) running beside node 500, a MisbehavingPeer with a
-    committed log behaving as `script` says, in a registry of their own; once node 100
-    holds every envelope 500 served on its stream."""
+async def withholder(
+    directory: Path, script: peer.Script
+) -> AsyncIterator[tuple[NodeSpec, peer.Behavior, dict[int, str]]]:
+    """Node 500, a MisbehavingPeer with a committed log behaving as `script` says, serving
+    in a registry of nodes 100 and 500 alone; stopped after."""
     spec = NodeSpec(directory, {n: SigningKey.generate() for n in (100, 500)})
     addresses = {n: f"127.0.0.1:{free_port()}" for n in spec.keys}
     spec.write(addresses)
     behavior = script(peer.Originator(500, spec.keys[500]))
-    log = behavior.log
-    assert log is not None, "the script serves no committed log"
-    withholder = peer.MisbehavingPeer(500, behavior)
-    await withholder.start(addresses[500])
+    assert behavior.log is not None, "the script serves no committed log"
+    server = peer.MisbehavingPeer(500, behavior)
+    await server.start(addresses[500])
     try:
+        yield spec, behavior, addresses
+    finally:
+        await server.stop()
+
+
+@asynccontextmanager
+async def beside_withholder(
+    start_node: Any, dsn: str, directory: Path, script: peer.Script, **settings: Any
+) -> AsyncIterator[tuple[Any, CommittedLog, NodeSpec]]:
+    """Node 100 (`settings` beyond FAST) running beside the `withholder`, once it holds
+    every envelope 500 served on its stream."""
+    async with withholder(directory, script) as (spec, behavior, addresses):
+        assert behavior.log is not None
         options = {**REPLICATION_TEST_SETTINGS, **FAST, **settings}
         node = await start_node(
             **node_settings(dsn, spec, 100, listen_address=addresses[100], **options)
@@ -123,9 +134,7 @@ async def beside_withholder(
             return await stored(node.address, 500) == behavior.streams[0]
 
         await eventually(holds_what_was_streamed, what="100 holds what 500 streamed")
-        yield node, log, spec
-    finally:
-        await withholder.stop()
+        yield node, behavior.log, spec
 
 
 async def filed(address: str, kind: int) -> Reports:
@@ -217,7 +226,7 @@ async def test_a_signed_account_leaving_out_a_committed_envelope_is_reported(
     assert originator.address == real
 
 
-def _streamed_then_withheld(accounts: bool) -> peer.Script:
+def streamed_then_withheld(accounts: bool) -> peer.Script:
     """Node 500 streams its whole log, then never serves WITHHELD again (QueryEnvelopes,
     repair) and leaves it out of the holdings it signs, or (`accounts` False) signs none."""
 
@@ -231,7 +240,7 @@ def _streamed_then_withheld(accounts: bool) -> peer.Script:
 async def test_a_loss_the_scrub_finds_and_its_originator_withholds_is_reported(
     start_node: Any, database: str, tmp_path: Path
 ) -> None:
-    script = _streamed_then_withheld(accounts=True)
+    script = streamed_then_withheld(accounts=True)
     async with beside_withholder(start_node, database, tmp_path, script, **SCRUBBING) as (
         node,
         log,
@@ -246,7 +255,7 @@ async def test_a_loss_the_scrub_finds_and_its_originator_withholds_is_reported(
 async def test_a_loss_its_originator_never_accounts_for_is_an_accusation(
     start_node: Any, database: str, tmp_path: Path
 ) -> None:
-    script = _streamed_then_withheld(accounts=False)
+    script = streamed_then_withheld(accounts=False)
     patience = {"withholding_patience_seconds": 0.0}
     async with beside_withholder(start_node, database, tmp_path, script, **patience) as (
         node,

@@ -6,7 +6,8 @@ from __future__ import annotations
 from tests.unit.core.test_evidence import KEYS, NOW, STRANGER, signed
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.core import misbehavior
-from xnode.core.watchdog import EnvelopeWitness, Probe, liveness_kind, liveness_reports
+from xnode.core.watchdog import EnvelopeWitness, Probe, liveness_kind, liveness_reports, skipped
+from xnode.core.withholding import MAX_HOLDINGS_SPAN
 
 SLOW_S = 5.0
 REQUESTS = {n: api.QueryEnvelopesRequest(limit=n) for n in (100, 200, 300)}
@@ -63,3 +64,12 @@ def test_an_honest_originator_with_a_clock_minutes_off_is_filed_for_nothing() ->
     for seq, ns in [(1, NOW + skew), (2, NOW + skew + 1), (3, NOW - skew)]:
         # the third goes back in time: replication's OUT_OF_ORDER check, not the watchdog's
         assert witness.offer(signed(seq, ns=ns, depends_on={100: seq - 1}), NOW) == []
+
+
+def test_the_ids_a_node_skipped_of_its_own_log() -> None:
+    assert skipped(2, [3, 4, 6, 9]) == [5, 7, 8]
+    assert skipped(4, [8]) == [5, 6, 7]  # past what was read before
+    assert skipped(9, []) == []
+    # Nothing read of it yet: its oldest ids may have expired, so only gaps between.
+    assert skipped(0, [40, 42]) == [41]
+    assert len(skipped(1, [10**6])) == MAX_HOLDINGS_SPAN

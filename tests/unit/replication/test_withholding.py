@@ -73,10 +73,13 @@ class Recorder:
         self.reports.append(unsigned)
 
 
-def _check(clock: FixedClock | None = None) -> tuple[WithholdingCheck, Recorder]:
+def _check(
+    clock: FixedClock | None = None, patience_s: float | None = 60.0
+) -> tuple[WithholdingCheck, Recorder]:
     recorder = Recorder()
     keys = {NODE: [KEY.public_key]}
-    return WithholdingCheck(recorder, keys.__getitem__, clock or FixedClock(NOW_S), 60.0), recorder
+    check = WithholdingCheck(recorder, keys.__getitem__, clock or FixedClock(NOW_S), patience_s)
+    return check, recorder
 
 
 async def test_holdings_leaving_out_a_committed_id_are_reported_once() -> None:
@@ -129,3 +132,16 @@ async def test_an_originator_that_answers_in_time_is_not_accused() -> None:
     clock.now += 3600
     assert await check.check(peer, NODE, LOG.checkpoint, [S], {}) == 0
     assert recorder.reports == []
+
+
+async def test_without_patience_a_non_answer_is_never_filed_and_stays_unsettled() -> None:
+    clock = FixedClock(NOW_S)
+    check, recorder = _check(clock, patience_s=None)  # a client's: nodes take no accusation
+    healing = Originator(refusal="UNAVAILABLE")
+    for _ in range(3):
+        assert await check.check(healing, NODE, LOG.checkpoint, [S], {}) == 0
+        clock.now += 3600
+    assert recorder.reports == [] and len(healing.asked) == 3
+    assert check.unsettled(NODE, [S, S + 1]) == [S, S + 1]
+    assert await check.check(Originator(edit=leaving_out(LOG, S)), NODE, LOG.checkpoint, [S], {})
+    assert check.unsettled(NODE, [S, S + 1]) == [S + 1]
