@@ -66,6 +66,8 @@ class OwnLogs:
                 await self._check.check(peer, node_id, checkpoint, wanted, {})
         except grpc.aio.AioRpcError as exc:  # no LogApi, or down: asked again next round
             log.info("watchdog_withholding_unchecked", node_id=node_id, status=exc.code().name)
+        except Exception as exc:  # nonsense answers (proofs that do not fit) stop no round
+            log.info("watchdog_withholding_unchecked", node_id=node_id, status=repr(exc)[:300])
         self._pending[node_id] = self._check.unsettled(node_id, wanted)[:MAX_HOLDINGS_SPAN]
         found, self._found.reports = self._found.reports, []
         return found

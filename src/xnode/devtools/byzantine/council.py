@@ -14,7 +14,7 @@ from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.chain_evidence import ChainFacts
 from xnode.core.crypto import SignatureError, misbehavior_digest, recover_public_key
 from xnode.core.evidence import why_unproven
-from xnode.core.misbehavior import LIVENESS_TYPES, PROVEN_TYPES
+from xnode.core.misbehavior import JUDGED_TYPES, PROVEN_TYPES
 
 LIVENESS_THRESHOLD = 2  # the job's default: distinct registered reporters in one window
 
@@ -70,8 +70,9 @@ class Exported:
 
     def proves(self, node_id: int, chain: ChainLookup | None = None) -> bool:
         """A signed safety or WITHHOLDING report whose evidence proves its claim against
-        `node_id` (chain payloads against `chain`), or liveness reports it filed itself
-        from LIVENESS_THRESHOLD distinct registered nodes."""
+        `node_id` (chain payloads against `chain`), or liveness reports (and withholding
+        accusations, judged alike) filed as their own by LIVENESS_THRESHOLD distinct
+        registered nodes."""
         reporters: set[int] = set()
         for report in self.reports:
             unsigned, host = self.unsigned(report), self.host(report)
@@ -82,6 +83,6 @@ class Exported:
                 facts = chain(txs) if chain is not None and txs else None
                 if why_unproven(unsigned, self.keys, facts) is None:
                     return True
-            if unsigned.type in LIVENESS_TYPES and unsigned.submitted_by_node:
+            if unsigned.type in JUDGED_TYPES and unsigned.submitted_by_node:
                 reporters.add(host)
         return len(reporters) >= LIVENESS_THRESHOLD
