@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,18 @@ class NodeSdkUser:
                 await remove.wait()
                 await self._proc.wait()
         self._proc = None
+
+    async def stream(self) -> None:
+        """Opens the live stream of every conversation's messages (streamAllMessages)."""
+        await self.call("stream")
+
+    async def streamed(self) -> tuple[list[tuple[str, float]], list[str]]:
+        """The live stream's texts with when each arrived (on time.monotonic(): the
+        container shares this host's clock), and what the SDK reported going wrong on it."""
+        reply = await self.call("streamed")
+        offset = time.time() - time.monotonic()
+        arrivals = [(str(m["text"]), m["at"] / 1000 - offset) for m in reply["messages"]]
+        return arrivals, [str(t) for t in reply["trouble"]]
 
     async def find(self, address: str, within_s: float = 30.0) -> str:
         """The inbox id registered for `address`, asked of the network until it answers."""

@@ -1,6 +1,7 @@
 """The official Node SDK (`@xmtp/node-sdk` 6.0.0 from npm) holds a conversation with a user of
-the Python bindings over xnode: three nodes on the chain registry, two gateways (conftest.py),
-and goes on when the group's node is killed.
+the Python bindings over xnode: three nodes on the chain registry, two gateways (conftest.py).
+Both keep live streams open and go on, never reconnecting, when the group's node is killed
+and then the node they read from is frozen (scenarios.conversation_with_node_sdk).
 
 The SDK's native binding needs glibc >= 2.38 and Node 22, which Debian 12 lacks, so it runs in
 a podman container: a Debian 13 base made by debootstrap (cached in /var/cache/xnode-image)
@@ -36,7 +37,7 @@ def node_sdk_image() -> str:
     return out.strip().splitlines()[-1]
 
 
-def test_a_node_sdk_user_and_a_python_user_talk_through_a_node_death(
+def test_a_node_sdk_user_and_a_python_user_talk_through_a_node_death_and_a_freeze(
     node_sdk_image: str,
     client_network: ClientNetwork,
     tmp_path: Path,

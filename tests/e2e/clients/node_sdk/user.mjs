@@ -28,6 +28,10 @@ const ETHEREUM = 0; // IdentifierKind.Ethereum (a const enum: not exported at ru
 const identifier = (address) => ({ identifier: address.toLowerCase(), identifierKind: ETHEREUM });
 
 let client;
+// The live stream's text messages with when each arrived (ms since the epoch: the container
+// shares the host's clock), and whatever the stream reported going wrong.
+const streamed = [];
+const streamTrouble = [];
 
 async function conversation(groupId) {
   await client.conversations.sync();
@@ -67,6 +71,22 @@ const commands = {
   async send({ groupId, text }) {
     const group = await conversation(groupId);
     return { messageId: await group.sendText(text) };
+  },
+  async stream() {
+    // The SDK's own retry stays on (its default): the test asserts it was never needed.
+    await client.conversations.streamAllMessages({
+      onValue: (m) => {
+        if (m.contentType?.typeId === "text") streamed.push({ text: m.content, at: Date.now() });
+      },
+      onError: (error) => streamTrouble.push(`error: ${error?.stack ?? error}`),
+      onFail: () => streamTrouble.push("failed"),
+      onRetry: (attempt) => streamTrouble.push(`retry ${attempt}`),
+      onRestart: () => streamTrouble.push("restarted"),
+    });
+    return {};
+  },
+  async streamed() {
+    return { messages: streamed, trouble: streamTrouble };
   },
   async read({ groupId }) {
     const group = await conversation(groupId);
