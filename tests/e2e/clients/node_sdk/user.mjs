@@ -73,6 +73,7 @@ const commands = {
       dbPath,
       disableDeviceSync: true,
       appVersion: "xnode-e2e-node/1",
+      loggingLevel: "Warn", // the library's warnings, in the container's log a failure shows
     });
     return { inboxId: client.inboxId, version: process.version };
   },
