@@ -33,7 +33,6 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import asyncpg
@@ -48,7 +47,8 @@ from xnode.core.envelopes import validate_payer_envelope as valid_payer
 from xnode.core.reconciliation import Fingerprint, SequenceRange, fingerprint_part
 from xnode.devtools.postgres import start_cluster
 from xnode.replication.anti_entropy import FETCH_SPAN, Repair
-from xnode.replication.ingest import IngestContext, OriginatorLog, bulk_verifiers, start_bulk
+from xnode.replication.ingest import IngestContext, OriginatorLog
+from xnode.replication.verifiers import Verifiers
 from xnode.server.bootstrap import settle_heap
 from xnode.store.logs import STORED_MIN_LEVEL, LogStore
 from xnode.store.migrate import upgrade_to_head
@@ -270,10 +270,9 @@ async def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="xnode-bench-repair-"))
     work.chmod(0o755)
     cluster = start_cluster(work / "pg", fsync=True)
-    executor = ThreadPoolExecutor(args.threads)
-    bulk = bulk_verifiers(args.processes)
-    if bulk is not None:
-        start_bulk(bulk, args.processes)
+    verifiers = Verifiers(args.threads, args.processes)
+    await verifiers.start_bulk()
+    bulk = verifiers.bulk is not None
     try:
         key = SigningKey.generate()
         ids = missing_ids(n, args.missing, args.ranges)
@@ -317,9 +316,13 @@ async def main() -> None:
             await warm(pool_b)
             store = ReplicationStore(pool_b)
             ctx = IngestContext(
-                store, NoReports(), _nothing, "bench", lambda: {NODE: key.public_key},
-                executor, args.threads, bulk=bulk, bulk_workers=args.processes,
-            )  # fmt: skip
+                store,
+                NoReports(),
+                _nothing,
+                "bench",
+                lambda: {NODE: key.public_key},
+                verifiers,
+            )
             target = OriginatorLog(NODE, None, ctx)
             repair = Repair(LogStore(pool_b), store, lambda _: target, _no_fork)
             peer = LocalPeer(pool_a)
@@ -367,9 +370,7 @@ async def main() -> None:
             row("identical logs: round trips", f"{same.round_trips} ({took * 1e3:.0f} ms)", "<= 3")
             row("identical logs: bytes exchanged", f"{again.bytes_exchanged} B", "<= 65,536 B")
     finally:
-        executor.shutdown()
-        if bulk is not None:
-            bulk.shutdown()
+        await verifiers.close()
         cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
 

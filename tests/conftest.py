@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -19,6 +18,8 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.scratch import scratch_dir
 
 # A timed-out test prints its event loop's pending tasks (tests/timeout_tasks.py).
 from tests.timeout_tasks import pytest_timeout_set_timer  # noqa: F401
@@ -39,8 +40,7 @@ settings.load_profile("xnode")
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[PgCluster]:
-    root = Path(tempfile.mkdtemp(prefix="xnode-pg-"))
-    root.chmod(0o755)  # the `postgres` user must reach the data directory inside
+    root = scratch_dir("xnode-pg-")
     try:
         cluster = start_cluster(root / "data", fsync=False)
     except PostgresError as exc:
@@ -55,8 +55,7 @@ def pg_cluster() -> Iterator[PgCluster]:
 @contextlib.contextmanager
 def ha_root() -> Iterator[Path]:
     """A directory for a Patroni cluster, removed after."""
-    root = Path(tempfile.mkdtemp(prefix="xnode-ha-"))
-    root.chmod(0o755)  # the `postgres` user must reach the members' directories inside
+    root = scratch_dir("xnode-ha-")
     try:
         yield root / "ha"
     finally:

@@ -9,9 +9,7 @@ against each other and the order checks see one log."""
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
@@ -19,7 +17,7 @@ import structlog
 from google.protobuf.message import DecodeError
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
-from xnode.core import forks, misbehavior, verification
+from xnode.core import forks, misbehavior
 from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope
 from xnode.core.fees import FeeSchedule
@@ -28,7 +26,6 @@ from xnode.core.verification import (
     Position,
     Verdict,
     order_problem,
-    ready,
     verify_batch,
 )
 from xnode.observability.metrics import (
@@ -37,8 +34,8 @@ from xnode.observability.metrics import (
     REPLICATION_RECEIVED,
     REPLICATION_REJECTED,
 )
-from xnode.replication import lifeline
 from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore
+from xnode.replication.verifiers import Verifiers
 
 log = structlog.get_logger(__name__)
 
@@ -61,17 +58,11 @@ class IngestContext:
     on_stored: OnStored
     notice_token: str
     keys: Callable[[], Mapping[int, bytes]]
-    executor: Executor
-    threads: int
+    verifiers: Verifiers
     clock: Clock = SYSTEM_CLOCK
     # Published fee schedules per originator (replication.fees); none: fees are not checked
     schedules: Callable[[], Mapping[int, FeeSchedule]] = dict
     watermark: Watermark | None = None
-    # Processes for bulk verification (repair): threads verifying thousands of envelopes
-    # contend for the GIL (the Python around each recovery is a large share of it), processes
-    # use every core. None: bulk batches go to the threads too.
-    bulk: Executor | None = None
-    bulk_workers: int = 0
     # (originator, sequence id): a fork was settled there; the checkpoints stored from there
     # are judged again (usecases.logs.CheckpointIntake.settle)
     fork_settled: Callable[[int, int], Awaitable[None]] | None = None
@@ -82,38 +73,6 @@ def _split(raws: Sequence[bytes], parts: int) -> list[Sequence[bytes]]:
         return [raws]
     size = -(-len(raws) // parts)
     return [raws[i : i + size] for i in range(0, len(raws), size)]
-
-
-class BulkVerifiers(ProcessPoolExecutor):
-    """Worker processes for bulk verification that die with this process, however it dies
-    (xnode.replication.lifeline): a node killed with SIGKILL leaves none behind. A fork
-    server starts them (forking the daemon itself, with gRPC's threads running, is unsafe),
-    having imported only the verifier and the lifeline."""
-
-    def __init__(self, processes: int) -> None:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload([verification.__name__, lifeline.__name__])
-        self._lifeline = lifeline.Lifeline()  # held as long as the pool
-        super().__init__(
-            processes,
-            mp_context=context,
-            initializer=lifeline.watch,
-            initargs=(self._lifeline.reader,),
-        )
-
-
-def bulk_verifiers(processes: int) -> BulkVerifiers | None:
-    """A pool of `processes` worker processes for bulk verification (None for 0); start
-    them with `start_bulk`."""
-    return BulkVerifiers(processes) if processes > 0 else None
-
-
-def start_bulk(pool: ProcessPoolExecutor, processes: int) -> None:
-    """Starts the pool's processes now rather than on the first repair. Blocks while the
-    fork server starts: call it in a thread."""
-    started = [pool.submit(ready) for _ in range(processes)]  # each starts one: none idle
-    for future in started:
-        future.result()
 
 
 def _proof(raws: Sequence[bytes]) -> list[bytes]:
@@ -160,24 +119,25 @@ class OriginatorLog:
             done: asyncio.Future[list[Verdict]] = loop.create_future()
             done.set_result(verify_batch(raws, keys, self.originator, schedule))
             return [done]
-        if bulk and self._ctx.bulk is not None:
+        verifiers = self._ctx.verifiers
+        if bulk and verifiers.bulk is not None:
             # Only this originator's key crosses to the processes: the rest is never read.
             mine = {self.originator: keys[self.originator]} if self.originator in keys else {}
             try:
                 return [
                     loop.run_in_executor(
-                        self._ctx.bulk, verify_batch, part, mine, self.originator, schedule
+                        verifiers.bulk, verify_batch, part, mine, self.originator, schedule
                     )
-                    for part in _split(raws, self._ctx.bulk_workers)
+                    for part in _split(raws, verifiers.processes)
                 ]
             except BrokenProcessPool as exc:  # a worker died (killed, out of memory)
                 log.error("bulk_verifiers_broken", error=repr(exc), fallback="threads")
-                self._ctx.bulk = None
+                verifiers.bulk_broken()
         return [
             loop.run_in_executor(
-                self._ctx.executor, verify_batch, part, keys, self.originator, schedule
+                verifiers.thread_pool, verify_batch, part, keys, self.originator, schedule
             )
-            for part in _split(raws, self._ctx.threads)
+            for part in _split(raws, verifiers.threads)
         ]
 
     def saw_head(self, sequence_id: int) -> None:

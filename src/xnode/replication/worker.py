@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +34,6 @@ from xnode.replication.ingest import (
     OnStored,
     OriginatorLog,
     Watermark,
-    bulk_verifiers,
-    start_bulk,
 )
 from xnode.replication.own_health import OwnHealthGate
 from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore, StoreHealth
@@ -45,6 +41,7 @@ from xnode.replication.recovery import OwnLogFetch, OwnLogRecovery, recover_own_
 from xnode.replication.repair_peer import GrpcRepairPeer
 from xnode.replication.scrub import Scrub
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
+from xnode.replication.verifiers import Verifiers
 from xnode.replication.withholding import PATIENCE_S
 from xnode.tls import ClientTls, open_channel
 from xnode.usecases.registry_source import RegistrySource
@@ -221,13 +218,15 @@ class ReplicationWorker:
         on_stored: OnStored,
         notice_token: str,
         config: ReplicationConfig,
+        verifiers: Verifiers,
         clock: Clock = SYSTEM_CLOCK,
         own_store: StoreHealth | None = None,
     ) -> None:
         """`own_store`: this node's database health; when given, liveness reports are filed
         only while it answers (replication.own_health). `node_id` None: a read-only node
         (XIP-49 3.4), which follows every registered originator and sends read-only tokens.
-        The checkpoint follower, repair and scrub are wired in by the composition root
+        `verifiers`: the executors that verify what peers send, closed by `stop`. The
+        checkpoint follower, repair and scrub are wired in by the composition root
         (`follow_checkpoints`, `repair_with`), before `start`."""
         self.node_id = node_id
         self.config = config
@@ -244,15 +243,19 @@ class ReplicationWorker:
         self._logs: dict[int, OriginatorLog] = {}
         self._channels: dict[int, tuple[str, grpc.aio.Channel]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._executor = ThreadPoolExecutor(config.verify_threads, thread_name_prefix="verify")
-        self._bulk: ProcessPoolExecutor | None = None  # started with the repair task
+        self._verifiers = verifiers
         self.fees = FeeSchedules(config.backoff_initial_s, config.backoff_max_s)
         self._fees_followed: set[int] = set()
         self._ctx = IngestContext(
-            store, reports, on_stored, notice_token, self.current_keys, self._executor,
-            config.verify_threads, clock, self.fees.current, None, None,
-            config.verify_processes,
-        )  # fmt: skip
+            store,
+            reports,
+            on_stored,
+            notice_token,
+            self.current_keys,
+            verifiers,
+            clock,
+            self.fees.current,
+        )
         self._stopped = False
         self._epoch_timer: asyncio.TimerHandle | None = None
         self.anti_entropy: AntiEntropy | None = None
@@ -298,24 +301,11 @@ class ReplicationWorker:
         self._next_epoch()
         if self.anti_entropy is not None:
             # Repairs verify in threads until the processes are up (about a second).
-            self.spawn_coroutine(self._start_bulk(), name="bulk-verifiers")
+            self.spawn_coroutine(self._verifiers.start_bulk(), name="bulk-verifiers")
             self.anti_entropy.start()
         if self.scrub is not None:
             self.scrub.start()
         log.info("replication_started", node_id=self.node_id, peers=sorted(self._links))
-
-    async def _start_bulk(self) -> None:
-        """The processes that verify large repairs; threads do when they cannot start."""
-        try:
-            self._bulk = bulk_verifiers(self.config.verify_processes)
-            if self._bulk is not None:
-                await asyncio.to_thread(start_bulk, self._bulk, self.config.verify_processes)
-        except (OSError, BrokenProcessPool) as exc:  # no /dev/shm, no processes allowed
-            log.warning("bulk_verifiers_unavailable", error=repr(exc), fallback="threads")
-            if self._bulk is not None:
-                self._bulk.shutdown(wait=False)
-            self._bulk = None
-        self._ctx.bulk = self._bulk
 
     async def recover_own_log(self, local_top: int) -> OwnLogRecovery:
         """Before this node originates: stores what peers hold of its own log beyond
@@ -359,18 +349,14 @@ class ReplicationWorker:
             # in a thread so that the loop, and the stop's deadline, keep running meanwhile.
             for _, channel in self._channels.values():
                 await channel.close(None)
-            await asyncio.to_thread(self._executor.shutdown, True)
-            if self._bulk is not None:
-                await asyncio.to_thread(self._bulk.shutdown, True)
+            await self._verifiers.close()
 
     def force_stop(self) -> None:
         """stop() overran (a task did not end on its one cancel): the tasks left are
         cancelled again, their cleanups cut short, and queued verifications dropped."""
         for task in list(self._tasks):
             task.cancel()
-        self._executor.shutdown(wait=False, cancel_futures=True)
-        if self._bulk is not None:
-            self._bulk.shutdown(wait=False, cancel_futures=True)
+        self._verifiers.force_close()
 
     def _apply(self, registry: Registry) -> None:
         if self._stopped:

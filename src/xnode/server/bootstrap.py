@@ -21,7 +21,7 @@ from xnode.chain.verify import ChainSetupError
 from xnode.config import RegistryGroup, Settings
 from xnode.core.crypto import SigningKey, address_of
 from xnode.core.registry import RegistryError
-from xnode.replication.ingest import BulkVerifiers, start_bulk
+from xnode.replication.verifiers import BulkVerifiers, start_bulk
 from xnode.server.roles import WorkerRole
 from xnode.server.stops import Phase, Stops
 from xnode.static_registry import StaticRegistrySource

@@ -13,6 +13,7 @@ from xnode.replication.checkpoints import CheckpointFollower, Watermarks
 from xnode.replication.fork_sync import ForkSync
 from xnode.replication.ports import MisbehaviorRecorder, StoreHealth
 from xnode.replication.scrub import Scrub
+from xnode.replication.verifiers import Verifiers
 from xnode.replication.withholding import WithholdingCheck
 from xnode.replication.worker import ReplicationConfig, ReplicationWorker
 from xnode.server.bootstrap import NodeTls
@@ -39,6 +40,7 @@ def replication_worker(
 ) -> ReplicationWorker:
     """`own_store`: this node's database health, which gates its liveness reports."""
     store = ReplicationStore(pool)
+    config = ReplicationConfig.from_settings(settings, tls.peers)
     worker = ReplicationWorker(
         None if settings.read_only else state.node_id,  # read-only: its tokens name its key
         key,
@@ -47,7 +49,8 @@ def replication_worker(
         recorder,
         state.stored,
         token,
-        ReplicationConfig.from_settings(settings, tls.peers),
+        config,
+        Verifiers(config.verify_threads, config.verify_processes),
         own_store=own_store,
     )
     intake = CheckpointIntake(logs)
@@ -56,7 +59,6 @@ def replication_worker(
         Watermarks(intake, worker.current_keys, worker.open_channel),
         intake.settle,
     )
-    config = worker.config
     if config.repair_s > 0:
         withholding = WithholdingCheck(
             worker.reports, worker.keys_of_node, SYSTEM_CLOCK, config.withholding_patience_s

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ChainEnv
+from tests.e2e.podman_host import docker_api
 from tests.e2e.replication.conftest import ChainNetwork, chain_network
 from xnode.core.crypto import SigningKey
 from xnode.devtools.devnet import wait_serving
 from xnode.devtools.postgres import free_port
 
-__all__ = ["chain_network"]  # the fixture, shared with the replication tests
+__all__ = ["chain_network", "docker_api"]  # the fixtures, shared with other tests
 
 
 @dataclass

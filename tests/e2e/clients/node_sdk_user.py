@@ -1,25 +1,28 @@
-"""A user of the official Node SDK (`@xmtp/node-sdk` from npm, Node 22) in a podman container
-on the host network, driven through node_sdk/user.mjs: one JSON command per line. The
-account's key stays here; the script asks this side to sign. Runs in the scenario's process
-(runner.py), which also holds the Python-bindings users."""
+"""A user of the official Node SDK (`@xmtp/node-sdk` from npm, Node 22) in a container on the
+host network, started with testcontainers through podman's Docker API (the session's
+`docker_api` fixture sets DOCKER_HOST, which the scenario's process inherits) and driven
+through node_sdk/user.mjs over HTTP: one JSON message per POST, answered with the next JSON
+answer. The account's key stays here; the script asks this side to sign. Runs in the
+scenario's process (runner.py), which also holds the Python-bindings users."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import subprocess
-import uuid
+import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import xmtp_bindings.xmtpv3 as xmtp
+from testcontainers.core.container import DockerContainer
 
+from tests.waiting import eventually
 from xnode.core.crypto import SigningKey
+from xnode.devtools.postgres import free_port
 
 SCRIPT = Path(__file__).resolve().parent / "node_sdk" / "user.mjs"
 IMAGE_ENV = "XNODE_NODE_SDK_IMAGE"  # set by the test to the image it built
-PREFIX = "XNODE "
 COMMAND_TIMEOUT_S = 120.0
 
 
@@ -29,23 +32,37 @@ class NodeSdkUser:
         self.key = SigningKey.generate()
         self.node_url = node_url
         self.gateway_url = gateway_url
-        self.container = f"xnode-node-sdk-{name}-{uuid.uuid4().hex[:8]}"
         self.inbox_id = ""
-        self._proc: asyncio.subprocess.Process | None = None
-        self._output: list[str] = []  # everything the container printed, for failures
+        self._port = free_port()
+        self._url = f"http://127.0.0.1:{self._port}/"
+        self._container: DockerContainer | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._output = ""  # what the container printed, kept for failures once it is gone
 
     @property
     def address(self) -> str:
         return "0x" + self.key.address.hex()
 
     async def start(self) -> None:
-        image = os.environ[IMAGE_ENV]
-        self._proc = await asyncio.create_subprocess_exec(
-            "podman", "run", "--rm", "-i", "--name", self.container, "--ulimit", "host",
-            "--network", "host", "-v", f"{SCRIPT}:/opt/xnode-node-sdk/user.mjs:ro",
-            image, "user.mjs",
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        container = (
+            DockerContainer(os.environ[IMAGE_ENV])
+            .with_command("user.mjs")
+            .with_env("XNODE_NODE_SDK_PORT", str(self._port))
+            .with_volume_mapping(str(SCRIPT), "/opt/xnode-node-sdk/user.mjs", "ro")
+            .with_kwargs(network_mode="host")
+        )
+        self._container = container
+        await asyncio.to_thread(container.start)
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=COMMAND_TIMEOUT_S))
+        await eventually(self._listening, 60, f"node sdk {self.name} listening\n{self.log()}")
+
+    async def _listening(self) -> bool:
+        assert self._http is not None
+        try:
+            async with self._http.get(self._url) as reply:
+                return reply.status == 200
+        except aiohttp.ClientConnectionError:
+            return False
 
     async def connect(self) -> dict[str, Any]:
         """Client.create: registers the inbox (the SDK's identity update goes through the
@@ -62,58 +79,55 @@ class NodeSdkUser:
 
     async def call(self, op: str, **args: Any) -> dict[str, Any]:
         """Sends one command, answers the script's signing requests, returns its answer."""
-        await self._send({"op": op, **args})
-        while True:
-            message = await self._receive(op)
-            if "sign" in message:
-                signature = xmtp.ethereum_sign_recoverable(
-                    str(message["sign"]).encode(), self.key.secret, True
-                )
-                await self._send({"signature": bytes(signature).hex()})
-                continue
-            if not message.get("ok"):
-                raise AssertionError(f"node sdk {self.name} {op}: {message.get('error')}")
-            return message
+        message = await self._exchange(op, {"op": op, **args})
+        while "sign" in message:
+            signature = xmtp.ethereum_sign_recoverable(
+                str(message["sign"]).encode(), self.key.secret, True
+            )
+            message = await self._exchange(op, {"signature": bytes(signature).hex()})
+        if not message.get("ok"):
+            raise AssertionError(f"node sdk {self.name} {op}: {message.get('error')}")
+        return message
 
-    async def _send(self, message: dict[str, Any]) -> None:
-        assert self._proc is not None and self._proc.stdin is not None
-        self._proc.stdin.write(json.dumps(message).encode() + b"\n")
-        await self._proc.stdin.drain()
-
-    async def _receive(self, op: str) -> dict[str, Any]:
-        assert self._proc is not None and self._proc.stdout is not None
-        while True:
-            try:
-                line = await asyncio.wait_for(self._proc.stdout.readline(), COMMAND_TIMEOUT_S)
-            except TimeoutError:
-                raise AssertionError(
-                    f"node sdk {self.name} {op}: no answer\n{self.log()}"
-                ) from None
-            if not line:
-                raise AssertionError(f"node sdk {self.name} exited during {op}:\n{self.log()}")
-            text = line.decode(errors="replace").rstrip("\n")
-            if text.startswith(PREFIX):
-                parsed: dict[str, Any] = json.loads(text[len(PREFIX) :])
-                return parsed
-            self._output.append(text)
+    async def _exchange(self, op: str, message: dict[str, Any]) -> dict[str, Any]:
+        assert self._http is not None
+        try:
+            async with self._http.post(self._url, json=message) as reply:
+                answer: dict[str, Any] = await reply.json()
+                return answer
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise AssertionError(
+                f"node sdk {self.name} {op}: no answer ({exc!r})\n{self.log()}"
+            ) from None
 
     def log(self) -> str:
-        return "\n".join(self._output[-60:])
+        """The container's last output lines (the SDK logs there)."""
+        if self._container is not None and self._container.get_wrapped_container() is not None:
+            out, err = self._container.get_logs()
+            self._output = (out + err).decode(errors="replace")
+        return "\n".join(self._output.splitlines()[-60:])
 
     async def close(self) -> None:
-        if self._proc is None:
-            return
-        if self._proc.returncode is None:
-            try:
-                await self._send({"op": "exit"})
-                await asyncio.wait_for(self._proc.wait(), 30)
-            except (TimeoutError, ConnectionError):
-                remove = await asyncio.create_subprocess_exec(
-                    "podman", "rm", "-f", "-t", "0", self.container
-                )  # fmt: skip
-                await remove.wait()
-                await self._proc.wait()
-        self._proc = None
+        """Removes the container (killed: the SDK keeps nothing the test needs)."""
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+        if self._container is not None:
+            self.log()
+            await asyncio.to_thread(self._container.stop)
+            self._container = None
+
+    async def stream(self) -> None:
+        """Opens the live stream of every conversation's messages (streamAllMessages)."""
+        await self.call("stream")
+
+    async def streamed(self) -> tuple[list[tuple[str, float]], list[str]]:
+        """The live stream's texts with when each arrived (on time.monotonic(): the
+        container shares this host's clock), and what the SDK reported going wrong on it."""
+        reply = await self.call("streamed")
+        offset = time.time() - time.monotonic()
+        arrivals = [(str(m["text"]), m["at"] / 1000 - offset) for m in reply["messages"]]
+        return arrivals, [str(t) for t in reply["trouble"]]
 
     async def find(self, address: str, within_s: float = 30.0) -> str:
         """The inbox id registered for `address`, asked of the network until it answers."""

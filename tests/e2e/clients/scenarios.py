@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import xmtp_bindings.xmtpv3 as xmtp
 
@@ -254,59 +254,6 @@ async def every_payload_kind(network: NetworkView, tmp_path: Path) -> None:
             user.close()
 
 
-async def conversation_with_node_sdk(network: NetworkView, tmp_path: Path) -> None:
-    """A user of the official Node SDK (in a container, node_sdk_user.py) and a user of the
-    Python bindings, each through its own gateway and node: both register, find each other,
-    the Node SDK user makes a group, both send and both read every message; then the group's
-    preferred node is killed (kill -9) and both go on, neither reconnecting."""
-    gateway_a, gateway_b = network.gateway_urls
-    alice = new_user("alice", tmp_path, network.node_url(100), gateway_a)
-    nora = NodeSdkUser("nora", network.node_url(200), gateway_b)
-    try:
-        await nora.start()
-        created = await nora.connect()
-        assert str(created["version"]).startswith("v22."), created
-        await every_node_knows_inbox(network, nora.address, nora.inbox_id)
-        await alice.connect()
-        assert await nora.find("0x" + alice.key.address.hex()) == alice.inbox_id
-        assert await alice.find_address(nora.address, "nora") == nora.inbox_id
-
-        group_id = str((await nora.call("createGroup", inboxIds=[alice.inbox_id]))["groupId"])
-        alices = await alice.group(bytes.fromhex(group_id))
-        await nora.call("send", groupId=group_id, text="hello from node")
-        await alice.read(alices, ["hello from node"])
-        await alices.send_text("hello from python")
-        await nora.read(group_id, ["hello from node", "hello from python"])
-        await nora.call("send", groupId=group_id, text="bye from node")
-        everything = ["hello from node", "hello from python", "bye from node"]
-        await alice.read(alices, everything)
-        await nora.read(group_id, everything)
-
-        # The group's preferred node dies; neither client reconnects. Both read and publish
-        # through their gateways, which fail over to the topic's next node.
-        topic = Topic(TopicKind.GROUP_MESSAGES, bytes.fromhex(group_id)).raw
-        victim = preferred_node(topic, nodes_of(network), ())
-        assert victim is not None
-        next_node = preferred_node(topic, nodes_of(network), (victim,))
-        network.kill(victim)
-        await nora.call("send", groupId=group_id, text="after, from node")
-        everything.append("after, from node")
-        await alice.read(alices, everything)
-        await alices.send_text("after, from python")
-        everything.append("after, from python")
-        await nora.read(group_id, everything)
-        messages = await alices.find_messages(list_options())
-        originators = {_text(m): m.originator_id for m in messages}
-        assert originators["hello from node"] == victim
-        assert originators["after, from node"] == next_node
-        assert originators["after, from python"] == next_node
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\nnode sdk output:\n{nora.log()}") from None
-    finally:
-        alice.close()
-        await nora.close()
-
-
 async def _signed_by(request: Any, *keys: Any) -> Any:
     """Adds each account's EIP-191 signature over the request's text, as a wallet would."""
     text = await request.signature_text()
@@ -366,37 +313,127 @@ FREEZE_S = 30.0
 
 
 @dataclass
-class Conversation:
-    """Three members of one group, each with a live stream, none ever reconnecting; every
-    send is timed, and each message awaited on the others' streams."""
+class Live:
+    """A member's live stream so far: each text with when it arrived (time.monotonic()), in
+    arrival order, and whatever went wrong on the stream."""
 
-    users: list[User]
-    groups: dict[str, Any]
-    streams: dict[str, MessageStream]
+    arrivals: list[tuple[str, float]]
+    trouble: list[Any]
+
+    def arrival_of(self, text: str) -> float | None:
+        return next((at for t, at in self.arrivals if t == text), None)
+
+
+class Member(Protocol):
+    """One member of the group, with a live stream open, whichever client it uses."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def send(self, text: str) -> None: ...
+
+    async def live(self) -> Live: ...
+
+    async def read(self, expected: list[str]) -> None: ...
+
+
+@dataclass
+class BindingsMember:
+    user: User
+    group: Any
+    stream: MessageStream
+
+    @property
+    def name(self) -> str:
+        return self.user.name
+
+    async def send(self, text: str) -> None:
+        await self.group.send_text(text)
+
+    async def live(self) -> Live:
+        return Live(self.stream.arrivals(), list(self.stream.errors))
+
+    async def read(self, expected: list[str]) -> None:
+        await self.user.read(self.group, expected)
+
+
+@dataclass
+class NodeSdkMember:
+    user: NodeSdkUser
+    group_id: str
+
+    @property
+    def name(self) -> str:
+        return self.user.name
+
+    async def send(self, text: str) -> None:
+        await self.user.call("send", groupId=self.group_id, text=text)
+
+    async def live(self) -> Live:
+        return Live(*await self.user.streamed())
+
+    async def read(self, expected: list[str]) -> None:
+        await self.user.read(self.group_id, expected)
+
+
+@dataclass
+class Conversation:
+    """Members of one group, each with a live stream, none ever reconnecting; every send is
+    timed, and each message awaited on the others' streams."""
+
+    members: list[Member]
     sent: list[str] = field(default_factory=list)
     slowest_send_s: float = 0.0
     widest_gap_s: float = 0.0
 
-    async def say(self, user: User, label: str) -> None:
-        text = f"{label}: {user.name}"
+    async def say(self, member: Member, label: str) -> None:
+        text = f"{label}: {member.name}"
         started = time.monotonic()
-        await self.groups[user.name].send_text(text)
+        await member.send(text)
         answered = time.monotonic()
         self.slowest_send_s = max(self.slowest_send_s, answered - started)
         self.sent.append(text)
-        for other in self.users:
-            if other is not user:
-                stream = self.streams[other.name]
+        for other in self.members:
+            if other is not member:
 
-                async def arrived(stream: MessageStream = stream) -> float | None:
-                    return stream.arrival_of(text)
+                async def arrived(other: Member = other) -> float | None:
+                    return (await other.live()).arrival_of(text)
 
                 at = await until(f"{other.name}'s stream delivers {text!r}", arrived, 15.0)
                 self.widest_gap_s = max(self.widest_gap_s, at - answered)
 
     async def round(self, label: str) -> None:
-        for user in self.users:
-            await self.say(user, label)
+        for member in self.members:
+            await self.say(member, label)
+
+    async def through_freeze(self, network: NetworkView, node: int) -> None:
+        """The members take turns while `node` is frozen (SIGSTOP) for FREEZE_S, then one
+        round after it thaws."""
+        network.freeze(node)
+        frozen_until = time.monotonic() + FREEZE_S
+        turn = 0
+        while time.monotonic() < frozen_until:
+            await self.say(self.members[turn % len(self.members)], f"{node} frozen #{turn}")
+            turn += 1
+        network.thaw(node)
+        await self.round(f"{node} thawed")
+
+    async def check(self) -> None:
+        """Every message in every member's history; on every other member's live stream
+        once, with nothing gone wrong there; the widest gap within STREAM_GAP_S."""
+        for member in self.members:
+            await member.read(self.sent)
+            live = await member.live()
+            others = [t for t in self.sent if not t.endswith(member.name)]
+            streamed = [t for t, _ in live.arrivals if t in others]
+            assert sorted(streamed) == sorted(set(streamed)), f"{member.name}: a duplicate"
+            assert set(others) <= set(streamed), f"{member.name}: {set(others) - set(streamed)}"
+            assert not live.trouble, f"{member.name}: {live.trouble}"
+        print(
+            f"{len(self.sent)} messages; slowest send {self.slowest_send_s:.1f}s; "
+            f"widest stream gap {self.widest_gap_s:.1f}s"
+        )
+        assert self.widest_gap_s <= STREAM_GAP_S, self.widest_gap_s
 
 
 async def conversation_survives_node_failures(network: NetworkView, tmp_path: Path) -> None:
@@ -415,39 +452,77 @@ async def conversation_survives_node_failures(network: NetworkView, tmp_path: Pa
             await user.connect()
         members = [await alice.find(bob), await alice.find(carol)]
         group = await alice.client.conversations().create_group(members, group_options())
-        groups = {
-            "alice": group,
-            "bob": await bob.group(group.id()),
-            "carol": await carol.group(group.id()),
-        }
-        streams = {u.name: await u.stream_all() for u in users}
-        talk = Conversation(users, groups, streams)
+        groups = [group, await bob.group(group.id()), await carol.group(group.id())]
+        talk = Conversation(
+            [BindingsMember(u, g, await u.stream_all()) for u, g in zip(users, groups, strict=True)]
+        )
         await talk.round("hello")
         for node in sorted(network.addresses):
             network.kill(node)
             await talk.round(f"{node} killed")
             network.restart(node)
             await talk.round(f"{node} restarted")
-            network.freeze(node)
-            frozen_until = time.monotonic() + FREEZE_S
-            turn = 0
-            while time.monotonic() < frozen_until:
-                await talk.say(users[turn % 3], f"{node} frozen #{turn}")
-                turn += 1
-            network.thaw(node)
-            await talk.round(f"{node} thawed")
-        for user in users:
-            await user.read(groups[user.name], talk.sent)
-            others = [t for t in talk.sent if not t.endswith(user.name)]
-            streamed = [t for t in streams[user.name].texts() if t in others]
-            assert sorted(streamed) == sorted(set(streamed)), f"{user.name}: a duplicate"
-            assert set(others) <= set(streamed), f"{user.name}: {set(others) - set(streamed)}"
-            assert not streams[user.name].errors, streams[user.name].errors
-        print(
-            f"{len(talk.sent)} messages; slowest send {talk.slowest_send_s:.1f}s; "
-            f"widest stream gap {talk.widest_gap_s:.1f}s"
-        )
-        assert talk.widest_gap_s <= STREAM_GAP_S, talk.widest_gap_s
+            await talk.through_freeze(network, node)
+        await talk.check()
     finally:
         for user in users:
             user.close()
+
+
+async def conversation_with_node_sdk(network: NetworkView, tmp_path: Path) -> None:
+    """A user of the official Node SDK (in a container, node_sdk_user.py) and a user of the
+    Python bindings, each through its own gateway and node, neither ever reconnecting: both
+    register, find each other, the Node SDK user makes a group, both open live streams and
+    talk; the group's preferred node is killed (kill -9), then the node both now read from
+    is frozen (SIGSTOP for FREEZE_S) while they talk, then thawed. Every send is answered,
+    every message reaches the other's live stream within STREAM_GAP_S, once, and history."""
+    gateway_a, gateway_b = network.gateway_urls
+    alice = new_user("alice", tmp_path, network.node_url(100), gateway_a)
+    nora = NodeSdkUser("nora", network.node_url(200), gateway_b)
+    try:
+        await nora.start()
+        created = await nora.connect()
+        assert str(created["version"]).startswith("v22."), created
+        await every_node_knows_inbox(network, nora.address, nora.inbox_id)
+        await alice.connect()
+        assert await nora.find("0x" + alice.key.address.hex()) == alice.inbox_id
+        assert await alice.find_address(nora.address, "nora") == nora.inbox_id
+
+        group_id = str((await nora.call("createGroup", inboxIds=[alice.inbox_id]))["groupId"])
+        alices = await alice.group(bytes.fromhex(group_id))
+        await nora.stream()
+        talk = Conversation(
+            [NodeSdkMember(nora, group_id), BindingsMember(alice, alices, await alice.stream_all())]
+        )
+        await talk.round("hello")
+
+        # The group's preferred node dies: both read and publish through their gateways,
+        # which fail over to the topic's next node; that one is then frozen.
+        topic = Topic(TopicKind.GROUP_MESSAGES, bytes.fromhex(group_id)).raw
+        victim = preferred_node(topic, nodes_of(network), ())
+        assert victim is not None
+        next_node = preferred_node(topic, nodes_of(network), (victim,))
+        assert next_node is not None
+        network.kill(victim)
+        await talk.round(f"{victim} killed")
+        # The gateways' streams for both members stand on next_node, and leave it when it
+        # freezes (the node sees them cancelled once it runs again).
+        held = network.open_client_streams()[next_node]
+        assert held >= 2, f"node {next_node} holds {held} client streams"
+        await talk.through_freeze(network, next_node)
+
+        async def left() -> bool:
+            return network.open_client_streams()[next_node] <= held - 2
+
+        await until(f"the streams leave node {next_node}", left)
+        await talk.check()
+        messages = await alices.find_messages(list_options())
+        originators = {_text(m): m.originator_id for m in messages}
+        assert originators["hello: nora"] == victim
+        assert originators[f"{victim} killed: nora"] == next_node
+        assert originators[f"{victim} killed: alice"] == next_node
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nnode sdk output:\n{nora.log()}") from None
+    finally:
+        alice.close()
+        await nora.close()

@@ -98,15 +98,11 @@ class MessageStream(xmtp.FfiMessageCallback):
     def on_close(self) -> None:
         pass
 
-    def texts(self) -> list[str]:
-        with self._lock:
-            return texts(list(self.messages))
-
-    def arrival_of(self, text: str) -> float | None:
-        """When the message with this text arrived (the first time), if it has."""
+    def arrivals(self) -> list[tuple[str, float]]:
+        """Each text message with when it arrived, in arrival order."""
         with self._lock:
             pairs = list(zip(self.messages, self.arrival_times, strict=True))
-        return next((at for message, at in pairs if texts([message]) == [text]), None)
+        return [(text, at) for message, at in pairs for text in texts([message])]
 
 
 @dataclass

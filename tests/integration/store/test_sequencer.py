@@ -23,7 +23,7 @@ from xnode.core.envelopes import (
 from xnode.core.fees import Fees
 from xnode.core.merkle import Frontier
 from xnode.core.reconciliation import fingerprint_part
-from xnode.replication.ingest import BulkVerifiers, start_bulk
+from xnode.replication.verifiers import BulkVerifiers, start_bulk
 from xnode.runtime import crypto_threads
 from xnode.store.identity import WrongNodeError, claim_database
 from xnode.store.logs import STORED_MIN_LEVEL

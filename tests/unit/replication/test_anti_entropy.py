@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 import pytest
@@ -25,7 +24,8 @@ from xnode.core.reconciliation import Fingerprint, SequenceRange
 from xnode.core.verification import InvalidEnvelope, Position, Verdict
 from xnode.replication import anti_entropy
 from xnode.replication.anti_entropy import Repair
-from xnode.replication.ingest import IngestContext, OriginatorLog, bulk_verifiers
+from xnode.replication.ingest import IngestContext, OriginatorLog
+from xnode.replication.verifiers import BulkVerifiers, Verifiers
 
 KEY = SigningKey.generate()
 PAYER = SigningKey.generate()
@@ -162,9 +162,7 @@ def repair_here(
     side = Side(here)
     store = Store(side, here)
     reports = Reports()
-    ctx = IngestContext(
-        store, reports, _nothing, "t", lambda: {NODE: KEY.public_key}, ThreadPoolExecutor(1), 1
-    )
+    ctx = IngestContext(store, reports, _nothing, "t", lambda: {NODE: KEY.public_key}, Verifiers(1))
     target = OriginatorLog(NODE, None, ctx)
     forks: list[tuple[bytes, bytes]] = []
 
@@ -293,13 +291,18 @@ async def test_runs_broken_by_expired_envelopes_are_proven_as_the_runs_that_came
 
 
 async def test_bulk_verification_runs_in_processes_and_falls_back_to_threads() -> None:
-    pool = bulk_verifiers(1)
-    assert pool is not None
+    pool = BulkVerifiers(1)
+    verifiers = Verifiers(1, processes=1)
+    verifiers.bulk = pool
     try:
         ctx = IngestContext(
-            Store(Side({}), {}), Reports(), _nothing, "t", lambda: {NODE: KEY.public_key},
-            ThreadPoolExecutor(1), 1, bulk=pool, bulk_workers=1,
-        )  # fmt: skip
+            Store(Side({}), {}),
+            Reports(),
+            _nothing,
+            "t",
+            lambda: {NODE: KEY.public_key},
+            verifiers,
+        )
         target = OriginatorLog(NODE, None, ctx)
         raws = [LOG[s].raw for s in range(1, 101)] + [signed(101).raw[:-1]]
 
@@ -314,7 +317,7 @@ async def test_bulk_verification_runs_in_processes_and_falls_back_to_threads() -
         with pytest.raises(BrokenProcessPool):  # its only worker dies
             await asyncio.wrap_future(pool.submit(os._exit, 1))
         assert await verdicts() == first  # in the threads
-        assert ctx.bulk is None
+        assert verifiers.bulk is None
     finally:
         pool.shutdown()
 

@@ -8,7 +8,7 @@ from concurrent.futures.process import BrokenProcessPool
 import pytest
 
 from xnode.replication import lifeline
-from xnode.replication.ingest import BulkVerifiers, start_bulk
+from xnode.replication.verifiers import BulkVerifiers, start_bulk
 
 
 def test_cutting_the_lifeline_ends_a_busy_worker() -> None:

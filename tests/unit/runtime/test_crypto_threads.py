@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 from xnode.core.crypto import SigningKey, keccak256, sign_digests
-from xnode.replication.ingest import BulkVerifiers, start_bulk
+from xnode.replication.verifiers import BulkVerifiers, start_bulk
 from xnode.runtime import crypto_threads
 
 

@@ -1,19 +1,20 @@
-// A user of the official Node SDK (@xmtp/node-sdk), driven line by line by the test
-// (tests/e2e/clients/node_sdk_user.py): one JSON command per stdin line, one JSON answer per
-// stdout line prefixed with "XNODE " (the SDK may log to stdout too). The account's key stays
-// with the test: to sign, this side asks ({"sign": text}) and reads {"signature": hex}.
-import { createInterface } from "node:readline";
+// A user of the official Node SDK (@xmtp/node-sdk), driven by the test
+// (tests/e2e/clients/node_sdk_user.py) over HTTP on 127.0.0.1:$XNODE_NODE_SDK_PORT (the
+// container is on the host network): each POST carries one JSON message and is answered with
+// the next JSON answer. The account's key stays with the test: to sign, this side answers
+// {"sign": text} and the next POST carries {"signature": hex}. GET answers once listening.
+import { createServer } from "node:http";
 import { Client } from "@xmtp/node-sdk";
 
-const lines = createInterface({ input: process.stdin });
-const waiting = [];
-const queued = [];
-lines.on("line", (line) => {
+const waiting = []; // the main loop waiting for a message
+const queued = []; // messages not yet taken
+const replies = []; // POSTs waiting for their answer
+
+function received(message) {
   const next = waiting.shift();
-  if (next) next(line);
-  else queued.push(line);
-});
-lines.on("close", () => process.exit(0));
+  if (next) next(message);
+  else queued.push(message);
+}
 
 function nextLine() {
   if (queued.length) return Promise.resolve(queued.shift());
@@ -21,13 +22,31 @@ function nextLine() {
 }
 
 function answer(value) {
-  process.stdout.write("XNODE " + JSON.stringify(value) + "\n");
+  const reply = replies.shift();
+  if (!reply) throw new Error(`an answer with no request waiting: ${JSON.stringify(value)}`);
+  reply.setHeader("content-type", "application/json");
+  reply.end(JSON.stringify(value));
 }
+
+createServer((request, reply) => {
+  if (request.method !== "POST") return reply.end("listening");
+  let body = "";
+  request.setEncoding("utf8");
+  request.on("data", (chunk) => (body += chunk));
+  request.on("end", () => {
+    replies.push(reply);
+    received(body);
+  });
+}).listen(Number(process.env.XNODE_NODE_SDK_PORT), "127.0.0.1");
 
 const ETHEREUM = 0; // IdentifierKind.Ethereum (a const enum: not exported at run time)
 const identifier = (address) => ({ identifier: address.toLowerCase(), identifierKind: ETHEREUM });
 
 let client;
+// The live stream's text messages with when each arrived (ms since the epoch: the container
+// shares the host's clock), and whatever the stream reported going wrong.
+const streamed = [];
+const streamTrouble = [];
 
 async function conversation(groupId) {
   await client.conversations.sync();
@@ -54,6 +73,7 @@ const commands = {
       dbPath,
       disableDeviceSync: true,
       appVersion: "xnode-e2e-node/1",
+      loggingLevel: "Warn", // the library's warnings, in the container's log a failure shows
     });
     return { inboxId: client.inboxId, version: process.version };
   },
@@ -68,6 +88,22 @@ const commands = {
     const group = await conversation(groupId);
     return { messageId: await group.sendText(text) };
   },
+  async stream() {
+    // The SDK's own retry stays on (its default): the test asserts it was never needed.
+    await client.conversations.streamAllMessages({
+      onValue: (m) => {
+        if (m.contentType?.typeId === "text") streamed.push({ text: m.content, at: Date.now() });
+      },
+      onError: (error) => streamTrouble.push(`error: ${error?.stack ?? error}`),
+      onFail: () => streamTrouble.push("failed"),
+      onRetry: (attempt) => streamTrouble.push(`retry ${attempt}`),
+      onRestart: () => streamTrouble.push("restarted"),
+    });
+    return {};
+  },
+  async streamed() {
+    return { messages: streamed, trouble: streamTrouble };
+  },
   async read({ groupId }) {
     const group = await conversation(groupId);
     await group.sync();
@@ -81,7 +117,6 @@ const commands = {
 
 for (;;) {
   const command = JSON.parse(await nextLine());
-  if (command.op === "exit") process.exit(0);
   try {
     const handler = commands[command.op];
     if (!handler) throw new Error(`unknown command ${command.op}`);
