@@ -4,14 +4,17 @@ replica against the primary (docs/ha.md).
 
     .venv/bin/python bench/bench_ha.py [--seconds 8] [--rounds 2] [--callers 32]
         [--stored 50000] [--queries 2000] [--parts throughput,failover,reads]
+        [--faults kill,stop]
 
 Starts etcd and two Patroni members (xnode.devtools.patroni). Throughput: an `xnode run`
 process on a database whose commits wait for the standby (synchronous_commit on) and one on a
 database of the same primary that does not wait (synchronous_commit local), alternated.
-Failover: a node on the multi-host DSN publishes while the primary's host is killed (kill -9);
-timed are the promotion (Patroni's REST /primary answering on the standby), when each way of
-finding the primary sees it (xnode.store.primary.Database, the node's way, against Patroni's
-REST endpoints), and the node's first answered publish after the promotion. Reads: two
+Failover: a node on the multi-host DSN publishes while the primary's host is killed (kill -9:
+its port refuses connections) or frozen (SIGSTOP: its kernel accepts connections that nothing
+answers, as behind a network that drops packets); timed are the promotion (Patroni's REST
+/primary answering on the standby), when each way of finding the primary sees it
+(xnode.store.primary.Database, the node's way, against Patroni's REST endpoints), and the
+node's first answered publish after the promotion. Reads: two
 databases of the same primary loaded alike, one node reading the synchronous standby as its
 replica (XNODE_DATABASE_REPLICA_DSN) and one reading the primary, queried in turn after a
 warm-up pass each.
@@ -44,13 +47,14 @@ from bench_node import (
 
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
-from xnode.devtools.patroni import HaCluster, start_ha_cluster
+from xnode.devtools.patroni import HaCluster, Member, start_ha_cluster
 from xnode.devtools.postgres import PgCluster, free_port
 from xnode.store.primary import Database
 
 GROUP = bytes([3]) * 16
 POLL_S = 0.02
 UNLIMITED = {"XNODE_LIMITS_ENABLED": "false"}  # one payer's rate limit is not measured here
+FAULTS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
 
 
 def leader_cluster(ha: HaCluster) -> PgCluster:
@@ -99,6 +103,14 @@ async def throughput(ha: HaCluster, work: Path, args: argparse.Namespace) -> Non
             proc.wait(30)
 
 
+def answers_primary(member: Member) -> bool:
+    try:
+        with urllib.request.urlopen(f"{member.rest}/primary", timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 async def first_seen(probe: Callable[[], Awaitable[bool]], deadline: float) -> float | None:
     """Monotonic time `probe()` first returned true, polling until `deadline`."""
     while time.monotonic() < deadline:
@@ -108,10 +120,10 @@ async def first_seen(probe: Callable[[], Awaitable[bool]], deadline: float) -> f
     return None
 
 
-async def failover(ha: HaCluster, work: Path, round_: int) -> None:
+async def failover(ha: HaCluster, work: Path, fault: str, round_: int) -> None:
     cluster = leader_cluster(ha)
     key = SigningKey.generate()
-    name = f"bench_failover_{round_}"
+    name = f"bench_failover_{fault}_{round_}"
     directory = work / name
     directory.mkdir()
     on_every_host = {
@@ -137,18 +149,19 @@ async def failover(ha: HaCluster, work: Path, round_: int) -> None:
     old = ha.leader()
     assert old is not None
     new = next(n for n in ha.members if n != old)
-    finder = Database(ha.dsn(name), 1.0)
+    finder = Database(ha.dsn(name))  # the node's connect timeout
     await finder.find()
     tasks = [asyncio.create_task(publisher()) for _ in range(8)]
     try:
         while len(answered) < 100:
             await asyncio.sleep(POLL_S)
         killed = time.monotonic()
-        ha.signal_member(old, signal.SIGKILL)
+        ha.signal_member(old, FAULTS[fault])
         deadline = killed + 60
 
         async def rest_sees() -> bool:
-            return await asyncio.to_thread(ha.leader) == new
+            # The standby's own endpoint: HaCluster.leader would wait on a frozen member's.
+            return await asyncio.to_thread(answers_primary, ha.members[new])
 
         async def finder_sees() -> bool:
             try:
@@ -167,7 +180,7 @@ async def failover(ha: HaCluster, work: Path, round_: int) -> None:
         served_at = await first_seen(served, deadline)
         assert served_at is not None and rest_at is not None and dsn_at is not None
         print(
-            f"  round {round_ + 1}: kill -9 -> promotion seen {promoted - killed:5.2f} s;"
+            f"  {fault} round {round_ + 1}: fault -> promotion seen {promoted - killed:5.2f} s;"
             f" REST /primary {rest_at - killed:5.2f} s, multi-host DSN {dsn_at - killed:5.2f} s;"
             f" node answers {served_at - promoted:5.2f} s after the promotion"
         )
@@ -176,7 +189,10 @@ async def failover(ha: HaCluster, work: Path, round_: int) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
         proc.terminate()
         proc.wait(30)
-    ha.start_member(old)
+    if fault == "kill":
+        ha.start_member(old)
+    else:
+        ha.signal_member(old, signal.SIGCONT)
     await asyncio.to_thread(ha.wait_ready)
 
 
@@ -253,6 +269,7 @@ async def main() -> None:
     parser.add_argument("--stored", type=int, default=50_000, help="envelopes per database")
     parser.add_argument("--queries", type=int, default=2000)
     parser.add_argument("--parts", default="throughput,failover,reads")
+    parser.add_argument("--faults", default="kill,stop", help=f"of {', '.join(FAULTS)}")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     work = Path(tempfile.mkdtemp(prefix="xnode-bench-ha-"))
@@ -264,9 +281,10 @@ async def main() -> None:
         if "reads" in parts:
             await reads(ha, work, args)
         if "failover" in parts:
-            print("failover (kill -9 of the primary's Patroni and Postgres)")
-            for round_ in range(args.rounds):
-                await failover(ha, work, round_)
+            print("failover (the primary's Patroni and Postgres killed or frozen)")
+            for fault in args.faults.split(","):
+                for round_ in range(args.rounds):
+                    await failover(ha, work, fault, round_)
     finally:
         ha.stop()
 

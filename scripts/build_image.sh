@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make image`: the node image (xnode:local), the anvil image (xnode-anvil:local) and, where
+# `make image`: the node image (xnode:local), the anvil image (xnode-anvil:local), the
+# Patroni image (xnode-patroni:local) for docker-compose.ha.yml and, where
 # the official postgres:15 cannot be pulled, a Postgres image (xnode-postgres:15) for
 # docker-compose.yml. Uses podman when installed (settings: docker/containers.conf), else docker.
 #
@@ -54,6 +55,8 @@ log "base: $base"
 
 "${BUILD[@]}" --build-arg "BASE=$base" -f docker/Dockerfile -t xnode:local .
 "${BUILD[@]}" --build-arg "BASE=$base" -f docker/anvil.Dockerfile -t xnode-anvil:local .
+# Patroni, PostgreSQL and etcd from Debian's packages for docker-compose.ha.yml (docs/ha.md).
+"${BUILD[@]}" --build-arg "BASE=$base" -f docker/patroni.Dockerfile -t xnode-patroni:local .
 if [[ "$mode" == public ]] && pullable "$PUBLIC_POSTGRES"; then
     log "done; docker-compose.yml uses the official $PUBLIC_POSTGRES"
 else

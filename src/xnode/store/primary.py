@@ -9,6 +9,11 @@ the newest timeline wins: a promotion starts a timeline, and an old primary's co
 never reach the new one, so they must never be answered. When the primary changes, every
 connection to another host is cut at once (publishes waiting on a frozen host get
 UNAVAILABLE) and new ones go to the new primary.
+
+A host that lets a question time out is silent (frozen, or behind a network that drops
+packets): it is asked again in the background, one question at a time, and the next looks
+do not wait for it. Waiting a whole timeout for it at every look held up seeing the standby's
+promotion by up to a timeout, and a new connection tried the silent old primary first.
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ class Database:
         self.hosts = host_dsns(dsn)
         self._timeout_s = timeout_s
         self._primary: int | None = None
+        # Hosts whose last question timed out: the question asked again, not waited for.
+        self._silent: dict[int, asyncio.Task[HostRole | TimeoutError | None]] = {}
         self._watch: Repeating | None = None
         self._opened: weakref.WeakKeyDictionary[asyncpg.Connection, int] = (
             weakref.WeakKeyDictionary()
@@ -88,18 +95,22 @@ class Database:
         if len(self.hosts) == 1:
             return await asyncpg.connect(self.dsn, **kwargs)
         kwargs.pop("loop", None)
-        if self._primary is not None:
-            with contextlib.suppress(OSError, asyncpg.PostgresError, TimeoutError):
-                conn = await self._open(self._primary, **kwargs)
+        primary = self._primary
+        if primary is not None and primary not in self._silent:
+            with contextlib.suppress(OSError, asyncpg.PostgresError):  # TimeoutError included
+                try:
+                    conn = await self._open(primary, **kwargs)
+                except TimeoutError:
+                    self._ask_again(primary)
+                    raise
                 if await conn.fetchval("SELECT NOT pg_is_in_recovery()"):
                     return conn
                 conn.terminate()
-        primary = await self.find()
-        return await self._open(primary, **kwargs)
+        return await self._open(await self.find(), **kwargs)
 
     async def find(self) -> int:
         """Asks every host at once; the writable one on the newest timeline is the primary."""
-        roles = await asyncio.gather(*(self._role(i) for i in range(len(self.hosts))))
+        roles = await asyncio.gather(*(self._answer(i) for i in range(len(self.hosts))))
         writable = [r for r in roles if r is not None and r.writable]
         if not writable:
             raise NoPrimaryError("no database host takes writes now (a failover?)")
@@ -115,6 +126,11 @@ class Database:
     async def stop_watch(self) -> None:
         if self._watch is not None:
             await self._watch.stop()
+        asking = list(self._silent.values())
+        self._silent.clear()
+        for task in asking:
+            task.cancel()
+        await asyncio.gather(*asking, return_exceptions=True)
 
     async def _look(self) -> None:
         with contextlib.suppress(NoPrimaryError):  # during a failover: look again later
@@ -126,7 +142,35 @@ class Database:
         self._opened[conn] = host
         return conn
 
+    async def _answer(self, host: int) -> HostRole | None:
+        """The host's role; None if it refuses, or is silent (then asked in the background)."""
+        asking = self._silent.get(host)
+        if asking is None:
+            answer = await self._asked(host)
+        elif asking.done():
+            answer = asking.result()
+        else:
+            return None
+        if isinstance(answer, TimeoutError):
+            self._ask_again(host)
+            return None
+        self._silent.pop(host, None)
+        return answer
+
+    def _ask_again(self, host: int) -> None:
+        """The host is silent: asked again in the background, one question at a time."""
+        asking = self._silent.get(host)
+        if asking is None or asking.done():
+            self._silent[host] = asyncio.create_task(self._asked(host), name="ask-host")
+
+    async def _asked(self, host: int) -> HostRole | TimeoutError | None:
+        try:
+            return await self._role(host)
+        except TimeoutError as silent:
+            return silent
+
     async def _role(self, host: int) -> HostRole | None:
+        """None if the host refuses; TimeoutError if it does not answer in time."""
         try:
             async with asyncio.timeout(self._timeout_s):
                 conn = await asyncpg.connect(self.hosts[host])
@@ -134,7 +178,9 @@ class Database:
                     writable, timeline = await conn.fetchrow(_ROLE)
                 finally:
                     conn.terminate()
-        except (OSError, asyncpg.PostgresError, TimeoutError):
+        except TimeoutError:
+            raise  # an OSError too, but silence is not a refusal
+        except (OSError, asyncpg.PostgresError):
             return None
         return HostRole(host, bool(writable), int(timeline))
 

@@ -1,7 +1,7 @@
 """The node's database on several hosts: the host taking writes is found even when another
 host is frozen (it accepts connections and never answers), where asyncpg's own multi-host
 connect waits on the frozen host; with no host taking writes, callers get a connection error
-(UNAVAILABLE), not a hang."""
+(UNAVAILABLE), not a hang; a primary gone silent is waited for once, not at every look."""
 
 from __future__ import annotations
 
@@ -13,10 +13,15 @@ from collections.abc import Iterator
 import asyncpg
 import pytest
 
+from tests.tcp_link import Link
+from tests.waiting import eventually
 from xnode.devtools.postgres import PgCluster, free_port
 from xnode.store.primary import Database, NoPrimaryError, host_dsns
 
 TIMEOUT_S = 0.5
+# The node's connect timeout: long against a connect to a live server, so that a look or a
+# connect waiting for a silent host shows.
+SILENT_TIMEOUT_S = 2.0
 
 
 @pytest.fixture
@@ -87,3 +92,39 @@ async def test_a_pool_connection_in_use_is_cut_when_the_primary_moves(
         assert database.changes == 1
     finally:
         pool.terminate()
+
+
+async def test_a_silent_primary_is_waited_for_once(pg_cluster: PgCluster) -> None:
+    """The primary's host frozen, or behind a network that drops packets: once it has let a
+    question time out, new connections fail at once during the failover (no host takes
+    writes) and the standby's promotion is seen at the next look, neither waiting for the
+    silent host's timeout again. Links to the one server stand for both hosts: the standby's
+    refuses until its promotion."""
+    old, new = Link(), Link()
+    for link in (old, new):
+        link.upstream = f"127.0.0.1:{pg_cluster.port}"
+        await link.start()
+    new.set_cut(True)
+    database = Database(
+        f"postgresql://postgres@{old.address},{new.address}/postgres", SILENT_TIMEOUT_S
+    )
+    try:
+        assert await database.find() == 0
+        old.set_cut(True, blackhole=True)
+        with pytest.raises(NoPrimaryError):
+            await database.find()  # waits for the silent host this once
+        started = time.monotonic()
+        with pytest.raises(NoPrimaryError):
+            await database.connect()
+        assert time.monotonic() - started < SILENT_TIMEOUT_S / 2, "a connect waited for it"
+        database.start_watch(0.05)
+        new.set_cut(False)
+        promoted = time.monotonic()
+        await eventually(lambda: database.primary_dsn == database.hosts[1], 10, "the promotion")
+        assert time.monotonic() - promoted < SILENT_TIMEOUT_S / 2, "a look waited for it"
+        conn = await database.connect()
+        await conn.close()
+    finally:
+        await database.stop_watch()
+        for link in (old, new):
+            await link.stop()
