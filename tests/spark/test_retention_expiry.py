@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_jobs import gen_data as g
+from tests.spark.jvm import run_job_cli
 
 AS_OF = 1_000_000_000
 DAY = 86_400
@@ -228,17 +226,7 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
     root = write_fixture(tmp_path / "export")
     out = tmp_path / "plans" / "plan.json"
     args = ["--input", str(root), "--out", str(out), "--as-of", str(AS_OF), "--master", "local[1]"]
-    # The repository root for spark_jobs, plus the inherited path (it may name the checkout's
-    # src/ for xnode), as spark_jobs.session passes both on to the workers.
-    paths = [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
-    done = subprocess.run(
-        [sys.executable, "-m", "spark_jobs.retention_expiry", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    done = run_job_cli("retention_expiry", *args, timeout_s=120)
     assert done.returncode == 0, done.stderr
     assert ranges_of(json.loads(out.read_text())) == EXPECTED_RANGES
     assert "14 expired envelopes in 6 ranges" in done.stdout
