@@ -137,9 +137,10 @@ def reference_ranges(table: pa.Table, as_of: int) -> list[tuple[int, int, int]]:
 def test_plan_matches_a_plain_python_reference(
     spark: Any, retention: ModuleType, tmp_path: Path
 ) -> None:
-    # 40 days either side of the default-retention edge: few day partitions, every rule hit.
-    start = (AS_OF - 203 * DAY) * 10**9
-    step = 40 * DAY * 10**9 // 3000
+    # 3 days either side of the default-retention edge: few day partitions (each one a file
+    # per originator and node), every rule hit.
+    start = (AS_OF - 186 * DAY) * 10**9
+    step = 6 * DAY * 10**9 // 3000
     parts = []
     for i, originator in enumerate((0, 1, 100, 200)):
         full = g.synthetic_envelopes(originator, 1, 3000, start, step, seed=10 * i)
