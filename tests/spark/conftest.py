@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.spark.jvm import QUICK_JVM_OPTIONS
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # spark_jobs lives at the repository root, not in src/
     sys.path.insert(0, str(REPO_ROOT))
@@ -37,9 +39,11 @@ def spark() -> Iterator[Any]:
     from spark_jobs.session import build_session
 
     def start() -> Any:
-        return build_session(
-            "local[2]", app_name="xnode-spark-tests", shuffle_partitions=2, driver_memory="1g"
-        )
+        with pytest.MonkeyPatch.context() as env:  # read once, when pyspark starts the JVM
+            env.setenv("SPARK_SUBMIT_OPTS", QUICK_JVM_OPTIONS)
+            return build_session(
+                "local[2]", app_name="xnode-spark-tests", shuffle_partitions=2, driver_memory="1g"
+            )
 
     try:
         session = start()

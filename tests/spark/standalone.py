@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from tests.spark.jvm import QUICK_JVM_OPTIONS, REPO_ROOT
 from xnode.devtools.postgres import free_port
 
 LOOPBACK = "127.0.0.1"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 _KEPT_VARIABLES = ("HOME", "JAVA_HOME", "LANG", "LC_ALL", "TMPDIR", "USER")
 
 
@@ -54,6 +54,8 @@ def scrubbed_env(**extra: str) -> dict[str, str]:
     env["SPARK_HOME"] = str(spark_home())
     env["SPARK_LOCAL_IP"] = LOOPBACK
     env["SPARK_DAEMON_MEMORY"] = "256m"  # master and workers; executors get their own
+    env["SPARK_DAEMON_JAVA_OPTS"] = QUICK_JVM_OPTIONS
+    env["SPARK_SUBMIT_OPTS"] = QUICK_JVM_OPTIONS  # spark-submit's JVM: the driver
     return env | extra
 
 
@@ -224,6 +226,7 @@ def submit(
         *("--conf", "spark.pyspark.python=./environment/bin/python"),
         *("--conf", f"spark.pyspark.driver.python={shipped.driver_python}"),
         *("--conf", "spark.sql.shuffle.partitions=2"),  # tiny inputs, two cores
+        *("--conf", f"spark.executor.extraJavaOptions={QUICK_JVM_OPTIONS}"),
         *("--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0"),
         *("--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=120s"),
         *("--py-files", str(shipped.py_files)),

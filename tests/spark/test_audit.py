@@ -3,10 +3,7 @@ envelopes with their leaves kept, a fork) and names each fault of a tampered one
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,6 +11,7 @@ from typing import Any
 import pytest
 
 from spark_jobs import gen_data as g
+from tests.spark.jvm import run_job_cli
 from xnode.core import merkle
 from xnode.core.audit import FaultKind
 from xnode.core.checkpoints import envelope_leaf, sign_checkpoint
@@ -148,13 +146,4 @@ def test_a_tampered_export_is_caught_and_named(
 
 
 def _cli(*args: str) -> int:
-    paths = [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
-    done = subprocess.run(
-        [sys.executable, "-m", "spark_jobs.audit", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-    )
-    return done.returncode
+    return run_job_cli("audit", *args).returncode

@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_jobs.packaging import ENVIRONMENT_NAME, LAUNCHER_NAME, ZIP_NAME
+from tests.spark.jvm import REPO_ROOT
 from tests.spark.standalone import (
-    REPO_ROOT,
     Cluster,
     Shipped,
     spark_home,

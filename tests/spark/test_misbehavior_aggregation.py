@@ -235,21 +235,20 @@ def test_report_files_are_complete(result: Any) -> None:
     assert "| Rejected | 7 |" in md and "## Node 500" in md
 
 
-@pytest.mark.parametrize(("threshold", "flagged"), [(2, True), (3, False)])
 def test_threshold_is_respected(
-    spark: Any,
-    aggregation: ModuleType,
-    fixture_root: Path,
-    tmp_path: Path,
-    threshold: int,
-    flagged: bool,
+    spark: Any, aggregation: ModuleType, fixture_root: Path, result: Any, tmp_path: Path
 ) -> None:
-    data = aggregation.run(spark, [fixture_root], tmp_path / "out", threshold=threshold)
-    liveness_flags = {
-        r["misbehaving_node_id"] for r in data.flagged if r["basis"] == "liveness_threshold"
-    }
-    assert (500 in liveness_flags) is flagged
-    assert {r["misbehaving_node_id"] for r in data.flagged if r["basis"] == "safety_proof"} == {600}
+    at_two, _, _ = result  # the module's run, at threshold 2
+    at_three = aggregation.run(spark, [fixture_root], tmp_path / "out", threshold=3)
+    for data, flagged in ((at_two, True), (at_three, False)):
+        liveness_flags = {
+            r["misbehaving_node_id"] for r in data.flagged if r["basis"] == "liveness_threshold"
+        }
+        assert (500 in liveness_flags) is flagged, data.threshold
+        safety_flags = {
+            r["misbehaving_node_id"] for r in data.flagged if r["basis"] == "safety_proof"
+        }
+        assert safety_flags == {600}, data.threshold
 
 
 def test_one_duplicate_sequence_report_alone_flags_the_node(

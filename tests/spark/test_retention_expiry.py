@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_jobs import gen_data as g
+from tests.spark.jvm import run_job_cli
 
 AS_OF = 1_000_000_000
 DAY = 86_400
@@ -139,9 +137,10 @@ def reference_ranges(table: pa.Table, as_of: int) -> list[tuple[int, int, int]]:
 def test_plan_matches_a_plain_python_reference(
     spark: Any, retention: ModuleType, tmp_path: Path
 ) -> None:
-    # 40 days either side of the default-retention edge: few day partitions, every rule hit.
-    start = (AS_OF - 203 * DAY) * 10**9
-    step = 40 * DAY * 10**9 // 3000
+    # 3 days either side of the default-retention edge: few day partitions (each one a file
+    # per originator and node), every rule hit.
+    start = (AS_OF - 186 * DAY) * 10**9
+    step = 6 * DAY * 10**9 // 3000
     parts = []
     for i, originator in enumerate((0, 1, 100, 200)):
         full = g.synthetic_envelopes(originator, 1, 3000, start, step, seed=10 * i)
@@ -228,17 +227,7 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
     root = write_fixture(tmp_path / "export")
     out = tmp_path / "plans" / "plan.json"
     args = ["--input", str(root), "--out", str(out), "--as-of", str(AS_OF), "--master", "local[1]"]
-    # The repository root for spark_jobs, plus the inherited path (it may name the checkout's
-    # src/ for xnode), as spark_jobs.session passes both on to the workers.
-    paths = [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
-    done = subprocess.run(
-        [sys.executable, "-m", "spark_jobs.retention_expiry", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    done = run_job_cli("retention_expiry", *args, timeout_s=120)
     assert done.returncode == 0, done.stderr
     assert ranges_of(json.loads(out.read_text())) == EXPECTED_RANGES
     assert "14 expired envelopes in 6 ranges" in done.stdout

@@ -1,0 +1,37 @@
+"""How the Spark tests start their JVMs: with options for short lives on small inputs, and the
+jobs' command lines as an operator runs them from a checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# Every JVM of these tests lives seconds on inputs of a few rows: the optimizing compiler (C2)
+# spends CPU on code that never runs long enough to pay it back, and a parallel collector's
+# threads compete with the other processes for the machine's cores. The jobs' results do not
+# depend on either; production runs keep the JVM's defaults.
+QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def run_job_cli(job: str, *args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
+    """`python -m spark_jobs.JOB ARGS...` in its own JVM. PYTHONPATH holds the repository root
+    for spark_jobs, plus the inherited path (it may name the checkout's src/ for xnode), as
+    spark_jobs.session passes both on to the Python workers."""
+    paths = [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(p for p in paths if p),
+        SPARK_SUBMIT_OPTS=QUICK_JVM_OPTIONS,  # pyspark starts the driver's JVM with spark-submit
+    )
+    return subprocess.run(
+        [sys.executable, "-m", f"spark_jobs.{job}", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+        check=False,
+    )
