@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.spark.jvm import QUICK_JVM_OPTIONS
+from tests.spark.jvm import local_session
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # spark_jobs lives at the repository root, not in src/
@@ -36,14 +36,9 @@ def spark() -> Iterator[Any]:
     problem = _missing_requirement()
     if problem is not None:
         pytest.fail(f"Spark tests cannot run: {problem}", pytrace=False)
-    from spark_jobs.session import build_session
 
     def start() -> Any:
-        with pytest.MonkeyPatch.context() as env:  # read once, when pyspark starts the JVM
-            env.setenv("SPARK_SUBMIT_OPTS", QUICK_JVM_OPTIONS)
-            return build_session(
-                "local[2]", app_name="xnode-spark-tests", shuffle_partitions=2, driver_memory="1g"
-            )
+        return local_session("xnode-spark-tests")
 
     try:
         session = start()

@@ -7,6 +7,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -15,6 +18,19 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # threads compete with the other processes for the machine's cores. The jobs' results do not
 # depend on either; production runs keep the JVM's defaults.
 QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def local_session(app_name: str) -> Any:
+    """A `local[2]` SparkSession whose JVM starts with QUICK_JVM_OPTIONS. pyspark reads the
+    options once, when it starts the JVM, which then serves every later session of this
+    process: whichever test starts Spark first decides for the rest of the suite."""
+    from spark_jobs.session import build_session
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SPARK_SUBMIT_OPTS", QUICK_JVM_OPTIONS)
+        return build_session(
+            "local[2]", app_name=app_name, shuffle_partitions=2, driver_memory="1g"
+        )
 
 
 def run_job_cli(job: str, *args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.misbehavior_aggregation import council_on
-from spark_jobs.session import build_session
+from tests.spark.jvm import local_session
 from xnode.devtools.byzantine.council import Council
 from xnode.devtools.byzantine.network import Network
 from xnode.devtools.byzantine.runs import by_name, run
@@ -26,7 +26,7 @@ def harness(pg_cluster: PgCluster) -> Iterator[tuple[Network, Council]]:
     """Five nodes registered on a fresh anvil, their databases in the session's cluster."""
     directory = Path(tempfile.mkdtemp(prefix="xnode-byzantine-"))
     chain = DevChain.start(directory, free_port())
-    spark = build_session("local[2]", "xnode-byzantine", shuffle_partitions=2, driver_memory="1g")
+    spark = local_session("xnode-byzantine")
     try:
         network = Network.register(directory, pg_cluster, chain)
         yield network, council_on(spark, chain.url, str(chain.contracts_file))
