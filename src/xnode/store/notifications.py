@@ -1,6 +1,11 @@
 """Commit notices between processes sharing the database: each commit sends one on
 NOTIFY_CHANNEL, `token|originator:highest,...`; every process LISTENs for the others'
-(reconnecting as needed) so its live subscribers see their commits too."""
+(reconnecting as needed) so its live subscribers see their commits too.
+
+A notice sent while a listener is disconnected (the database restarted, a failover) is lost
+to it: NOTIFY keeps nothing for absent listeners. So each time it starts listening, the
+listener reads the database's vector clock and passes it on like a notice: whatever was
+committed before it listened is fetched, whatever after arrives as notices."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from xnode.store.primary import Connect
 log = structlog.get_logger(__name__)
 
 NOTIFY_CHANNEL = "xnode_envelopes"
+LOST = ""  # queued when the listening connection is lost: no notice is empty
 
 OnCommitted = Callable[[dict[int, int]], Awaitable[None]]
 
@@ -57,6 +63,9 @@ class CommitListener:
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         self._queue.put_nowait(payload)
 
+    def _on_lost(self, _conn: object) -> None:
+        self._queue.put_nowait(LOST)  # wakes the pump, which then finds the connection closed
+
     async def _run(self) -> None:
         delay = 0.5
         while True:
@@ -70,7 +79,12 @@ class CommitListener:
             delay = 0.5
             try:
                 await conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
+                conn.add_termination_listener(self._on_lost)
+                await self._on_committed(await _committed(conn))
                 await self._pump(conn)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # lost
+                log.warning("commit_listener_disconnected", error=str(exc), retry_s=delay)
+                await asyncio.sleep(delay)
             finally:
                 await conn.close()
 
@@ -82,6 +96,14 @@ class CommitListener:
                     payload = await self._queue.get()
             except TimeoutError:
                 continue
+            if payload == LOST:
+                continue
             token, _, notice = payload.partition("|")
             if token != self._token:
                 await self._on_committed(parse_notice(notice))
+
+
+async def _committed(conn: asyncpg.Connection) -> dict[int, int]:
+    """{originator: highest sequence id} the database holds (its vector clock)."""
+    rows = await conn.fetch("SELECT originator_node_id, sequence_id FROM vector_clock")
+    return {int(r[0]): int(r[1]) for r in rows}
