@@ -84,12 +84,33 @@ def ha_cluster() -> Iterator[HaCluster]:
 def database(pg_cluster: PgCluster) -> str:
     """A new database with the schema applied (copied from a migrated template)."""
     name = f"t_{uuid.uuid4().hex[:12]}"
-    subprocess.run(
-        ["psql", pg_cluster.dsn(), "-qc", f'CREATE DATABASE "{name}" TEMPLATE {TEMPLATE}'],
-        check=True,
-        capture_output=True,
-    )
+    pg_cluster.create_database(name, template=TEMPLATE)
     return pg_cluster.dsn(name)
+
+
+def _databases(cluster: PgCluster) -> set[str]:
+    listed = subprocess.run(
+        ["psql", cluster.dsn(), "-tAc", "SELECT datname FROM pg_database"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(listed.stdout.split())
+
+
+@pytest.fixture(autouse=True)
+def _drop_the_tests_databases(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The databases a test created in the session's cluster are dropped after it: kept,
+    a suite's databases and their WAL grew to many gigabytes, in memory (tests/scratch.py).
+    Taken after the fixtures of wider scope are set up, so theirs are kept."""
+    if "pg_cluster" not in request.fixturenames:
+        yield
+        return
+    cluster: PgCluster = request.getfixturevalue("pg_cluster")
+    before = _databases(cluster)
+    yield
+    for name in sorted(_databases(cluster) - before):
+        cluster.drop_database(name)
 
 
 @asynccontextmanager

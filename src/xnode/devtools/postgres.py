@@ -76,8 +76,10 @@ class PgCluster:
     def stop(self) -> None:
         _run(["pg_ctl", "-D", str(self.data_dir), "-m", "fast", "-w", "stop"], "pg_ctl stop")
 
-    def create_database(self, name: str) -> None:
-        """Creates `name` unless it exists (psql, so no event loop is needed)."""
+    def create_database(self, name: str, template: str = "template1") -> None:
+        """Creates `name` as a copy of `template` unless it exists (psql, so no event loop is
+        needed). The files are copied, not written through the WAL (Postgres 15's default):
+        for small templates several times faster, and no WAL to keep."""
         exists = subprocess.run(
             ["psql", self.dsn(), "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{name}'"],
             capture_output=True,
@@ -88,10 +90,19 @@ class PgCluster:
             raise PostgresError(f"psql failed: {exists.stderr.strip()}")
         if exists.stdout.strip() != "1":
             subprocess.run(
-                ["psql", self.dsn(), "-qc", f'CREATE DATABASE "{name}"'],
+                ["psql", self.dsn(), "-qc",
+                 f'CREATE DATABASE "{name}" TEMPLATE "{template}" STRATEGY FILE_COPY'],
                 check=True,
                 capture_output=True,
-            )
+            )  # fmt: skip
+
+    def drop_database(self, name: str) -> None:
+        """Drops `name` if it exists, ending its connections."""
+        subprocess.run(
+            ["psql", self.dsn(), "-qc", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'],
+            check=True,
+            capture_output=True,
+        )
 
 
 def _running_port(data_dir: Path) -> int | None:
