@@ -57,13 +57,20 @@ def add_health_and_reflection(
 
 
 def bind(server: grpc.aio.Server, listen_address: str, tls: ServerTls | None) -> str:
-    """The address as bound (port 0: the one the system chose)."""
-    if tls is None:
-        port = server.add_insecure_port(listen_address)
-    else:
-        port = server.add_secure_port(listen_address, tls.credentials())
+    """The address as bound (port 0: the one the system chose). StartupError, said in one
+    line, when the port is taken or the address is not this host's."""
+    try:
+        if tls is None:
+            port = server.add_insecure_port(listen_address)
+        else:
+            port = server.add_secure_port(listen_address, tls.credentials())
+    except RuntimeError:  # grpc's "Failed to bind": it says no more than that
+        port = 0
     if port == 0:
-        raise StartupError(f"cannot listen on {listen_address}")
+        raise StartupError(
+            f"cannot listen on {listen_address}: the port is in use, or the address is not "
+            "one of this host's"
+        )
     return f"{listen_address.rpartition(':')[0]}:{port}"
 
 
