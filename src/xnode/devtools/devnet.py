@@ -244,6 +244,16 @@ def describe_fees(fees: FeeSchedule) -> str:
     )
 
 
+# Every client of a gateway reads through it, so its nodes see the gateway's address for all
+# of them (docs/gateway.md): per-IP read limits raised for it, as operators must for their
+# gateways' addresses. On one host, that address is every caller's.
+GATEWAY_READ_LIMITS = {
+    "limit_query_requests_per_second": "1000",
+    "limit_subscribe_requests_per_second": "100",
+    "limit_subscriptions_per_ip": "5000",
+}
+
+
 def _spawn(
     node: DevNode, registry_env: dict[str, str], state: Path, tls: dict[str, str]
 ) -> subprocess.Popen[bytes]:
@@ -260,6 +270,7 @@ def _spawn(
         "XNODE_HTTP_CORS_ORIGINS": "*",  # a development network: any page may call it
         "XNODE_WORKERS": "1",  # its nodes share one machine: one process each is enough
         **({"XNODE_READ_ONLY": "true"} if node.read_only else {}),
+        **{f"XNODE_{k.upper()}": v for k, v in GATEWAY_READ_LIMITS.items()},
     }
     log = (state / f"{node.name}.log").open("ab")
     # Its own session: Ctrl-C reaches only the devnet, which stops nodes in order.

@@ -25,7 +25,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.originator_selection import preferred_node
 from xnode.core.registry import NodeEntry
 from xnode.core.topics import Topic, TopicKind
-from xnode.devtools.devnet import wait_serving
+from xnode.devtools.devnet import GATEWAY_READ_LIMITS, wait_serving
 from xnode.devtools.postgres import free_port
 
 pytestmark = pytest.mark.slow
@@ -80,7 +80,9 @@ async def test_browser_sdk_joins_a_python_users_group_over_grpc_web(
     chromium = system_chromium()
     http = {n: f"127.0.0.1:{free_port()}" for n in chain_network.addresses}
     for node_id, address in http.items():
-        chain_network.start(node_id, http_listen_address=address, http_cors_origins="*")
+        chain_network.start(
+            node_id, http_listen_address=address, http_cors_origins="*", **GATEWAY_READ_LIMITS
+        )
     gateway_http = f"127.0.0.1:{free_port()}"
     gateway = _spawn_gateway(
         chain_network.chain,
