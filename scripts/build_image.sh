@@ -9,6 +9,7 @@
 # by debootstrap from the apt mirror this machine uses, cached as a tarball in $XNODE_IMAGE_CACHE
 # (default /var/cache/xnode-image as root, else $XDG_CACHE_HOME/xnode-image) and imported as
 # localhost/xnode-debian-base:bookworm. Force a choice with XNODE_IMAGE_BASE=public|debootstrap.
+# XNODE_IMAGES names the images to build (default: node anvil patroni postgres).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,11 +54,21 @@ case "$mode" in
 esac
 log "base: $base"
 
-"${BUILD[@]}" --build-arg "BASE=$base" -f docker/Dockerfile -t xnode:local .
-"${BUILD[@]}" --build-arg "BASE=$base" -f docker/anvil.Dockerfile -t xnode-anvil:local .
+wanted() { [[ " ${XNODE_IMAGES:-node anvil patroni postgres} " == *" $1 "* ]]; }
+
+if wanted node; then
+    "${BUILD[@]}" --build-arg "BASE=$base" -f docker/Dockerfile -t xnode:local .
+fi
+if wanted anvil; then
+    "${BUILD[@]}" --build-arg "BASE=$base" -f docker/anvil.Dockerfile -t xnode-anvil:local .
+fi
 # Patroni, PostgreSQL and etcd from Debian's packages for docker-compose.ha.yml (docs/ha.md).
-"${BUILD[@]}" --build-arg "BASE=$base" -f docker/patroni.Dockerfile -t xnode-patroni:local .
-if [[ "$mode" == public ]] && pullable "$PUBLIC_POSTGRES"; then
+if wanted patroni; then
+    "${BUILD[@]}" --build-arg "BASE=$base" -f docker/patroni.Dockerfile -t xnode-patroni:local .
+fi
+if ! wanted postgres; then
+    log "done"
+elif [[ "$mode" == public ]] && pullable "$PUBLIC_POSTGRES"; then
     log "done; docker-compose.yml uses the official $PUBLIC_POSTGRES"
 else
     "${BUILD[@]}" --build-arg "BASE=$base" -f docker/postgres.Dockerfile -t xnode-postgres:15 .
