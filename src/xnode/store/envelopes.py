@@ -113,5 +113,10 @@ class EnvelopeStore:
         return [r[1] for r in rows]
 
     async def vector_clock(self) -> Cursor:
-        rows = await self.pool.fetch("SELECT originator_node_id, sequence_id FROM vector_clock")
-        return Cursor({r[0]: r[1] for r in rows})
+        return Cursor(await read_vector_clock(self.pool))
+
+
+async def read_vector_clock(db: asyncpg.Pool | asyncpg.Connection) -> dict[int, int]:
+    """{originator: highest sequence id} the database holds (its vector clock)."""
+    rows = await db.fetch("SELECT originator_node_id, sequence_id FROM vector_clock")
+    return {int(r[0]): int(r[1]) for r in rows}

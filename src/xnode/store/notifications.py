@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable
 import asyncpg
 import structlog
 
+from xnode.store.envelopes import read_vector_clock
 from xnode.store.primary import Connect
 
 log = structlog.get_logger(__name__)
@@ -80,7 +81,7 @@ class CommitListener:
             try:
                 await conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
                 conn.add_termination_listener(self._on_lost)
-                await self._on_committed(await _committed(conn))
+                await self._on_committed(await read_vector_clock(conn))
                 await self._pump(conn)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # lost
                 log.warning("commit_listener_disconnected", error=str(exc), retry_s=delay)
@@ -101,9 +102,3 @@ class CommitListener:
             token, _, notice = payload.partition("|")
             if token != self._token:
                 await self._on_committed(parse_notice(notice))
-
-
-async def _committed(conn: asyncpg.Connection) -> dict[int, int]:
-    """{originator: highest sequence id} the database holds (its vector clock)."""
-    rows = await conn.fetch("SELECT originator_node_id, sequence_id FROM vector_clock")
-    return {int(r[0]): int(r[1]) for r in rows}

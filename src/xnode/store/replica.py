@@ -15,7 +15,7 @@ import asyncpg
 import structlog
 
 from xnode.core.cursors import Cursor
-from xnode.store.envelopes import EnvelopeStore
+from xnode.store.envelopes import EnvelopeStore, read_vector_clock
 from xnode.usecases.concurrency import Repeating
 
 log = structlog.get_logger(__name__)
@@ -55,9 +55,7 @@ class ReplicaWatch:
         try:
             async with asyncio.timeout(max(self._interval_s, 1.0)):
                 primary_lsn = await self._primary.fetchval("SELECT pg_current_wal_lsn()::text")
-                rows = await self._replica.fetch(
-                    "SELECT originator_node_id, sequence_id FROM vector_clock"
-                )
+                held = await read_vector_clock(self._replica)
                 lag = await self._replica.fetchrow(_LAG, primary_lsn)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             if self._answering is not False:
@@ -69,7 +67,7 @@ class ReplicaWatch:
         if self._answering is not True:
             log.info("replica_available")
         self._answering = True
-        self._held = Cursor({r[0]: r[1] for r in rows})
+        self._held = Cursor(held)
         self.lag_bytes, self.lag_seconds = max(0.0, float(lag[0])), float(lag[1] or 0)
 
 
