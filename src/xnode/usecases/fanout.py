@@ -9,7 +9,7 @@ lag limit has fallen behind and is told so (its subscription decides what that m
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -27,6 +27,10 @@ BATCH_INTERVAL_S = 0.05
 # A commit that reaches this many streams makes the next ones within the batch interval wait
 # for it: below it, every commit is offered at once (a lone subscriber's latency is untouched).
 MANY_STREAMS = 100
+# Offers made in one loop turn: each wakes a stream that writes in the next turn, and a turn
+# that woke every stream of a busy topic held every other call (a publish's next step) until
+# all their writes were started. The rest wait a turn each, in order.
+OFFERS_PER_TURN = 16
 K = TypeVar("K", bytes, int)
 
 
@@ -127,6 +131,8 @@ class Fanout:
         self._flush_due: asyncio.TimerHandle | None = None
         self._last_flush_s = float("-inf")
         self._busy = False  # the last flush reached many streams
+        self._offers: deque[tuple[Listener, Batch, float]] = deque()  # in flush order
+        self._offering: asyncio.Handle | None = None  # the next turn's share is planned
 
     @property
     def listener_count(self) -> int:
@@ -223,11 +229,25 @@ class Fanout:
                 by_originator.setdefault(env.originator_node_id, []).append(env)
         arrived = self._clock.monotonic_s()
         several: dict[Listener, list[Batch]] = {}
-        offers = _share(self._by_topic, by_topic, arrived, several)
-        offers += _share(self._by_originator, by_originator, arrived, several)
+        offers = _share(self._by_topic, by_topic, arrived, several, self._offers)
+        offers += _share(self._by_originator, by_originator, arrived, several, self._offers)
         for listener, batches in several.items():
-            listener.offer(batches[0] if len(batches) == 1 else _merged(batches), arrived)
+            self._offers.append(
+                (listener, batches[0] if len(batches) == 1 else _merged(batches), arrived)
+            )
+        if self._offering is None:
+            self._offer_share()
         return offers
+
+    def _offer_share(self) -> None:
+        """Makes this turn's share of the waiting offers and plans the next turn's."""
+        waiting = self._offers
+        for _ in range(min(len(waiting), OFFERS_PER_TURN)):
+            listener, batch, arrived = waiting.popleft()
+            listener.offer(batch, arrived)
+        self._offering = (
+            asyncio.get_running_loop().call_soon(self._offer_share) if waiting else None
+        )
 
 
 def _share(
@@ -235,10 +255,11 @@ def _share(
     matched: dict[K, list[StoredEnvelope]],
     arrived: float,
     several: dict[Listener, list[Batch]],
+    offers_out: deque[tuple[Listener, Batch, float]],
 ) -> int:
-    """One batch per key, the same object for every listener of that key: offered at once
-    to a listener of one key; gathered in `several` for a listener of several keys, which
-    may match the same envelope twice."""
+    """One batch per key, the same object for every listener of that key: queued for a
+    listener of one key; gathered in `several` for a listener of several keys, which may
+    match the same envelope twice."""
     offers = 0
     for key, envelopes in matched.items():
         batch = Batch(envelopes)
@@ -246,7 +267,7 @@ def _share(
         offers += len(listeners)
         for listener in listeners:
             if listener.single_key:
-                listener.offer(batch, arrived)
+                offers_out.append((listener, batch, arrived))
             else:
                 several.setdefault(listener, []).append(batch)
     return offers

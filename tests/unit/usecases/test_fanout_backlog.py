@@ -16,7 +16,7 @@ from xnode.core import wire
 from xnode.core.cursors import Cursor
 from xnode.core.errors import Reason, Rejected
 from xnode.core.query import EnvelopeQuery
-from xnode.usecases.fanout import MANY_STREAMS, Fanout, Listener
+from xnode.usecases.fanout import MANY_STREAMS, OFFERS_PER_TURN, Fanout, Listener
 from xnode.usecases.subscribe import Subscribe
 from xnode.usecases.subscription import Delivery, FellBehind, Phase, Subscription
 
@@ -151,15 +151,45 @@ async def test_after_a_commit_to_many_streams_the_next_ones_reach_them_together(
     for listener in listeners:
         fanout.register(listener)
     await fanout.committed([store.add(100, 1)])
+    await every_offer_made(listeners)
     assert all(len(listener.take()) == 1 for listener in listeners)  # the first: at once
     await fanout.committed([store.add(100, 2)])
     await fanout.committed([store.add(100, 3)])
     assert all(listener.take() == [] for listener in listeners)  # within the interval: held
     async with asyncio.timeout(5):
-        await listeners[0].ready()
+        await asyncio.wait(
+            [asyncio.create_task(listener.ready()) for listener in listeners],
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+    await every_offer_made(listeners)
     taken = [listener.take() for listener in listeners]
     assert all(len(t) == 1 and t[0] is taken[0][0] for t in taken)  # one shared batch
     assert [e.sequence_id for e in taken[0][0].envelopes] == [2, 3]
+
+
+async def every_offer_made(listeners: list[Listener], batches: int = 1) -> None:
+    """Lets the loop turn until every listener has `batches` waiting (a share each turn)."""
+    for _ in range(batches * len(listeners) // OFFERS_PER_TURN + 1):
+        if all(len(listener.backlog) >= batches for listener in listeners):
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("a listener was never offered the commit")
+
+
+async def test_a_commit_to_many_streams_wakes_a_share_of_them_each_turn_in_order() -> None:
+    store = MemoryStore()
+    fanout = Fanout(store.fetch_range, Cursor(), batch_interval_s=0)
+    listeners = [Listener(topics=frozenset({TOPIC})) for _ in range(3 * OFFERS_PER_TURN)]
+    for listener in listeners:
+        fanout.register(listener)
+    await fanout.committed([store.add(100, 1)])
+    assert sum(1 for listener in listeners if listener.backlog) == OFFERS_PER_TURN
+    await fanout.committed([store.add(100, 2)])  # queued behind the first commit's offers
+    await asyncio.sleep(0)  # one turn: another share, and other calls ran before it
+    assert sum(1 for listener in listeners if listener.backlog) == 2 * OFFERS_PER_TURN
+    await every_offer_made(listeners, batches=2)
+    for listener in listeners:  # each one's commits in order
+        assert [e.sequence_id for b in listener.take() for e in b.envelopes] == [1, 2]
 
 
 async def test_commits_to_few_streams_are_offered_at_once() -> None:
