@@ -21,6 +21,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.fees import FeeSchedule
 from xnode.core.limits import Limit
 from xnode.core.partitions import DEFAULT_PERIOD_DAYS
+from xnode.core.withholding import PATIENCE_S
 from xnode.runtime.crypto_threads import share
 from xnode.usecases.limits import LimitPolicy
 
@@ -317,7 +318,7 @@ class ReplicationGroup(BaseModel):
         ge=0,
     )
     withholding_patience_seconds: float = Field(
-        3600.0,
+        PATIENCE_S,
         description="How long an originator may leave a sequence id its checkpoint covers"
         " unserved and unaccounted for (HoldingsApi unanswered) before repair files a"
         " WITHHOLDING_ACCUSATION; an honest node heals a loss within a minute",

@@ -37,6 +37,10 @@ from xnode_api.withholding.v1 import withholding_pb2 as wh
 WITHHOLDING = wh.MISBEHAVIOR_WITHHOLDING
 WITHHOLDING_ACCUSATION = wh.MISBEHAVIOR_WITHHOLDING_ACCUSATION
 MAX_HOLDINGS_SPAN = 256  # sequence ids one signed account may cover
+# How long an originator may leave a committed id unaccounted for before its silence is an
+# accusation (the default of the `withholding_patience_seconds` setting): an honest node
+# heals a lost row from its peers well within it.
+PATIENCE_S = 3600.0
 
 
 class Healing(Exception):

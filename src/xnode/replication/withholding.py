@@ -22,6 +22,7 @@ from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.reconciliation import SequenceRange, runs
 from xnode.core.withholding import (
     MAX_HOLDINGS_SPAN,
+    PATIENCE_S,
     accusation_report,
     why_not_withheld,
     withholding_report,
@@ -35,9 +36,6 @@ if TYPE_CHECKING:  # anti_entropy, which calls this, defines the repair peer
 log = structlog.get_logger(__name__)
 
 MAX_CHECKED = MAX_HOLDINGS_SPAN  # unserved sequence ids looked into per repair
-# How long an originator may leave a committed id unaccounted for (the default of the
-# `withholding_patience_seconds` setting).
-PATIENCE_S = 3600.0
 
 
 @runtime_checkable

@@ -26,6 +26,7 @@ from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.node_tokens import TokenProvider
 from xnode.core.registry import NodeEntry, Registry
 from xnode.core.verification import verify_envelope
+from xnode.core.withholding import PATIENCE_S
 from xnode.replication.anti_entropy import AntiEntropy, Peer
 from xnode.replication.checkpoints import CheckpointFollower
 from xnode.replication.fees import FeeSchedules
@@ -42,7 +43,6 @@ from xnode.replication.repair_peer import GrpcRepairPeer
 from xnode.replication.scrub import Scrub
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
 from xnode.replication.verifiers import Verifiers
-from xnode.replication.withholding import PATIENCE_S
 from xnode.tls import ClientTls, open_channel
 from xnode.usecases.registry_source import RegistrySource
 
