@@ -54,10 +54,17 @@ async def eventually_value(
         await asyncio.sleep(POLL_S)
 
 
-def wait_until(check: Callable[[], bool], within_s: float = WITHIN_S, what: str = "") -> None:
-    """The same for code that is not async (subprocesses, files, clusters)."""
+def wait_until(
+    check: Callable[[], bool],
+    within_s: float = WITHIN_S,
+    what: str = "",
+    why: Callable[[], str] | None = None,
+) -> None:
+    """The same for code that is not async (subprocesses, files, clusters). `why`: what to
+    add to the failure (a log's tail)."""
     deadline = time.monotonic() + within_s
     while not check():
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what or 'condition'} not met within {within_s:g} s")
+            detail = f"\n{why()}" if why is not None else ""
+            raise AssertionError(f"{what or 'condition'} not met within {within_s:g} s{detail}")
         time.sleep(POLL_S)

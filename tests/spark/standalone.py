@@ -14,15 +14,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from tests.spark.jvm import QUICK_JVM_OPTIONS, REPO_ROOT
+from tests.waiting import wait_until
 from xnode.devtools.postgres import free_port
 
 LOOPBACK = "127.0.0.1"
@@ -57,17 +57,6 @@ def scrubbed_env(**extra: str) -> dict[str, str]:
     env["SPARK_DAEMON_JAVA_OPTS"] = QUICK_JVM_OPTIONS
     env["SPARK_SUBMIT_OPTS"] = QUICK_JVM_OPTIONS  # spark-submit's JVM: the driver
     return env | extra
-
-
-def wait_until(
-    check: Callable[[], bool], within_s: float, what: str, why: Callable[[], str]
-) -> None:
-    """Polls `check` until it holds; past the deadline fails with `why()` (e.g. a log tail)."""
-    deadline = time.monotonic() + within_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise ClusterError(f"{what}: not within {within_s:.0f} s\n{why()}")
-        time.sleep(0.2)
 
 
 def tail(path: Path, lines: int = 40) -> str:
