@@ -13,8 +13,9 @@ from xnode.usecases.limits import Caller
 
 log = structlog.get_logger(__name__)
 
-# Proxies whose malformed header was logged; forgotten all at once past this many.
-MAX_WARNED = 1024
+# Proxies whose malformed header was logged, and headers already read: each forgotten all at
+# once past this many.
+MAX_KEPT = 4096
 NO_PROXIES = TrustedProxies()
 
 
@@ -30,6 +31,9 @@ class ClientAddresses:
     def __init__(self, trusted: TrustedProxies = NO_PROXIES) -> None:
         self._trusted = trusted
         self._warned: set[str] = set()
+        # A proxy sends the same header for a client call after call; reading it parses
+        # every address it walks (ipaddress), several microseconds each.
+        self._read: dict[tuple[str, tuple[str, ...]], str] = {}
 
     def of(self, context: CallContext) -> str:
         """The address the call is limited as. A trusted proxy's malformed header is its own
@@ -37,16 +41,27 @@ class ClientAddresses:
         peer = Caller.from_peer(context.peer()).ip
         if not self._trusted:
             return peer
-        forwarded = [
+        forwarded = tuple(
             value.decode(errors="replace") if isinstance(value, bytes) else value
             for key, value in context.invocation_metadata() or ()
             if key == FORWARDED_FOR
-        ]
+        )
+        if not forwarded:
+            return peer
+        found = self._read.get((peer, forwarded))
+        if found is None:
+            found = self._resolve(peer, forwarded)
+            if len(self._read) >= MAX_KEPT:
+                self._read.clear()
+            self._read[(peer, forwarded)] = found
+        return found
+
+    def _resolve(self, peer: str, forwarded: tuple[str, ...]) -> str:
         try:
             return client_address(peer, forwarded, self._trusted)
         except ForwardedForError as exc:
             if peer not in self._warned:
-                if len(self._warned) >= MAX_WARNED:
+                if len(self._warned) >= MAX_KEPT:
                     self._warned.clear()
                 self._warned.add(peer)
                 log.warning(
