@@ -21,6 +21,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.fees import FeeSchedule
 from xnode.core.limits import Limit
 from xnode.core.partitions import DEFAULT_PERIOD_DAYS
+from xnode.core.proxies import TrustedProxies, parse_networks
 from xnode.core.withholding import PATIENCE_S
 from xnode.runtime.crypto_threads import share
 from xnode.usecases.limits import LimitPolicy
@@ -417,7 +418,28 @@ class FeesGroup(BaseModel):
         )
 
 
-class LimitsGroup(BaseModel):
+class TrustedProxiesGroup(BaseModel):
+    """Who may name the client a request is limited as (core.proxies); node and gateway."""
+
+    trusted_proxies: str = Field(
+        "",
+        description="Proxies (load balancers, payer gateways) trusted to name their clients: "
+        "addresses or CIDR networks, comma-separated. A request from one is limited as the "
+        "right-most address of its x-forwarded-for header that is not trusted; from any "
+        "other caller the header is ignored. Empty: every caller is limited as its own address",
+    )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: str) -> str:
+        parse_networks(value)
+        return value
+
+    def proxies_trusted(self) -> TrustedProxies:
+        return TrustedProxies.parse(self.trusted_proxies)
+
+
+class LimitsGroup(TrustedProxiesGroup):
     """Rate and byte limits on the APIs, and the payers allowed (XIP-49 3.2.5)."""
 
     limits_enabled: bool = Field(True, description="Rate and byte limits on the APIs (XIP 3.2.5)")
@@ -649,7 +671,7 @@ NODE_GROUPS: tuple[tuple[str, tuple[type[BaseModel], ...]], ...] = (
     ("retention", (RetentionGroup,)),
     ("logs", (LogsGroup,)),
     ("fees", (FeesGroup,)),
-    ("limits", (LimitsGroup,)),
+    ("limits", (LimitsGroup, TrustedProxiesGroup)),
     ("watchdog", (WatchdogGroup,)),
     ("logging", (LoggingGroup,)),
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from pydantic import ValidationError
 
 from xnode.config import NODE_GROUPS, ChainGroup, RegistryGroup, Settings, settings_table
 from xnode.gateway.settings import GatewaySettings, gateway_settings_table
@@ -48,3 +49,18 @@ def test_the_gateway_declares_no_field_of_a_shared_group_again_but_its_poll_defa
     assert own & shared == {"chain_poll_seconds"}
     assert GatewaySettings.model_fields["chain_poll_seconds"].default == 1.0
     assert ChainGroup.model_fields["chain_poll_seconds"].default == 0.5
+
+
+def test_trusted_proxies_are_read_by_node_and_gateway_and_a_bad_entry_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("XNODE_TRUSTED_PROXIES", "10.0.0.0/8, 2001:db8::1")
+    monkeypatch.setenv("XNODE_GATEWAY_TRUSTED_PROXIES", "192.0.2.0/24")
+    assert Settings().proxies_trusted().trusts("10.9.8.7")
+    assert Settings().proxies_trusted().trusts("2001:db8::1")
+    assert not Settings().proxies_trusted().trusts("192.0.2.1")
+    assert GatewaySettings().proxies_trusted().trusts("192.0.2.1")
+    with pytest.raises(
+        ValidationError, match=re.escape("'10.0.0.1/8' is not an address or a CIDR")
+    ):
+        Settings(trusted_proxies="10.0.0.1/8")

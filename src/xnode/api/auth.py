@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import grpc
 import structlog
 
+from xnode.api.proxies import ClientAddresses
 from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import cursor_to_proto
@@ -62,8 +63,10 @@ class NodeAuthInterceptor(_Interceptor):
         protected: frozenset[str] = PROTECTED_METHODS,
         clock: Clock = SYSTEM_CLOCK,
         read_only_peers: bool = True,
+        addresses: ClientAddresses | None = None,
     ) -> None:
         self._clock = clock
+        self._addresses = addresses or ClientAddresses()
         self._read_only_peers = read_only_peers
         self._node_id = node_id
         self._registry = registry
@@ -96,17 +99,17 @@ class NodeAuthInterceptor(_Interceptor):
 
     def caller(self, context: Context) -> Caller:
         """The caller for the API limits: its node id when it sent a valid node token (peers
-        get their own, higher limits), else its client IP (read-only nodes: with their own
-        limits). Tokens are cached until expiry so a peer's requests do not each recover a
-        signature."""
+        get their own, higher limits), else its client IP, which a trusted proxy may name
+        (api.proxies; read-only nodes: their peer's IP, with their own limits). Tokens are
+        cached until expiry so a peer's requests do not each recover a signature."""
         identity: NodeIdentity | None = None
         metadata = context.invocation_metadata() or ()
         if not any(key in _TOKEN_KEYS for key, _ in metadata):
-            return Caller.from_peer(context.peer())  # a client: no token (no exception either)
+            return self._client(context)  # a client: no token (no exception either)
         try:
             token = token_from_metadata(metadata)
         except AuthError:
-            return Caller.from_peer(context.peer())
+            return self._client(context)
         now = self._clock.now_s()
         cached = self._known.get(token)
         if cached is not None and now < cached.expires_at:
@@ -121,8 +124,11 @@ class NodeAuthInterceptor(_Interceptor):
                     self._known.clear()
                 self._known[token] = identity
         if identity is None:
-            return Caller.from_peer(context.peer())
+            return self._client(context)
         return Caller.from_peer(context.peer(), identity.node_id, read_only=identity.read_only)
+
+    def _client(self, context: Context) -> Caller:
+        return Caller(self._addresses.of(context))
 
     def _revoked(self, identity: NodeIdentity) -> str | None:
         if self._clock.now_s() >= identity.expires_at:

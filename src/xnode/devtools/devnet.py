@@ -244,9 +244,11 @@ def describe_fees(fees: FeeSchedule) -> str:
     )
 
 
-# Every client of a gateway reads through it, so its nodes see the gateway's address for all
-# of them (docs/gateway.md): per-IP read limits raised for it, as operators must for their
-# gateways' addresses. On one host, that address is every caller's.
+# The gateway calls the nodes from this address and names each client it calls for in
+# x-forwarded-for, which the nodes believe of it (docs/gateway.md "Client addresses").
+GATEWAY_ADDRESS = "127.0.0.1"
+# On one host that address is also every client's own: every client of the gateway is still
+# one caller to the nodes' per-IP limits, so the read limits are raised for it.
 GATEWAY_READ_LIMITS = {
     "limit_query_requests_per_second": "1000",
     "limit_subscribe_requests_per_second": "100",
@@ -271,6 +273,7 @@ def _spawn(
         "XNODE_WORKERS": "1",  # its nodes share one machine: one process each is enough
         **({"XNODE_READ_ONLY": "true"} if node.read_only else {}),
         **{f"XNODE_{k.upper()}": v for k, v in GATEWAY_READ_LIMITS.items()},
+        "XNODE_TRUSTED_PROXIES": GATEWAY_ADDRESS,
     }
     log = (state / f"{node.name}.log").open("ab")
     # Its own session: Ctrl-C reaches only the devnet, which stops nodes in order.

@@ -22,8 +22,6 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from xnode.usecases.limits import Caller
-
 LEEWAY_S = 30  # clock skew allowed on exp and nbf
 
 
@@ -103,10 +101,11 @@ class ClientAuth:
     def required(self) -> bool:
         return bool(self._keys) or self._tokens is not None
 
-    def client_of(self, metadata: Iterable[tuple[str, str | bytes]], peer: str | None) -> str:
-        """The client's name for limits and usage; raises Unauthenticated."""
+    def client_of(self, metadata: Iterable[tuple[str, str | bytes]], address: str) -> str:
+        """The client's name for limits and usage (`address`: where it calls from, as
+        api.proxies.ClientAddresses tells); raises Unauthenticated."""
         if not self.required:
-            return f"ip:{Caller.from_peer(peer).ip}"
+            return f"ip:{address}"
         presented = _presented(metadata)
         if presented is None:
             raise Unauthenticated(f"{self._wanted()} is required (authorization: Bearer ...)")

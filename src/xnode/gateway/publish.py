@@ -5,7 +5,9 @@ Envelopes are sent in request order as runs of consecutive envelopes bound for o
 PublishPayerEnvelopes call per run, each run after the previous one answered. So the answer
 keeps the request's order, and when a run fails, everything before it is stored and nothing
 after it was sent. The answer is given only after every node answered, i.e. after every
-envelope is durable on its originator (or, for commits and identity updates, on the chain)."""
+envelope is durable on its originator (or, for commits and identity updates, on the chain).
+Every call names the client it is made for in `x-forwarded-for` (api.proxies), so nodes that
+trust the gateway limit each client apart."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from xmtp.identity.associations import signature_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.api.errors import STATUS_OF
+from xnode.api.proxies import forwarded_for
 from xnode.core.crypto import SigningKey, payer_digest
 from xnode.core.envelopes import validate_payer_envelope
 from xnode.core.errors import Rejected
@@ -43,6 +46,14 @@ THREAD_PLANNING_MIN = 32
 # Calls outstanding to one node before further runs for it wait and are combined
 # (gateway/batching.py).
 FORWARDS_IN_FLIGHT = 2
+
+
+@dataclass(frozen=True)
+class _Route:
+    """Where a run goes, and for whom: runs are combined per route (gateway/batching.py)."""
+
+    node_id: int
+    client: str
 
 
 class AnswerMismatch(Exception):
@@ -98,8 +109,9 @@ class Publisher:
         self._visibility_s = visibility_s
         self._coalescer = Coalescer(self._call, MAX_ENVELOPES, FORWARDS_IN_FLIGHT)
 
-    async def publish(self, raws: Sequence[bytes]) -> list[bytes]:
-        """Serialized OriginatorEnvelopes, one per client envelope, in request order."""
+    async def publish(self, raws: Sequence[bytes], client: str) -> list[bytes]:
+        """Serialized OriginatorEnvelopes, one per client envelope, in request order;
+        `client`: the address the request came from, named to the nodes."""
         if not raws:
             raise GatewayError(grpc.StatusCode.INVALID_ARGUMENT, "envelopes is empty")
         if len(raws) > MAX_ENVELOPES:
@@ -113,8 +125,8 @@ class Publisher:
             planned = await asyncio.to_thread(self._plan_all, raws, nodes)
         else:
             planned = self._plan_all(raws, nodes)
-        answers = await self._send_runs(planned)
-        await wait_visible(self._channels, self._health, nodes, answers, self._visibility_s)
+        answers = await self._send_runs(planned, client)
+        await wait_visible(self._channels, self._health, nodes, answers, self._visibility_s, client)
         return answers
 
     def _plan_all(self, raws: Sequence[bytes], nodes: list[NodeEntry]) -> list[_Planned]:
@@ -168,7 +180,7 @@ class Publisher:
             planned.signed[target] = self._sign(planned.raw, target)
         return planned.signed[target]
 
-    async def _send_runs(self, planned: list[_Planned]) -> list[bytes]:
+    async def _send_runs(self, planned: list[_Planned], client: str) -> list[bytes]:
         answers: list[bytes] = []
         excluded: set[int] = set()
         unavailable: dict[int, str] = {}
@@ -186,7 +198,7 @@ class Publisher:
             while end < len(planned) and planned[end].target(excluded) == target:
                 end += 1
             try:
-                answers += await self._send(target, planned[start:end], start)
+                answers += await self._send(_Route(target, client), planned[start:end], start)
             except NodeUnavailable as exc:
                 log.warning("gateway_node_unavailable", node_id=target, error=exc.detail)
                 self._channels.mark_down(target)
@@ -197,21 +209,23 @@ class Publisher:
             start = end
         return answers
 
-    async def _send(self, node_id: int, run: list[_Planned], start: int) -> list[bytes]:
-        envelopes = [self._signed_for(p, node_id) for p in run]
+    async def _send(self, route: _Route, run: list[_Planned], start: int) -> list[bytes]:
+        envelopes = [self._signed_for(p, route.node_id) for p in run]
         try:
             if any(p.needs_chain for p in run):
-                return await self._call(node_id, envelopes)
-            return await self._coalescer.send(node_id, envelopes)
+                return await self._call(route, envelopes)
+            return await self._coalescer.send(route, envelopes)
         except grpc.aio.AioRpcError as exc:
-            raise node_error(node_id, exc, start, len(run)) from None
+            raise node_error(route.node_id, exc, start, len(run)) from None
         except AnswerMismatch as exc:
             raise GatewayError(grpc.StatusCode.INTERNAL, f"{exc}" + stored_note(start)) from None
 
     async def _call(
-        self, node_id: int, envelopes: list[envelopes_pb2.PayerEnvelope]
+        self, route: _Route, envelopes: list[envelopes_pb2.PayerEnvelope]
     ) -> list[bytes]:
-        """One PublishPayerEnvelopes call to the node, which may carry several requests' runs."""
+        """One PublishPayerEnvelopes call to the node, which may carry several requests' runs
+        (all from the route's client)."""
+        node_id = route.node_id
         entry = self._registry.current().get(node_id)
         if entry is None:  # dropped from the registry since the run was planned
             raise NodeUnavailable(node_id, "no longer an enabled node of the registry")
@@ -225,7 +239,7 @@ class Publisher:
             response_deserializer=api.PublishPayerEnvelopesResponse.FromString,
         )
         request = api.PublishPayerEnvelopesRequest(payer_envelopes=envelopes)
-        pending = call(request, timeout=self._timeout_s)
+        pending = call(request, timeout=self._timeout_s, metadata=forwarded_for(route.client))
         with self._health.cut_when_down(node_id, pending) as down:
             try:
                 response = await pending

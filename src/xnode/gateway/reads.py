@@ -6,7 +6,9 @@ to the topic's preferred node (XIP-49 3.3.6: where its writers publish) among th
 pass their health checks, and to the next one when a node fails; a stream that loses its
 node resumes on another from the cursor of what it passed on, so nothing is lost or repeated.
 Everything passed on is checked first (gateway/read_checks.py). Each call stands alone: the
-client's request carries its cursor, so any gateway behind one address can serve any call."""
+client's request carries its cursor, so any gateway behind one address can serve any call.
+Every call to a node names the client's address in `x-forwarded-for` (api.proxies): nodes
+that trust the gateway limit each client apart rather than the gateway as one caller."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import structlog
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import query_api_pb2
 from xnode.api.errors import abort_status
+from xnode.api.proxies import ClientAddresses, forwarded_for
 from xnode.client.network import FAILOVER_CODES
 from xnode.core import wire
 from xnode.core.backoff import Backoff
@@ -46,6 +49,7 @@ READ_SERVICES = (
 )
 Context = grpc.aio.ServicerContext[Any, Any]
 Check = Callable[[bytes], None]
+Metadata = tuple[tuple[str, str], ...]
 SUBSCRIBE = "SubscribeEnvelopes"
 CLOSING = "the gateway is shutting down; resubscribe from your cursor"
 HEALTH = "health_check"  # the cause of a failover when a node fails its health check
@@ -72,10 +76,13 @@ class Reads:
         health: NodeHealth,
         timeout_s: float,
         failover_s: float,
+        addresses: ClientAddresses,
         clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         """`timeout_s`: longest wait for one node's answer; `failover_s`: how long a stream
-        looks for a node that takes it before it ends UNAVAILABLE."""
+        looks for a node that takes it before it ends UNAVAILABLE; `addresses`: where a
+        client calls from (its peer, or what a trusted proxy says)."""
+        self._addresses = addresses
         self._registry = registry
         self._channels = channels
         self._health = health
@@ -122,7 +129,13 @@ class Reads:
         return self._failed(node_id, method, exc.code().name, detail)
 
     async def _unary_from(
-        self, node: NodeEntry, path: str, request: bytes, check: Check, context: Context
+        self,
+        node: NodeEntry,
+        path: str,
+        request: bytes,
+        check: Check,
+        context: Context,
+        client: Metadata,
     ) -> bytes:
         method = path.rpartition("/")[2]
         try:
@@ -131,7 +144,9 @@ class Reads:
             raise NodeFailed(node.node_id, str(exc)) from None
         remaining = context.time_remaining()
         timeout = self._timeout_s if remaining is None else min(remaining, self._timeout_s)
-        call = channel.unary_unary(path, _identity, _identity)(request, timeout=timeout)
+        call = channel.unary_unary(path, _identity, _identity)(
+            request, timeout=timeout, metadata=client
+        )
         with self._health.cut_when_down(node.node_id, call) as down:
             try:
                 answer: bytes = await call
@@ -156,9 +171,10 @@ class Reads:
         self, path: str, request: bytes, key: bytes, check: Check, context: Context
     ) -> bytes:
         failures: list[NodeFailed] = []
+        client = forwarded_for(self._addresses.of(context))
         for node in self._order(key):
             try:
-                return await self._unary_from(node, path, request, check, context)
+                return await self._unary_from(node, path, request, check, context, client)
             except NodeFailed as exc:
                 failures.append(exc)
         tried = "; ".join(f"node {f.node_id}: {f.detail}" for f in failures) or "no enabled node"
@@ -204,10 +220,11 @@ class Reads:
         key = parsed.query.topics[0] if parsed.query.topics else b""
         backoff = Backoff(0.05, 1.0)
         give_up = time.monotonic() + self._failover_s
+        client = forwarded_for(self._addresses.of(context))
         while not self._closing.is_set():
             for node in self._order(key):
                 try:
-                    async for frame in self._stream_from(node, path, parsed, checks, context):
+                    async for frame in self._stream_from(node, path, parsed, checks, client):
                         backoff.reset()
                         give_up = time.monotonic() + self._failover_s
                         yield frame
@@ -227,7 +244,7 @@ class Reads:
         path: str,
         parsed: api.SubscribeEnvelopesRequest,
         checks: AnswerChecks,
-        context: Context,
+        client: Metadata,
     ) -> AsyncIterator[bytes]:
         """Frames of `node`'s stream from the cursor, checked; NodeFailed when it fails."""
         resumed = api.SubscribeEnvelopesRequest()
@@ -237,7 +254,9 @@ class Reads:
             channel = self._channels.channel(node.http_address)
         except UnusableUrl as exc:
             raise NodeFailed(node.node_id, str(exc)) from None
-        call = channel.unary_stream(path, _identity, _identity)(resumed.SerializeToString())
+        call = channel.unary_stream(path, _identity, _identity)(
+            resumed.SerializeToString(), metadata=client
+        )
         with self._health.cut_when_down(node.node_id, call) as down, cut_when(self._closing, call):
             try:
                 async for frame in call:

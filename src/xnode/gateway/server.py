@@ -12,6 +12,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2
 
 from xnode.api.http import GATEWAY_JSON_ROUTES, HttpApi, health_handler, methods_of
+from xnode.api.proxies import ClientAddresses
 from xnode.core.crypto import SigningKey
 from xnode.core.registry import Registry
 from xnode.gateway.channels import NodeChannels
@@ -143,10 +144,12 @@ async def _start(settings: GatewaySettings, credentials: _Credentials, stops: St
         registry, channels, settings.node_check_seconds, settings.node_check_timeout_seconds
     )
     stops.add(Phase.PEERS, health_of_nodes.stop)
+    addresses = ClientAddresses(settings.proxies_trusted())
     clients = ClientPolicy(
         ClientAuth(settings.client_api_keys(), credentials.tokens),
         ClientLimits(settings.client_limit_policy(), LocalBuckets()),
         UsageLog(settings.usage_file),
+        addresses,
     )
     stops.add_sync(Phase.COMMITS, clients.usage.close)
     publisher = Publisher(
@@ -164,6 +167,7 @@ async def _start(settings: GatewaySettings, credentials: _Credentials, stops: St
         health_of_nodes,
         settings.read_timeout_seconds,
         settings.read_failover_seconds,
+        addresses,
     )
     server = grpc_server(settings.max_message_mib)
     address = bind(server, settings.listen_address, credentials.served)

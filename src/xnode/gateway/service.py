@@ -13,6 +13,7 @@ import grpc
 import structlog
 
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
+from xnode.api.proxies import ClientAddresses
 from xnode.core import wire
 from xnode.core.originator_selection import available_nodes
 from xnode.gateway.clients import ClientAuth
@@ -38,11 +39,13 @@ def _identity(data: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class ClientPolicy:
-    """Who each client is, what it may publish, and where what it published is recorded."""
+    """Who each client is and where it calls from, what it may publish, and where what it
+    published is recorded."""
 
     auth: ClientAuth
     limits: ClientLimits
     usage: UsageLog
+    addresses: ClientAddresses
 
 
 class PayerService:
@@ -84,16 +87,17 @@ class PayerService:
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"request does not decode as {_PUBLISH_REQUEST}: {exc}",
             ) from None
-        client = await self._admit(raws, context)
-        answers = await self._publisher.publish(raws)
+        address = self._clients.addresses.of(context)
+        client = await self._admit(raws, context, address)
+        answers = await self._publisher.publish(raws, address)
         await self._clients.usage.record(client, raws, answers)
         # The node's envelopes go out as the node serialized (and signed) them.
         return wire.repeated(1, answers)
 
-    async def _admit(self, raws: list[bytes], context: Context) -> str:
+    async def _admit(self, raws: list[bytes], context: Context, address: str) -> str:
         """The client's name once it is known and within its limits; raises Unauthenticated
         or LimitExceeded otherwise."""
-        client = self._clients.auth.client_of(context.invocation_metadata() or (), context.peer())
+        client = self._clients.auth.client_of(context.invocation_metadata() or (), address)
         await self._clients.limits.publish(client, raws)
         return client
 

@@ -18,6 +18,7 @@ from xnode.config import (
     RegistryGroup,
     ServingGroup,
     TlsGroup,
+    TrustedProxiesGroup,
     add_flags,
     from_args,
     host_port,
@@ -32,9 +33,11 @@ from xnode.gateway.limits import ClientLimitPolicy
 ENV_PREFIX = "XNODE_GATEWAY_"
 
 
-class GatewaySettings(ServingGroup, RegistryGroup, TlsGroup, LoggingGroup, BaseSettings):
+class GatewaySettings(
+    ServingGroup, RegistryGroup, TlsGroup, TrustedProxiesGroup, LoggingGroup, BaseSettings
+):
     """The gateway's own settings, and the groups it shares with the node (serving, registry
-    and its chain, TLS, logging) under its own prefix."""
+    and its chain, TLS, trusted proxies, logging) under its own prefix."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
@@ -241,6 +244,7 @@ GATEWAY_GROUPS: tuple[tuple[str, tuple[type[BaseModel], ...]], ...] = (
     ("serving", (ServingGroup,)),
     ("registry", (ChainGroup, RegistryGroup)),
     ("tls", (TlsGroup,)),
+    ("trusted proxies", (TrustedProxiesGroup,)),
     ("logging", (LoggingGroup,)),
 )
 

@@ -20,6 +20,7 @@ import structlog
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xnode.api.proxies import forwarded_for
 from xnode.core.registry import NodeEntry
 from xnode.gateway.channels import NodeChannels, UnusableUrl
 from xnode.gateway.node_health import NodeHealth
@@ -45,7 +46,9 @@ def chain_points(answers: Iterable[bytes]) -> dict[int, int]:
     return points
 
 
-async def _serves(channel: grpc.aio.Channel, originator: int, sequence_id: int) -> bool:
+async def _serves(
+    channel: grpc.aio.Channel, originator: int, sequence_id: int, client: str
+) -> bool:
     call = channel.unary_unary(
         QUERY_METHOD,
         request_serializer=api.QueryEnvelopesRequest.SerializeToString,
@@ -60,7 +63,7 @@ async def _serves(channel: grpc.aio.Channel, originator: int, sequence_id: int) 
         ),
         limit=1,
     )
-    response = await call(request, timeout=1.0)
+    response = await call(request, timeout=1.0, metadata=forwarded_for(client))
     return bool(response.envelopes)
 
 
@@ -70,6 +73,7 @@ async def _wait_node(
     node: NodeEntry,
     points: dict[int, int],
     deadline: float,
+    client: str,
 ) -> bool:
     try:
         channel = channels.channel(node.http_address)
@@ -81,7 +85,7 @@ async def _wait_node(
             return True  # frozen or gone since the wait began: it serves no reader either
         for originator, sequence_id in list(pending.items()):
             try:
-                if await _serves(channel, originator, sequence_id):
+                if await _serves(channel, originator, sequence_id, client):
                     del pending[originator]
             except grpc.aio.AioRpcError as exc:
                 if exc.code() is grpc.StatusCode.UNAVAILABLE:
@@ -103,14 +107,17 @@ async def wait_visible(
     nodes: list[NodeEntry],
     answers: list[bytes],
     timeout_s: float,
+    client: str,
 ) -> None:
+    """`client`: the address of the publish's client, which the queries name to the nodes
+    (they are its reads: the gateway's own address would carry every client's)."""
     points = chain_points(answers)
     if not points or timeout_s <= 0:
         return
     readers = [n for n in nodes if not channels.recently_down(n.node_id)]
     deadline = time.monotonic() + timeout_s
     done = await asyncio.gather(
-        *(_wait_node(channels, health, n, points, deadline) for n in readers)
+        *(_wait_node(channels, health, n, points, deadline, client) for n in readers)
     )
     behind = [n.node_id for n, ok in zip(readers, done, strict=True) if not ok]
     if behind:

@@ -22,6 +22,7 @@ from xnode.api.http import NODE_JSON_ROUTES, HttpApi, health_handler, methods_of
 from xnode.api.logs import SERVICE_NAME as LOG_SERVICE
 from xnode.api.logs import LogService, add_log_service
 from xnode.api.misbehavior import MisbehaviorService
+from xnode.api.proxies import ClientAddresses
 from xnode.api.registration import envelope_handlers, misbehavior_handlers, service_names
 from xnode.api.service import EnvelopeService
 from xnode.api.withholding import SERVICE_NAME as HOLDINGS_SERVICE
@@ -374,6 +375,7 @@ async def _serve(
         current_registry,
         parts.state.vector_clock,
         read_only_peers=settings.accept_read_only_peers,
+        addresses=ClientAddresses(settings.proxies_trusted()),
     )
     logs = None
     end_streams = [subscribe.close_all]

@@ -17,10 +17,13 @@ from tests.conftest import ChainEnv
 from tests.e2e.podman_host import docker_api
 from tests.e2e.replication.conftest import ChainNetwork, chain_network
 from xnode.core.crypto import SigningKey
-from xnode.devtools.devnet import GATEWAY_READ_LIMITS, wait_serving
+from xnode.devtools.devnet import GATEWAY_ADDRESS, GATEWAY_READ_LIMITS, wait_serving
 from xnode.devtools.postgres import free_port
 
 __all__ = ["chain_network", "docker_api"]  # the fixtures, shared with other tests
+
+# As `xnode devnet` runs its nodes: they believe the gateways naming their clients.
+BEHIND_GATEWAYS = {**GATEWAY_READ_LIMITS, "trusted_proxies": GATEWAY_ADDRESS}
 
 
 @dataclass
@@ -44,7 +47,7 @@ class ClientNetwork:
     gateways: list[GatewayProcess] = field(default_factory=list)
 
     def restart(self, node_id: int) -> None:
-        self.nodes.start(node_id, metrics_address=self.metrics[node_id], **GATEWAY_READ_LIMITS)
+        self.nodes.start(node_id, metrics_address=self.metrics[node_id], **BEHIND_GATEWAYS)
 
     def signal(self, node_id: int, sig: signal.Signals) -> None:
         """SIGSTOP freezes the node's process, SIGCONT thaws it."""
@@ -80,7 +83,7 @@ def client_network(chain_network: ChainNetwork, tmp_path: Path) -> Iterator[Clie
     """Started: three nodes and two gateways. Fails (never skips) when one cannot start."""
     metrics = {n: f"127.0.0.1:{free_port()}" for n in chain_network.addresses}
     for node_id, address in metrics.items():
-        chain_network.start(node_id, metrics_address=address, **GATEWAY_READ_LIMITS)
+        chain_network.start(node_id, metrics_address=address, **BEHIND_GATEWAYS)
     network = ClientNetwork(chain_network, metrics)
     for index in range(2):
         gateway = _spawn_gateway(chain_network.chain, tmp_path, index)

@@ -377,7 +377,9 @@ async def test_the_wait_for_a_chain_payload_leaves_a_node_that_freezes(network: 
     checks.start()
     try:
         answers = [chain_envelope(1, 4, chain=True)]
-        waiting = asyncio.create_task(wait_visible(channels, checks, [entry], answers, 30.0))
+        waiting = asyncio.create_task(
+            wait_visible(channels, checks, [entry], answers, 30.0, "127.0.0.1")
+        )
         await asyncio.wait_for(asked.wait(), 10)
         frozen.set()
         started = time.monotonic()

@@ -31,7 +31,7 @@ class ScriptedNode:
         self.refuse = refuse
         self.code = code
 
-    async def __call__(self, node_id: int, sent: list[Envelope]) -> list[bytes]:
+    async def __call__(self, key: object, sent: list[Envelope]) -> list[bytes]:
         tags = [e.message_retention_days for e in sent]
         self.calls.append(tags)
         await self.release.wait()
@@ -136,3 +136,21 @@ async def test_nodes_are_batched_apart() -> None:
     await until(lambda: len(node.calls) == 2)
     node.release.set()
     assert await asyncio.gather(*runs) == [[b"\x01"], [b"\x02"]]
+
+
+async def test_runs_of_two_clients_never_share_a_call_and_idle_keys_are_forgotten() -> None:
+    """A call names one client to the node's limits (x-forwarded-for): the gateway's key is
+    the node and the client's address."""
+    node = ScriptedNode()
+    coalescer: Coalescer[tuple[int, str]] = Coalescer(node, max_envelopes=1000, max_in_flight=1)
+    first = asyncio.create_task(coalescer.send((100, "a"), envelopes(1)))
+    await until(lambda: len(node.calls) == 1)
+    waiting = [
+        asyncio.create_task(coalescer.send((100, client), envelopes(tag)))
+        for client, tag in (("a", 2), ("b", 3), ("a", 4))
+    ]
+    await until(lambda: len(node.calls) == 2)  # b's node queue was idle: sent at once
+    node.release.set()
+    await asyncio.gather(first, *waiting)
+    assert node.calls == [[1], [3], [2, 4]]
+    assert not coalescer._queues

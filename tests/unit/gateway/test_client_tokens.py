@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from xnode.gateway.clients import ClientAuth, JwtPolicy, Unauthenticated, load_jwt_keys
 
-PEER = "ipv4:10.0.0.1:5000"
+PEER = "10.0.0.1"
 
 
 def pem_of(*private: Any) -> bytes:

@@ -25,12 +25,12 @@ def test_api_keys_parse_and_refuse_duplicates() -> None:
 
 def test_clients_are_their_key_names_or_without_keys_their_ip() -> None:
     auth = ClientAuth({"k1": "alice"})
-    assert auth.client_of([("authorization", "Bearer k1")], "ipv4:1.2.3.4:5") == "alice"
-    assert auth.client_of([("x-api-key", b"k1")], None) == "alice"
+    assert auth.client_of([("authorization", "Bearer k1")], "1.2.3.4") == "alice"
+    assert auth.client_of([("x-api-key", b"k1")], "unknown") == "alice"
     for metadata in ([], [("authorization", "Bearer k2")], [("authorization", "k1")]):
         with pytest.raises(Unauthenticated):
-            auth.client_of(metadata, "ipv4:1.2.3.4:5")
-    assert ClientAuth({}).client_of([], "ipv4:1.2.3.4:5") == "ip:1.2.3.4"
+            auth.client_of(metadata, "1.2.3.4")
+    assert ClientAuth({}).client_of([], "1.2.3.4") == "ip:1.2.3.4"
 
 
 async def test_each_client_has_its_own_envelope_and_byte_buckets() -> None:
