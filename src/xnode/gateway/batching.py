@@ -5,9 +5,10 @@ envelope, so the gateway sends what its clients' requests hold for one node as o
 PublishPayerEnvelopes call. Nothing waits to fill a batch: with fewer than `max_in_flight`
 calls to the node outstanding, a run is sent at once; runs that arrive while the node is busy
 queue and leave together in the next call. Each run still gets its own answer, in order.
-Runs are combined per key: the gateway's key is the node and the client's address, because
-a call names one client to the node's limits (`x-forwarded-for`), so runs of two addresses
-never share a call.
+A call names its runs' client to the node's limits (`x-forwarded-for`) when they all came
+from one; a call that combines several clients' runs names none, and the node charges it to
+the gateway, which limits its own clients (combining is what keeps a busy gateway's calls
+few; its publishes are limited by the node per payer, the gateway, anyway).
 
 Only runs the node originates itself are combined. It stores such a request whole or not at
 all, so when the node refuses a combined call for one run's sake (bad input, a stale
@@ -21,15 +22,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
 
 import grpc
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 
-K = TypeVar("K", bound=Hashable)
+# (node id, envelopes, the client every run came from, or "" for several)
+NodeCall = Callable[[int, list[envelopes_pb2.PayerEnvelope], str], Awaitable[list[bytes]]]
 
 # The node refuses these before it stores anything of a request.
 REFUSED_WHOLE = frozenset(
@@ -48,6 +49,7 @@ REFUSED_WHOLE = frozenset(
 class _Run:
     envelopes: list[envelopes_pb2.PayerEnvelope]
     answer: asyncio.Future[list[bytes]]
+    client: str
 
 
 @dataclass
@@ -56,37 +58,34 @@ class _NodeQueue:
     in_flight: int = 0
 
 
-class Coalescer(Generic[K]):
-    """`call(key, envelopes)` sends one request for `key` (which names the node) and returns
-    the node's answers in order (or raises grpc.aio.AioRpcError, or anything else for every
-    run it carried)."""
+class Coalescer:
+    """`call(node_id, envelopes, client)` sends one request and returns the node's answers
+    in order (or raises grpc.aio.AioRpcError, or anything else for every run it carried)."""
 
-    def __init__(
-        self,
-        call: Callable[[K, list[envelopes_pb2.PayerEnvelope]], Awaitable[list[bytes]]],
-        max_envelopes: int,
-        max_in_flight: int,
-    ) -> None:
+    def __init__(self, call: NodeCall, max_envelopes: int, max_in_flight: int) -> None:
         self._call = call
         self._max_envelopes = max_envelopes
         self._max_in_flight = max_in_flight
-        self._queues: dict[K, _NodeQueue] = {}
+        self._queues: dict[int, _NodeQueue] = {}
         self._flushes: set[asyncio.Task[None]] = set()
 
-    async def send(self, key: K, envelopes: list[envelopes_pb2.PayerEnvelope]) -> list[bytes]:
-        run = _Run(envelopes, asyncio.get_running_loop().create_future())
-        queue = self._queues.setdefault(key, _NodeQueue())
+    async def send(
+        self, node_id: int, envelopes: list[envelopes_pb2.PayerEnvelope], client: str = ""
+    ) -> list[bytes]:
+        """`client`: the address the run came from ("" when unknown)."""
+        run = _Run(envelopes, asyncio.get_running_loop().create_future(), client)
+        queue = self._queues.setdefault(node_id, _NodeQueue())
         queue.waiting.append(run)
-        self._pump(key, queue)
+        self._pump(node_id, queue)
         return await run.answer
 
-    def _pump(self, key: K, queue: _NodeQueue) -> None:
+    def _pump(self, node_id: int, queue: _NodeQueue) -> None:
         while queue.in_flight < self._max_in_flight:
             batch = self._take(queue)
             if not batch:
                 return
             queue.in_flight += 1
-            flush = asyncio.create_task(self._flush(key, queue, batch))
+            flush = asyncio.create_task(self._flush(node_id, queue, batch))
             self._flushes.add(flush)
             flush.add_done_callback(self._flushes.discard)
 
@@ -104,24 +103,24 @@ class Coalescer(Generic[K]):
             size += len(run.envelopes)
         return batch
 
-    async def _flush(self, key: K, queue: _NodeQueue, batch: list[_Run]) -> None:
+    async def _flush(self, node_id: int, queue: _NodeQueue, batch: list[_Run]) -> None:
         try:
-            await self._deliver(key, batch)
+            await self._deliver(node_id, batch)
         finally:
             for run in batch:  # cancelled (the gateway stops): callers must not hang
                 if not run.answer.done():
                     run.answer.cancel()
             queue.in_flight -= 1
-            self._pump(key, queue)
-            if not (queue.in_flight or queue.waiting) and self._queues.get(key) is queue:
-                del self._queues[key]  # keys are client addresses: none kept once idle
+            self._pump(node_id, queue)
 
-    async def _deliver(self, key: K, batch: Sequence[_Run]) -> None:
+    async def _deliver(self, node_id: int, batch: Sequence[_Run]) -> None:
         try:
-            got = await self._call(key, [e for run in batch for e in run.envelopes])
+            clients = {run.client for run in batch}
+            client = clients.pop() if len(clients) == 1 else ""
+            got = await self._call(node_id, [e for run in batch for e in run.envelopes], client)
         except grpc.aio.AioRpcError as exc:
             if len(batch) > 1 and exc.code() in REFUSED_WHOLE:
-                await asyncio.gather(*(self._deliver(key, [run]) for run in batch))
+                await asyncio.gather(*(self._deliver(node_id, [run]) for run in batch))
                 return
             _fail(batch, exc)
             return

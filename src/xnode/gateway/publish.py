@@ -6,8 +6,9 @@ PublishPayerEnvelopes call per run, each run after the previous one answered. So
 keeps the request's order, and when a run fails, everything before it is stored and nothing
 after it was sent. The answer is given only after every node answered, i.e. after every
 envelope is durable on its originator (or, for commits and identity updates, on the chain).
-Every call names the client it is made for in `x-forwarded-for` (api.proxies), so nodes that
-trust the gateway limit each client apart."""
+A call names the client it is made for in `x-forwarded-for` (api.proxies), so nodes that
+trust the gateway limit each client apart; one that combines several clients' runs
+(gateway/batching.py) names none."""
 
 from __future__ import annotations
 
@@ -46,14 +47,6 @@ THREAD_PLANNING_MIN = 32
 # Calls outstanding to one node before further runs for it wait and are combined
 # (gateway/batching.py).
 FORWARDS_IN_FLIGHT = 2
-
-
-@dataclass(frozen=True)
-class _Route:
-    """Where a run goes, and for whom: runs are combined per route (gateway/batching.py)."""
-
-    node_id: int
-    client: str
 
 
 class AnswerMismatch(Exception):
@@ -198,7 +191,7 @@ class Publisher:
             while end < len(planned) and planned[end].target(excluded) == target:
                 end += 1
             try:
-                answers += await self._send(_Route(target, client), planned[start:end], start)
+                answers += await self._send(target, client, planned[start:end], start)
             except NodeUnavailable as exc:
                 log.warning("gateway_node_unavailable", node_id=target, error=exc.detail)
                 self._channels.mark_down(target)
@@ -209,23 +202,24 @@ class Publisher:
             start = end
         return answers
 
-    async def _send(self, route: _Route, run: list[_Planned], start: int) -> list[bytes]:
-        envelopes = [self._signed_for(p, route.node_id) for p in run]
+    async def _send(
+        self, node_id: int, client: str, run: list[_Planned], start: int
+    ) -> list[bytes]:
+        envelopes = [self._signed_for(p, node_id) for p in run]
         try:
             if any(p.needs_chain for p in run):
-                return await self._call(route, envelopes)
-            return await self._coalescer.send(route, envelopes)
+                return await self._call(node_id, envelopes, client)
+            return await self._coalescer.send(node_id, envelopes, client)
         except grpc.aio.AioRpcError as exc:
-            raise node_error(route.node_id, exc, start, len(run)) from None
+            raise node_error(node_id, exc, start, len(run)) from None
         except AnswerMismatch as exc:
             raise GatewayError(grpc.StatusCode.INTERNAL, f"{exc}" + stored_note(start)) from None
 
     async def _call(
-        self, route: _Route, envelopes: list[envelopes_pb2.PayerEnvelope]
+        self, node_id: int, envelopes: list[envelopes_pb2.PayerEnvelope], client: str
     ) -> list[bytes]:
-        """One PublishPayerEnvelopes call to the node, which may carry several requests' runs
-        (all from the route's client)."""
-        node_id = route.node_id
+        """One PublishPayerEnvelopes call to the node, which may carry several requests' runs;
+        `client` names the one client they all came from ("" for several: none named)."""
         entry = self._registry.current().get(node_id)
         if entry is None:  # dropped from the registry since the run was planned
             raise NodeUnavailable(node_id, "no longer an enabled node of the registry")
@@ -239,7 +233,9 @@ class Publisher:
             response_deserializer=api.PublishPayerEnvelopesResponse.FromString,
         )
         request = api.PublishPayerEnvelopesRequest(payer_envelopes=envelopes)
-        pending = call(request, timeout=self._timeout_s, metadata=forwarded_for(route.client))
+        pending = call(
+            request, timeout=self._timeout_s, metadata=forwarded_for(client) if client else ()
+        )
         with self._health.cut_when_down(node_id, pending) as down:
             try:
                 response = await pending

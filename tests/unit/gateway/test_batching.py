@@ -27,13 +27,15 @@ class ScriptedNode:
 
     def __init__(self, refuse: int = -1, code: grpc.StatusCode = grpc.StatusCode.OK) -> None:
         self.calls: list[list[int]] = []
+        self.clients: list[str] = []
         self.release = asyncio.Event()
         self.refuse = refuse
         self.code = code
 
-    async def __call__(self, key: object, sent: list[Envelope]) -> list[bytes]:
+    async def __call__(self, node_id: int, sent: list[Envelope], client: str) -> list[bytes]:
         tags = [e.message_retention_days for e in sent]
         self.calls.append(tags)
+        self.clients.append(client)
         await self.release.wait()
         if self.refuse in tags:
             raise rpc_error(self.code)
@@ -138,19 +140,19 @@ async def test_nodes_are_batched_apart() -> None:
     assert await asyncio.gather(*runs) == [[b"\x01"], [b"\x02"]]
 
 
-async def test_runs_of_two_clients_never_share_a_call_and_idle_keys_are_forgotten() -> None:
-    """A call names one client to the node's limits (x-forwarded-for): the gateway's key is
-    the node and the client's address."""
+async def test_a_call_names_its_client_only_when_every_run_came_from_it() -> None:
+    """A node limits the client a call names (x-forwarded-for): a call that combines runs of
+    several clients names none (the node charges the gateway), and combining goes on."""
     node = ScriptedNode()
-    coalescer: Coalescer[tuple[int, str]] = Coalescer(node, max_envelopes=1000, max_in_flight=1)
-    first = asyncio.create_task(coalescer.send((100, "a"), envelopes(1)))
+    coalescer = Coalescer(node, max_envelopes=1000, max_in_flight=1)
+    first = asyncio.create_task(coalescer.send(100, envelopes(1), "10.0.0.1"))
     await until(lambda: len(node.calls) == 1)
-    waiting = [
-        asyncio.create_task(coalescer.send((100, client), envelopes(tag)))
-        for client, tag in (("a", 2), ("b", 3), ("a", 4))
+    mixed = [
+        asyncio.create_task(coalescer.send(100, envelopes(tag), client))
+        for client, tag in (("10.0.0.1", 2), ("10.0.0.2", 3))
     ]
-    await until(lambda: len(node.calls) == 2)  # b's node queue was idle: sent at once
+    await until(lambda: len(coalescer._queues[100].waiting) == 2)
     node.release.set()
-    await asyncio.gather(first, *waiting)
-    assert node.calls == [[1], [3], [2, 4]]
-    assert not coalescer._queues
+    await asyncio.gather(first, *mixed)
+    assert node.calls == [[1], [2, 3]]
+    assert node.clients == ["10.0.0.1", ""]
