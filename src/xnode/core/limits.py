@@ -91,9 +91,17 @@ class Charge:
 
 
 def subject_of(key: str) -> str:
-    """`publish:payer:0xab..:bytes` -> `payer 0xab..` for the refusal message."""
-    parts = key.split(":")
-    return " ".join(parts[1:-1]) if len(parts) > 3 else " ".join(parts[1:])
+    """`publish:payer:0xab..:bytes` -> `payer 0xab..` for the refusal message; an IPv6
+    address keeps its colons (`query:ip:2001:db8::1:requests` -> `ip 2001:db8::1`)."""
+    _, _, rest = key.partition(":")
+    subject, _, last = rest.rpartition(":")
+    if not subject or last not in _MEASURES:
+        subject = rest
+    kind, _, who = subject.partition(":")
+    return f"{kind} {who}" if who else kind
+
+
+_MEASURES = frozenset(Kind)  # what a bucket key may end with
 
 
 class LimitExceeded(Exception):

@@ -5,7 +5,15 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xnode.core.limits import LEASE_SHARE, Kind, Limit, LimitExceeded, TokenBucket, lease_size
+from xnode.core.limits import (
+    LEASE_SHARE,
+    Kind,
+    Limit,
+    LimitExceeded,
+    TokenBucket,
+    lease_size,
+    subject_of,
+)
 from xnode.usecases.limits import Caller
 
 
@@ -54,3 +62,11 @@ def test_caller_ip_from_grpc_peer_strings() -> None:
 def test_a_wait_under_a_tenth_of_a_second_is_not_shown_as_zero() -> None:
     assert "retry in 0.1 s" in str(LimitExceeded(Kind.ENVELOPES, "payer 0xab", 0.04))
     assert "retry in 0.2 s" in str(LimitExceeded(Kind.ENVELOPES, "payer 0xab", 0.11))
+
+
+def test_the_refused_subject_is_read_back_from_its_bucket_key() -> None:
+    assert subject_of("publish:payer:0xab:bytes") == "payer 0xab"
+    assert subject_of("query:ip:10.0.0.1:requests") == "ip 10.0.0.1"
+    assert subject_of("query:ip:2001:db8::1:requests") == "ip 2001:db8::1"
+    assert subject_of("subscribe:ip:2001:db8::1") == "ip 2001:db8::1"
+    assert subject_of("report:node:100") == "node 100"
