@@ -27,6 +27,7 @@ from bench_repair import NODE, signed_envelopes
 
 from xnode.core.crypto import SigningKey
 from xnode.devtools.postgres import PgCluster, start_cluster
+from xnode.observability.outage import DatabaseOutage
 from xnode.replication.scrub import Scrub
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.replication import ReplicationStore
@@ -77,7 +78,7 @@ async def main() -> None:
 
             scrub = Scrub(source, args.rate, keys=lambda: keys)
             cpu, wall = _cpu(cluster), time.perf_counter()
-            scrub.start()
+            scrub.start(DatabaseOutage(lambda: f"127.0.0.1:{cluster.port}"))
             await asyncio.sleep(args.seconds)
             await scrub.stop()
             wall, cpu = time.perf_counter() - wall, _cpu(cluster) - cpu

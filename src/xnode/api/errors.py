@@ -1,6 +1,9 @@
 """The one mapping of errors to gRPC statuses: the core's refusals by reason, limits,
 store failures UNAVAILABLE (retry later) and, per API, errors of its own (`statuses`);
-counts refusals per API, method and reason. Every servicer is registered through it."""
+counts refusals per API, method and reason. Every servicer is registered through it.
+
+A store failure is told to the node's DatabaseOutage, which logs the outage once; each
+request refused during it is only counted (and logged at debug)."""
 
 from __future__ import annotations
 
@@ -10,16 +13,14 @@ from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import grpc
-import structlog
 from google.protobuf.descriptor import ServiceDescriptor
 
 from xnode.core.envelopes import cursor_to_proto
 from xnode.core.errors import Reason, Rejected
 from xnode.core.limits import Kind, LimitExceeded
 from xnode.observability.metrics import LIMITED, REQUESTS_REJECTED
+from xnode.observability.outage import DatabaseOutage
 from xnode.usecases.ports import StoreUnavailable
-
-log = structlog.get_logger(__name__)
 
 STATUS_OF = {
     Reason.MALFORMED: grpc.StatusCode.INVALID_ARGUMENT,
@@ -62,8 +63,11 @@ async def abort_rejected(context: Context, exc: Rejected, api: str, method: str)
     await context.abort(STATUS_OF[exc.reason], str(exc))
 
 
-async def abort_store(context: Context, method: str, exc: BaseException) -> None:
-    log.error("store_unavailable", method=method, error=repr(exc))
+async def abort_store(
+    context: Context, api: str, method: str, exc: BaseException, outage: DatabaseOutage
+) -> None:
+    count_rejected(api, method, Reason.UNAVAILABLE.value)
+    outage.refused(method, exc)
     await context.abort(
         grpc.StatusCode.UNAVAILABLE, "the envelope store is unavailable; retry shortly"
     )
@@ -111,7 +115,12 @@ def _caught(statuses: Statuses) -> tuple[type[Exception], ...]:
 
 
 async def abort_error(
-    context: Context, exc: Exception, api: str, method: str, statuses: Statuses
+    context: Context,
+    exc: Exception,
+    api: str,
+    method: str,
+    statuses: Statuses,
+    outage: DatabaseOutage,
 ) -> None:
     """Aborts with the status `exc` maps to; re-raises an error the mapping does not know."""
     if isinstance(exc, Rejected):
@@ -119,7 +128,7 @@ async def abort_error(
     if isinstance(exc, LimitExceeded):
         await abort_limited(context, exc, api)
     if isinstance(exc, StoreErrors):
-        await abort_store(context, method, exc)
+        await abort_store(context, api, method, exc, outage)
     if isinstance(exc, StatusError):
         await abort_status(context, exc)
     for kind, code in statuses.items():
@@ -132,17 +141,18 @@ def unary_errors(
     fn: Callable[[Any, Context], Awaitable[T]],
     api: str,
     method: str,
+    outage: DatabaseOutage,
     statuses: Statuses = NO_STATUSES,
 ) -> Callable[[Any, Context], Awaitable[T]]:
     """`fn` with its errors turned into statuses; `api` is the short name of the service it
-    is called under (publish, query, replication, ...)."""
+    is called under (publish, query, replication, ...); store failures are told to `outage`."""
     caught = _caught(statuses)
 
     async def handler(request: Any, context: Context) -> T:
         try:
             return await fn(request, context)
         except caught as exc:
-            await abort_error(context, exc, api, method, statuses)
+            await abort_error(context, exc, api, method, statuses, outage)
         raise AssertionError("unreachable: abort raises")
 
     return handler
@@ -152,6 +162,7 @@ def stream_errors(
     fn: Callable[[Any, Context], AsyncIterator[T]],
     api: str,
     method: str,
+    outage: DatabaseOutage,
     statuses: Statuses = NO_STATUSES,
 ) -> Callable[[Any, Context], AsyncIterator[T]]:
     caught = _caught(statuses)
@@ -161,19 +172,23 @@ def stream_errors(
             async for item in fn(request, context):
                 yield item
         except caught as exc:
-            await abort_error(context, exc, api, method, statuses)
+            await abort_error(context, exc, api, method, statuses, outage)
 
     return handler
 
 
 def errors_mapped(
-    service: object, descriptor: ServiceDescriptor, api: str, statuses: Statuses = NO_STATUSES
+    service: object,
+    descriptor: ServiceDescriptor,
+    api: str,
+    outage: DatabaseOutage,
+    statuses: Statuses = NO_STATUSES,
 ) -> Any:
     """`service` with every method of `descriptor` through the mapping, for a generated
     add_...Servicer_to_server."""
     methods = {
         m.name: (stream_errors if m.server_streaming else unary_errors)(
-            getattr(service, m.name), api, m.name, statuses
+            getattr(service, m.name), api, m.name, outage, statuses
         )
         for m in descriptor.methods
     }

@@ -10,6 +10,7 @@ import grpc
 
 from xnode.api.errors import errors_mapped
 from xnode.core.cursors import MAX_SEQUENCE_ID
+from xnode.observability.outage import DatabaseOutage
 from xnode.usecases.ports import ForkEvidence
 from xnode_api.forks.v1 import forks_pb2 as pb
 from xnode_api.forks.v1 import forks_pb2_grpc
@@ -48,6 +49,6 @@ class ForkService:
         return pb.GetForkDigestResponse(versions=found.versions, digest=found.digest)
 
 
-def add_fork_service(service: ForkService, server: grpc.aio.Server) -> None:
-    mapped = errors_mapped(service, pb.DESCRIPTOR.services_by_name["ForkApi"], "forks")
+def add_fork_service(service: ForkService, server: grpc.aio.Server, outage: DatabaseOutage) -> None:
+    mapped = errors_mapped(service, pb.DESCRIPTOR.services_by_name["ForkApi"], "forks", outage)
     forks_pb2_grpc.add_ForkApiServicer_to_server(mapped, server)  # type: ignore[no-untyped-call]

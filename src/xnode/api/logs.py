@@ -13,6 +13,7 @@ from xnode.api.errors import Statuses, errors_mapped
 from xnode.core import merkle
 from xnode.core.checkpoints import Checkpoint
 from xnode.core.reconciliation import SequenceRange
+from xnode.observability.outage import DatabaseOutage
 from xnode.usecases.logs import LogQueries, NotHeld
 from xnode_api.logs.v1 import logs_pb2 as pb
 from xnode_api.logs.v1 import logs_pb2_grpc
@@ -123,6 +124,7 @@ class LogService:
         return pb.GetLeavesResponse(leaves=[pb.Leaf(sequence_id=s, leaf_hash=h) for s, h in found])
 
 
-def add_log_service(service: LogService, server: grpc.aio.Server) -> None:
-    mapped = errors_mapped(service, pb.DESCRIPTOR.services_by_name["LogApi"], "logs", LOG_STATUSES)
+def add_log_service(service: LogService, server: grpc.aio.Server, outage: DatabaseOutage) -> None:
+    descriptor = pb.DESCRIPTOR.services_by_name["LogApi"]
+    mapped = errors_mapped(service, descriptor, "logs", outage, LOG_STATUSES)
     logs_pb2_grpc.add_LogApiServicer_to_server(mapped, server)  # type: ignore[no-untyped-call]

@@ -22,6 +22,7 @@ from xnode.api.misbehavior import MisbehaviorService
 from xnode.api.service import EnvelopeService
 from xnode.core.errors import Reason
 from xnode.observability.metrics import REQUEST_LATENCY
+from xnode.observability.outage import DatabaseOutage
 
 PACKAGE = "xmtp.xmtpv4.message_api"
 SERVICES = {
@@ -74,14 +75,14 @@ async def _decode(
 
 
 def method_handler(
-    service: Any, method: Any, module: Any, api: str
+    service: Any, method: Any, module: Any, api: str, outage: DatabaseOutage
 ) -> grpc.RpcMethodHandler[Any, Any]:
     """A handler for `method` (a MethodDescriptor) calling the same-named method of service,
-    called under the API named `api`."""
+    called under the API named `api`; store failures are told to `outage`."""
     message_type = getattr(module, method.input_type.name)
     serialize: Callable[[Any], bytes] = _identity if method.name in RAW_RESPONSES else _serialize
     if method.server_streaming:
-        streaming = stream_errors(getattr(service, method.name), api, method.name)
+        streaming = stream_errors(getattr(service, method.name), api, method.name, outage)
 
         async def stream(data: bytes, context: Any) -> AsyncIterator[Any]:
             request = await _decode(message_type, data, context, (api, method.name))
@@ -92,7 +93,7 @@ def method_handler(
             stream, request_deserializer=_identity, response_serializer=serialize
         )
 
-    behavior = unary_errors(getattr(service, method.name), api, method.name)
+    behavior = unary_errors(getattr(service, method.name), api, method.name, outage)
     latency = REQUEST_LATENCY.labels(api, method.name)
 
     async def unary(data: bytes, context: Any) -> Any:
@@ -111,23 +112,27 @@ def method_handler(
     )
 
 
-def envelope_handlers(service: EnvelopeService) -> list[grpc.GenericRpcHandler[Any, Any]]:
+def envelope_handlers(
+    service: EnvelopeService, outage: DatabaseOutage
+) -> list[grpc.GenericRpcHandler[Any, Any]]:
     handlers = []
     for name, module in SERVICES.items():
         descriptor = module.DESCRIPTOR.services_by_name[name]
         methods = {
-            m.name: method_handler(service, m, message_api_pb2, SHORT_NAMES[name])
+            m.name: method_handler(service, m, message_api_pb2, SHORT_NAMES[name], outage)
             for m in descriptor.methods
         }
         handlers.append(grpc.method_handlers_generic_handler(f"{PACKAGE}.{name}", methods))
     return handlers
 
 
-def misbehavior_handlers(service: MisbehaviorService) -> grpc.GenericRpcHandler[Any, Any]:
+def misbehavior_handlers(
+    service: MisbehaviorService, outage: DatabaseOutage
+) -> grpc.GenericRpcHandler[Any, Any]:
     descriptor = misbehavior_api_pb2.DESCRIPTOR.services_by_name["MisbehaviorApi"]
     methods = {
         m.name: grpc.unary_unary_rpc_method_handler(
-            unary_errors(getattr(service, m.name), "misbehavior", m.name),
+            unary_errors(getattr(service, m.name), "misbehavior", m.name, outage),
             request_deserializer=getattr(misbehavior_api_pb2, m.input_type.name).FromString,
             response_serializer=_identity,
         )

@@ -11,6 +11,7 @@ import grpc
 from xnode.api.errors import StoreErrors, abort_rejected, abort_store
 from xnode.core.errors import Rejected
 from xnode.core.withholding import Healing
+from xnode.observability.outage import DatabaseOutage
 from xnode.usecases.holdings import Holdings
 from xnode_api.withholding.v1 import withholding_pb2 as pb
 from xnode_api.withholding.v1 import withholding_pb2_grpc
@@ -21,8 +22,9 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class HoldingsService:
-    def __init__(self, holdings: Holdings) -> None:
+    def __init__(self, holdings: Holdings, outage: DatabaseOutage) -> None:
         self._holdings = holdings
+        self._outage = outage
 
     async def GetSignedHoldings(
         self, request: pb.GetSignedHoldingsRequest, context: Context
@@ -37,7 +39,7 @@ class HoldingsService:
         except Healing as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"{exc}; retry later")
         except StoreErrors as exc:
-            await abort_store(context, "GetSignedHoldings", exc)
+            await abort_store(context, "holdings", "GetSignedHoldings", exc, self._outage)
             raise
         return pb.GetSignedHoldingsResponse(holdings=signed)
 

@@ -31,3 +31,6 @@ def configure_logging(level: str = "info", fmt: str = "console") -> None:
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
+    # asyncpg's pool warns with a traceback at each retry to refill its connections while the
+    # database is lost: unstructured lines the node's one `database_lost` already covers.
+    logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)

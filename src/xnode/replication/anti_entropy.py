@@ -46,12 +46,14 @@ from xnode.core.reconciliation import (
 )
 from xnode.core.verification import Verdict
 from xnode.observability.metrics import REPAIR_ENVELOPES, REPAIR_ROUND_TRIPS
+from xnode.observability.outage import DatabaseOutage
 from xnode.replication.fork_sync import ForkPeer, ForkSync, OnFork, StoredBytes
 from xnode.replication.ingest import OriginatorLog
 from xnode.replication.losses import LossFinder
 from xnode.replication.withholding import MAX_CHECKED, WithholdingCheck
 from xnode.usecases.concurrency import all_or_cancel
 from xnode.usecases.logs import MAX_LEAVES, MAX_RANGES
+from xnode.usecases.ports import StoreUnavailable
 
 log = structlog.get_logger(__name__)
 
@@ -590,7 +592,8 @@ class AntiEntropy:
     """Every `interval_s`, repairs each originator's log (ids >= 100, not this node's) from
     each peer in turn, then takes the forks of it the peer keeps and this node does not
     (replication.fork_sync); one at a time, so repair never crowds out live replication.
-    This node's own log (`own`) is repaired of its losses only."""
+    This node's own log (`own`) is repaired of its losses only; a lost store is told to
+    `outage`."""
 
     def __init__(
         self,
@@ -598,10 +601,12 @@ class AntiEntropy:
         originators: Originators,
         peers: Peers,
         interval_s: float,
+        outage: DatabaseOutage,
         forks: ForkSync | None = None,
         own: int | None = None,
     ) -> None:
         self._repair = repair
+        self._outage = outage
         self._forks = forks
         self._originators = originators
         self._peers = peers
@@ -627,6 +632,9 @@ class AntiEntropy:
             outcome = await self._repair.repair(peer, originator, losses_only)
         except asyncio.CancelledError:
             raise
+        except StoreUnavailable as exc:  # this node's own store: the next pass tries again
+            self._outage.failed("repair", exc, originator=originator, peer=peer.node_id)
+            return None
         except Exception as exc:  # a peer down or without LogApi: the next pass tries again
             bound.info("repair_failed", error=repr(exc)[:300])
             return None
@@ -654,6 +662,9 @@ class AntiEntropy:
             synced = await self._forks.sync(peer, originator)
         except asyncio.CancelledError:
             raise
+        except StoreUnavailable as exc:  # the next pass tries again
+            self._outage.failed("fork_sync", exc, originator=originator, peer=peer.node_id)
+            return
         except Exception as exc:  # the next pass tries again
             bound.info("fork_sync_failed", error=repr(exc)[:300])
             return

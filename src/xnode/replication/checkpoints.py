@@ -14,7 +14,9 @@ import structlog
 
 from xnode.core.backoff import Backoff
 from xnode.core.checkpoints import Checkpoint, CheckpointError, has_log, verify_checkpoint
+from xnode.observability.outage import DatabaseOutage
 from xnode.usecases.logs import CheckpointIntake
+from xnode.usecases.ports import StoreUnavailable
 from xnode_api.logs.v1 import logs_pb2 as pb
 
 log = structlog.get_logger(__name__)
@@ -32,10 +34,13 @@ class CheckpointFollower:
         intake: CheckpointIntake,
         keys: Callable[[], Mapping[int, bytes]],
         backoff: Callable[[], Backoff],
+        outage: DatabaseOutage,
     ) -> None:
+        """A lost store is told to `outage`."""
         self._intake = intake
         self._keys = keys
         self._backoff = backoff
+        self._outage = outage
         self._locks: dict[int, asyncio.Lock] = {}
 
     async def alongside(
@@ -68,7 +73,9 @@ class CheckpointFollower:
                     bound.info("peer_without_log_api")
                     return
                 bound.info("checkpoint_stream_failed", code=exc.code().name)
-            except Exception as exc:  # e.g. the store is down: the envelopes carry on anyway
+            except StoreUnavailable as exc:  # the envelopes carry on anyway
+                self._outage.failed("checkpoint_follower", exc, peer=peer, originator=originator)
+            except Exception as exc:
                 bound.warning("checkpoint_follow_failed", error=repr(exc))
             await asyncio.sleep(backoff.next_delay())
 

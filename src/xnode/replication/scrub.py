@@ -24,6 +24,8 @@ import structlog
 
 from xnode.core.leaves import Held, HeldLeaf
 from xnode.observability.metrics import SCRUB_ENVELOPES, SCRUB_PASSES
+from xnode.observability.outage import DatabaseOutage
+from xnode.usecases.ports import StoreUnavailable
 
 log = structlog.get_logger(__name__)
 
@@ -140,21 +142,26 @@ class Scrub:
             if await self.step():
                 return count
 
-    async def _run(self) -> None:
+    async def _run(self, outage: DatabaseOutage) -> None:
         while True:
             started = time.monotonic()
             try:
                 ended = await self.step()
                 checked = self._page_size()
-            except Exception as exc:  # the store may be down for a while: try again later
-                log.warning("scrub_failed", error=repr(exc)[:300])
+            except Exception as exc:  # try again later
+                if isinstance(exc, StoreUnavailable):  # down for a while, maybe
+                    outage.failed("scrub", exc)
+                else:
+                    log.warning("scrub_failed", error=repr(exc)[:300])
                 ended, checked = False, self._page_size()
             pause = checked / self._per_second - (time.monotonic() - started)
             await asyncio.sleep(max(pause, 1.0 if ended else 0.0))
 
-    def start(self) -> None:
+    def start(self, outage: DatabaseOutage) -> None:
+        """Scrubs at the rate until `stop`, telling `outage` when the store fails (a pass
+        run by hand, `one_pass`, raises instead)."""
         if self._per_second > 0:
-            self._task = asyncio.create_task(self._run(), name="scrub")
+            self._task = asyncio.create_task(self._run(outage), name="scrub")
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -27,6 +27,7 @@ from xnode.core.node_tokens import CLOCK_METADATA, TokenProvider
 from xnode.core.verification import Verdict
 from xnode.core.wire import FrameError, originator_envelopes
 from xnode.observability.metrics import REPLICATION_RECONNECTS, REPLICATION_STREAMS
+from xnode.observability.outage import DatabaseOutage
 from xnode.replication.ingest import OriginatorLog
 from xnode.tls import is_handshake_failure
 from xnode.usecases.ports import StoreUnavailable
@@ -169,9 +170,12 @@ class PeerStream:
         timeouts: Timeouts,
         backoff: Backoff,
         hooks: Hooks | None,
+        outage: DatabaseOutage,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """A lost store is told to `outage`."""
         self.peer = peer
+        self._outage = outage
         self.originator = target.originator
         self._channel = channel
         self._target = target
@@ -226,7 +230,9 @@ class PeerStream:
             self._log.warning("peer_stream_bad_frame", error=str(exc))
         except (StoreUnavailable, OSError) as exc:
             # The store failed: nothing past the stored position is lost; resume later.
-            self._log.error("peer_stream_store_failed", error=repr(exc), after=after)
+            self._outage.failed(
+                "peer_stream", exc, peer=self.peer, originator=self.originator, after=after
+            )
         finally:
             gauge.dec()
             call.cancel()

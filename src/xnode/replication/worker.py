@@ -27,6 +27,7 @@ from xnode.core.node_tokens import TokenProvider
 from xnode.core.registry import NodeEntry, Registry
 from xnode.core.verification import verify_envelope
 from xnode.core.withholding import PATIENCE_S
+from xnode.observability.outage import DatabaseOutage
 from xnode.replication.anti_entropy import AntiEntropy, Peer
 from xnode.replication.checkpoints import CheckpointFollower
 from xnode.replication.fees import FeeSchedules
@@ -219,17 +220,20 @@ class ReplicationWorker:
         notice_token: str,
         config: ReplicationConfig,
         verifiers: Verifiers,
+        outage: DatabaseOutage,
         clock: Clock = SYSTEM_CLOCK,
         own_store: StoreHealth | None = None,
     ) -> None:
         """`own_store`: this node's database health; when given, liveness reports are filed
         only while it answers (replication.own_health). `node_id` None: a read-only node
         (XIP-49 3.4), which follows every registered originator and sends read-only tokens.
-        `verifiers`: the executors that verify what peers send, closed by `stop`. The
+        `verifiers`: the executors that verify what peers send, closed by `stop`. `outage`:
+        told when the store fails under a stream or the scrub. The
         checkpoint follower, repair and scrub are wired in by the composition root
         (`follow_checkpoints`, `repair_with`), before `start`."""
         self.node_id = node_id
         self.config = config
+        self.outage = outage
         self.reports: MisbehaviorRecorder = (
             OwnHealthGate(reports, own_store, clock) if own_store is not None else reports
         )
@@ -304,7 +308,7 @@ class ReplicationWorker:
             self.spawn_coroutine(self._verifiers.start_bulk(), name="bulk-verifiers")
             self.anti_entropy.start()
         if self.scrub is not None:
-            self.scrub.start()
+            self.scrub.start(self.outage)
         log.info("replication_started", node_id=self.node_id, peers=sorted(self._links))
 
     async def recover_own_log(self, local_top: int) -> OwnLogRecovery:
@@ -478,6 +482,7 @@ class ReplicationWorker:
             self.config.timeouts,
             backoff,
             hooks,
+            self.outage,
             self._clock,
         )
 

@@ -15,6 +15,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, Originable
 from xnode.core.fees import Pricing
 from xnode.observability.metrics import observe_batch
+from xnode.observability.outage import DatabaseOutage
 from xnode.replication.worker import ReplicationWorker
 from xnode.runtime.forwarding import ForwardingOriginator, SequencerLink
 from xnode.server.roles import WorkerRole
@@ -78,6 +79,7 @@ async def start_originator(
     token: str,
     stops: Stops,
     role: WorkerRole,
+    outage: DatabaseOutage,
 ) -> tuple[Originator | ForwardingOriginator, Sequencer, CheckpointIssuer]:
     """The group commit over the sequencer, with the checkpoint issuer of this node's log
     (issuing in the primary worker only); with a sequencer link, the first worker serves it
@@ -91,6 +93,7 @@ async def start_originator(
         key,
         settings.log_checkpoint_envelopes,
         settings.log_checkpoint_seconds,
+        outage,
     )
     if replication is not None:
         await _recover_own_log(settings, replication, sequencer, state)

@@ -8,6 +8,7 @@ import asyncpg
 from xnode.config import Settings
 from xnode.core.clock import SYSTEM_CLOCK
 from xnode.core.crypto import SigningKey
+from xnode.observability.outage import DatabaseOutage
 from xnode.replication.anti_entropy import AntiEntropy, Repair
 from xnode.replication.checkpoints import CheckpointFollower, Watermarks
 from xnode.replication.fork_sync import ForkSync
@@ -37,8 +38,10 @@ def replication_worker(
     tls: NodeTls,
     logs: LogStore,
     own_store: StoreHealth,
+    outage: DatabaseOutage,
 ) -> ReplicationWorker:
-    """`own_store`: this node's database health, which gates its liveness reports."""
+    """`own_store`: this node's database health, which gates its liveness reports; `outage`
+    is told when the store fails under the worker's loops."""
     store = ReplicationStore(pool)
     config = ReplicationConfig.from_settings(settings, tls.peers)
     worker = ReplicationWorker(
@@ -51,11 +54,12 @@ def replication_worker(
         token,
         config,
         Verifiers(config.verify_threads, config.verify_processes),
+        outage,
         own_store=own_store,
     )
     intake = CheckpointIntake(logs)
     worker.follow_checkpoints(
-        CheckpointFollower(intake, worker.current_keys, worker.backoff),
+        CheckpointFollower(intake, worker.current_keys, worker.backoff, outage),
         Watermarks(intake, worker.current_keys, worker.open_channel),
         intake.settle,
     )
@@ -72,6 +76,7 @@ def replication_worker(
             worker.repair_originators,
             worker.repair_peers,
             config.repair_s,
+            outage,
             forks,
             own=worker.node_id,
         )

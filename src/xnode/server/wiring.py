@@ -39,6 +39,7 @@ from xnode.core.clock import SYSTEM_CLOCK
 from xnode.core.crypto import SigningKey
 from xnode.core.registry import Registry
 from xnode.observability.logging import configure_logging
+from xnode.observability.outage import DatabaseOutage
 from xnode.replication.chain_copies import PeerChainCopies
 from xnode.replication.ports import MisbehaviorRecorder
 from xnode.replication.unfiled import UnfiledReports
@@ -175,6 +176,7 @@ async def _start(
     registry = await open_registry(settings, chain)
     node_id = resolve_node_id(settings, key, registry)
     database = Database(settings.database_dsn, settings.database_connect_timeout_seconds)
+    outage = DatabaseOutage(lambda: database.primary_host)
     pool = await open_database(settings, database, node_id, key, stops)
     store = EnvelopeStore(pool)
     state = NodeState(
@@ -214,18 +216,18 @@ async def _start(
         own_store = PostgresProbe(database.connect)  # its own connection, not the monitor's
         stops.add_sync(Phase.PEERS, own_store.close)
         replication = replication_worker(
-            settings, key, registry, pool, recorder, state, token, tls, logs, own_store
+            settings, key, registry, pool, recorder, state, token, tls, logs, own_store, outage
         )
         stops.add(Phase.PEERS, replication.stop, "ReplicationWorker.stop", replication.force_stop)
     originator = None
     elsewhere = state.committed_elsewhere
     if not settings.read_only:  # a read-only node signs no envelopes and no checkpoints
         originator, sequencer, issuer = await start_originator(
-            settings, key, pool, replication, state, token, stops, role
+            settings, key, pool, replication, state, token, stops, role, outage
         )
         if role.shares_ports:
             elsewhere = OtherWorkersCommits(state, issuer, sequencer)
-    listener = CommitListener(database.connect, token, elsewhere)
+    listener = CommitListener(database.connect, token, elsewhere, outage)
     stops.add(Phase.COMMITS, listener.stop)
     listener.start()
     replica = await open_replica(settings, pool, stops)
@@ -243,9 +245,10 @@ async def _start(
         reports,
         registry,
         chain_parts,
+        database,
+        outage,
         logs,
         identity,
-        database,
         replica,
         holdings,
     )
@@ -310,9 +313,10 @@ class NodeParts:
     reports: MisbehaviorStore
     registry: RegistrySource | None
     chain: ChainServices | None
+    database: Database  # how dedicated connections find the primary
+    outage: DatabaseOutage  # the database lost and back, logged once
     logs: LogStore | None = None
     identity: IdentityUpdates | None = None
-    database: Database | None = None  # how dedicated connections find the primary
     replica: Replica | None = None  # reads for queries and catch-up, when configured
     holdings: Holdings | None = None  # an originator's signed account of its own log
 
@@ -393,13 +397,14 @@ async def _serve(
     )
     server = grpc_server(settings.max_message_mib, [auth], role.shares_ports)
     fees = FeesService(node_id, settings.fee_schedule())
-    health_servicer = _add_node_services(
-        server, service, misbehavior, fees, logs, store, parts.holdings
-    )
+    health_servicer = _add_node_services(server, service, misbehavior, fees, logs, parts)
     address = bind(server, settings.listen_address, tls)
     serving = GrpcServing(server, end_streams, admission, settings.shutdown_grace_seconds)
     serving.stop_with(stops)
-    handlers = [*envelope_handlers(service), misbehavior_handlers(misbehavior)]
+    handlers = [
+        *envelope_handlers(service, parts.outage),
+        misbehavior_handlers(misbehavior, parts.outage),
+    ]
     api = HttpApi(
         methods_of([*handlers, health_handler(health_servicer)], excluded=PROTECTED_METHODS),
         NODE_JSON_ROUTES,
@@ -409,7 +414,7 @@ async def _serve(
     grace_s = settings.shutdown_grace_seconds
     listen = settings.http_listen_address
     http_address = await serve_http_on(listen, api, grace_s, tls, stops, role.shares_ports)
-    probe = PostgresProbe((parts.database or Database(settings.database_dsn)).connect)
+    probe = PostgresProbe(parts.database.connect)
     stops.add_sync(Phase.HEALTH, probe.close)
     dependencies = health_dependencies(chain is not None)
     dependencies[LOG_SERVICE] = dependencies["query"]  # the database
@@ -417,6 +422,7 @@ async def _serve(
         GrpcHealthBoard(health_servicer),
         {**dependencies, FORK_SERVICE: frozenset({DATABASE})},
         probe,
+        parts.outage,
         chain,
     )
     stops.add(Phase.HEALTH, monitor.stop)
@@ -431,19 +437,19 @@ def _add_node_services(
     misbehavior: MisbehaviorService,
     fees: FeesService,
     logs: LogService | None,
-    store: EnvelopeStore,
-    holdings: Holdings | None,
+    parts: NodeParts,
 ) -> health.HealthServicer:
-    server.add_generic_rpc_handlers(envelope_handlers(service))
-    server.add_generic_rpc_handlers([misbehavior_handlers(misbehavior)])
+    outage = parts.outage
+    server.add_generic_rpc_handlers(envelope_handlers(service, outage))
+    server.add_generic_rpc_handlers([misbehavior_handlers(misbehavior, outage)])
     names = [*service_names(), FORK_SERVICE, FEES_SERVICE]
     if logs is not None:
-        add_log_service(logs, server)
+        add_log_service(logs, server, outage)
         names.append(LOG_SERVICE)
-    if holdings is not None:
-        add_holdings_service(HoldingsService(holdings), server)
+    if parts.holdings is not None:
+        add_holdings_service(HoldingsService(parts.holdings, outage), server)
         names.append(HOLDINGS_SERVICE)
-    add_fork_service(ForkService(ForkStore(store.pool)), server)
+    add_fork_service(ForkService(ForkStore(parts.store.pool)), server, outage)
     fees_pb2_grpc.add_FeesApiServicer_to_server(fees, server)  # type: ignore[no-untyped-call]
     return add_health_and_reflection(server, names)
 

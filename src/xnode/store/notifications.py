@@ -13,12 +13,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 
 import asyncpg
-import structlog
 
+from xnode.observability.outage import DatabaseOutage
 from xnode.store.envelopes import read_vector_clock
 from xnode.store.primary import Connect
-
-log = structlog.get_logger(__name__)
 
 NOTIFY_CHANNEL = "xnode_envelopes"
 LOST = ""  # queued when the listening connection is lost: no notice is empty
@@ -44,12 +42,16 @@ def parse_notice(payload: str) -> dict[int, int]:
 class CommitListener:
     """Calls `on_committed` with each foreign notice's {originator: highest sequence id}.
 
-    Notices that this process sent itself carry its token and are skipped."""
+    Notices that this process sent itself carry its token and are skipped. Losing the
+    database is told to `outage` (logged once per outage, not at every retry)."""
 
-    def __init__(self, connect: Connect, token: str, on_committed: OnCommitted) -> None:
+    def __init__(
+        self, connect: Connect, token: str, on_committed: OnCommitted, outage: DatabaseOutage
+    ) -> None:
         self._connect = connect
         self._token = token
         self._on_committed = on_committed
+        self._outage = outage
         self._task: asyncio.Task[None] | None = None
         self._queue: asyncio.Queue[str] = asyncio.Queue()
 
@@ -73,7 +75,7 @@ class CommitListener:
             try:
                 conn = await self._connect()
             except (OSError, asyncpg.PostgresError) as exc:
-                log.warning("commit_listener_connect_failed", error=str(exc), retry_s=delay)
+                self._outage.failed("commit_listener", exc, retry_s=delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
                 continue
@@ -84,7 +86,7 @@ class CommitListener:
                 await self._on_committed(await read_vector_clock(conn))
                 await self._pump(conn)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # lost
-                log.warning("commit_listener_disconnected", error=str(exc), retry_s=delay)
+                self._outage.failed("commit_listener", exc, retry_s=delay)
                 await asyncio.sleep(delay)
             finally:
                 await conn.close()

@@ -91,6 +91,11 @@ class Database:
         """The host last found taking writes (the first host before any was asked)."""
         return self.hosts[self._primary or 0]
 
+    @property
+    def primary_host(self) -> str:
+        """The primary's host:port as its DSN gives it, without credentials (for the logs)."""
+        return _host_of(self.primary_dsn)
+
     async def connect(self, *_args: Any, **kwargs: Any) -> asyncpg.Connection:
         if len(self.hosts) == 1:
             return await asyncpg.connect(self.dsn, **kwargs)
@@ -191,13 +196,19 @@ class Database:
             self.changes += 1
             log.warning(
                 "database_primary_changed",
-                primary=self.hosts[primary].rpartition("@")[2].partition("/")[0],
+                primary=_host_of(self.hosts[primary]),
                 cut=sum(1 for h in self._opened.values() if h != primary),
             )
         self._primary = primary
         for conn, host in list(self._opened.items()):
             if host != primary:
                 _cut(conn)
+
+
+def _host_of(dsn: str) -> str:
+    """host:port, or the socket directory of a DSN that gives it as `?host=`."""
+    parts = urlsplit(dsn)
+    return parts.netloc.rpartition("@")[2] or dict(parse_qsl(parts.query)).get("host", "")
 
 
 def _cut(conn: asyncpg.Connection) -> None:

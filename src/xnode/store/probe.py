@@ -19,6 +19,7 @@ class PostgresProbe:
         self._connect = connect
         self._timeout_s = timeout_s
         self._conn: asyncpg.Connection | None = None
+        self.error: str | None = None  # why the last probe failed
 
     async def reachable(self) -> bool:
         """`SELECT 1` within the timeout, (re)connecting first when needed."""
@@ -27,9 +28,11 @@ class PostgresProbe:
                 if self._conn is None or self._conn.is_closed():
                     self._conn = await self._connect()
                 await self._conn.fetchval("SELECT 1")
-        except Exception:  # whatever the failure, the answer is "not reachable"
+        except Exception as exc:  # whatever the failure, the answer is "not reachable"
+            self.error = repr(exc)
             self.close()
             return False
+        self.error = None
         return True
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """Serving status follows the node's dependencies: a service is NOT_SERVING while one it
 depends on is down (the database unreachable; for publishing, the chain indexer stopped or
 trailing the head by more than chain_max_lag_blocks), and every service is NOT_SERVING while
-the node drains."""
+the node drains. The database probe's answers also tell the node's DatabaseOutage when an
+outage began (if nothing else met it first) and when it is over."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 
 import structlog
 
+from xnode.observability.outage import DatabaseOutage
 from xnode.usecases.concurrency import Repeating
 from xnode.usecases.ports import ChainStatus, DatabaseProbe, HealthBoard
 
@@ -25,6 +27,7 @@ class HealthMonitor:
         board: HealthBoard,
         depends_on: Mapping[str, frozenset[str]],
         database: DatabaseProbe,
+        outage: DatabaseOutage,
         chain: ChainStatus | None = None,
         interval_s: float = PROBE_INTERVAL_S,
     ) -> None:
@@ -33,6 +36,7 @@ class HealthMonitor:
         self._board = board
         self._depends_on = depends_on
         self._database = database
+        self._outage = outage
         self._chain = chain
         self._down: dict[str, str] = {}  # dependency -> why it is down
         self._repeating = Repeating(self.check, interval_s, "health-monitor")
@@ -57,8 +61,11 @@ class HealthMonitor:
 
     async def check(self) -> None:
         down: dict[str, str] = {}
-        if not await self._database.reachable():
+        if await self._database.reachable():
+            self._outage.answered()
+        else:
             down[DATABASE] = "the database does not answer"
+            self._outage.failed("health_probe", self._database.error or down[DATABASE])
         if self._chain is not None and (reason := self._chain.unhealthy_reason()) is not None:
             down[CHAIN] = reason
         self._log_changes(down)
@@ -67,8 +74,9 @@ class HealthMonitor:
             self._board.set_serving(service, not needs & down.keys())
 
     def _log_changes(self, down: dict[str, str]) -> None:
+        """The chain's changes; the database's are the outage's to log."""
         for dependency, reason in down.items():
-            if dependency not in self._down:
+            if dependency not in self._down and dependency != DATABASE:
                 log.warning("dependency_down", dependency=dependency, reason=reason)
-        for dependency in self._down.keys() - down.keys():
+        for dependency in self._down.keys() - down.keys() - {DATABASE}:
             log.info("dependency_up", dependency=dependency)

@@ -28,6 +28,8 @@ from xnode.core.checkpoints import (
 from xnode.core.crypto import SigningKey
 from xnode.core.errors import Reason, Rejected
 from xnode.core.reconciliation import Fingerprint, SequenceRange
+from xnode.observability.outage import DatabaseOutage
+from xnode.usecases.ports import StoreUnavailable
 
 log = structlog.get_logger(__name__)
 
@@ -242,7 +244,8 @@ class LogQueries:
 
 class CheckpointIssuer:
     """Signs this node's next checkpoint every `every_envelopes` envelopes or every
-    `every_s` seconds, whichever comes first, when its log grew since the last one."""
+    `every_s` seconds, whichever comes first, when its log grew since the last one; a lost
+    store is told to `outage`."""
 
     def __init__(
         self,
@@ -251,9 +254,11 @@ class CheckpointIssuer:
         key: SigningKey,
         every_envelopes: int,
         every_s: float,
+        outage: DatabaseOutage,
         now_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self._port = port
+        self._outage = outage
         self._node_id = node_id
         self._key = key
         self._every_envelopes = every_envelopes
@@ -294,7 +299,9 @@ class CheckpointIssuer:
             self._wake.clear()
             try:
                 await self.issue()
-            except Exception as exc:  # the store may be down for a while: try again later
+            except StoreUnavailable as exc:  # down for a while, maybe: try again later
+                self._outage.failed("checkpoint_issuer", exc)
+            except Exception as exc:
                 log.warning("checkpoint_issue_failed", error=str(exc))
 
     def start(self) -> None:

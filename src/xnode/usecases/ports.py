@@ -134,6 +134,8 @@ class SmartContractWallets(Protocol):
 
 
 class DatabaseProbe(Protocol):
+    error: str | None  # why the last probe failed
+
     async def reachable(self) -> bool:
         """True when a trivial query answers within a short timeout."""
         ...

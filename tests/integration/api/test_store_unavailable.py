@@ -4,11 +4,13 @@ error (StoreUnavailable) crosses the layers, not the driver's."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import grpc
 import pytest
+from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
 
 from tests.conftest import NodeSpec, database_refusing, node_settings
 from tests.waiting import eventually
@@ -17,6 +19,7 @@ from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import build_payer_envelope
 from xnode.devtools.postgres import PgCluster
+from xnode.usecases.health import DATABASE
 from xnode_api.forks.v1 import forks_pb2, forks_pb2_grpc
 from xnode_api.logs.v1 import logs_pb2, logs_pb2_grpc
 
@@ -67,3 +70,40 @@ async def test_every_api_answers_unavailable_while_the_database_is_lost(
 
         # UNAVAILABLE meant "retry later": the same node answers once its database is back.
         await eventually(serving, what="queries answered again")
+
+
+REFUSED = 20
+
+
+async def test_a_lost_database_is_logged_once_lost_and_once_back(
+    start_node: Callable[..., Awaitable[Any]],
+    pg_cluster: PgCluster,
+    database: str,
+    node_spec: NodeSpec,
+) -> None:
+    """Not one error per refused request: one `database_lost` naming the host, one
+    `database_back` with how long and how many requests were refused, and the refusals in
+    xnode_requests_rejected_total for dashboards."""
+    node = await start_node(**node_settings(database, node_spec))
+    labels = {"api": "replication", "method": "QueryEnvelopes", "reason": "unavailable"}
+    counted = REGISTRY.get_sample_value("xnode_requests_rejected_total", labels) or 0
+    async with NodeClient(node.address) as client:
+        with capture_logs() as logged:
+            async with database_refusing(pg_cluster, database):
+                for _ in range(REFUSED):
+                    status = await status_of(client.query(originators=[100]))
+                    assert status == (grpc.StatusCode.UNAVAILABLE, RETRY_LATER)
+                await eventually(lambda: DATABASE in node.health.down, what="the probe failing")
+
+            def told(event: str) -> list[MutableMapping[str, Any]]:
+                return [e for e in logged if e["event"] == event]
+
+            await eventually(lambda: bool(told("database_back")), what="database_back")
+            assert await client.query(originators=[100]) == []
+    lost, back = told("database_lost"), told("database_back")
+    assert len(lost) == 1 and len(back) == 1, [e["event"] for e in logged]
+    assert lost[0]["host"] == f"127.0.0.1:{pg_cluster.port}" and lost[0]["error"]
+    assert back[0]["refused"] == REFUSED and back[0]["down_s"] > 0
+    assert not [e for e in logged if e["log_level"] == "error" and e is not lost[0]]
+    refused = REGISTRY.get_sample_value("xnode_requests_rejected_total", labels)
+    assert refused == counted + REFUSED

@@ -24,6 +24,7 @@ from xnode.core.envelopes import (
 )
 from xnode.core.forks import newcomer_wins
 from xnode.core.reconciliation import Fingerprint, SequenceRange
+from xnode.observability.outage import DatabaseOutage
 from xnode.replication.checkpoints import CheckpointFollower
 from xnode.store.forks import resolve_fork
 from xnode.store.logs import LogStore
@@ -131,7 +132,10 @@ async def test_a_peer_without_log_api_is_left_alone(pool: asyncpg.Pool) -> None:
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     follower = CheckpointFollower(
-        CheckpointIntake(LogStore(pool)), lambda: {PEER: KEY.public_key}, lambda: Backoff(0.1, 1)
+        CheckpointIntake(LogStore(pool)),
+        lambda: {PEER: KEY.public_key},
+        lambda: Backoff(0.1, 1),
+        DatabaseOutage(str),
     )
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

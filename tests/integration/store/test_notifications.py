@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncpg
 
 from tests.waiting import eventually
+from xnode.observability.outage import DatabaseOutage
 from xnode.store.notifications import NOTIFY_CHANNEL, CommitListener, commit_notice
 
 OTHER = 200  # an originator another process of the node stores envelopes of
@@ -49,7 +50,7 @@ async def test_commits_made_while_the_listener_was_cut_off_reach_it(database: st
         listening.append(conn)
         return conn
 
-    listener = CommitListener(connect, "a", heard)
+    listener = CommitListener(connect, "a", heard, DatabaseOutage(lambda: "db"))
     db = await asyncpg.connect(database)
     try:
         listener.start()

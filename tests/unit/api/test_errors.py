@@ -9,17 +9,21 @@ from typing import Any
 
 import grpc
 import pytest
+from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
 
 from xnode.api.errors import StatusError, errors_mapped
 from xnode.api.http import Aborted, HttpContext
 from xnode.api.logs import LOG_STATUSES
 from xnode.core.errors import Reason, Rejected
 from xnode.core.merkle import ProofError
+from xnode.observability.outage import DatabaseOutage
 from xnode.usecases.logs import NotHeld
 from xnode.usecases.ports import StoreUnavailable
 from xnode_api.logs.v1 import logs_pb2
 
 LOG_API = logs_pb2.DESCRIPTOR.services_by_name["LogApi"]
+OUTAGE = DatabaseOutage(lambda: "127.0.0.1:5432")
 
 
 class Failing:
@@ -40,7 +44,7 @@ class Failing:
 
 
 async def status(error: Exception, method: str = "GetCheckpoints") -> tuple[Any, str, Any]:
-    mapped = errors_mapped(Failing(error), LOG_API, "logs", LOG_STATUSES)
+    mapped = errors_mapped(Failing(error), LOG_API, "logs", OUTAGE, LOG_STATUSES)
     context = HttpContext((), "127.0.0.1")
     with pytest.raises(Aborted) as aborted:
         if method.startswith("Subscribe"):
@@ -92,6 +96,21 @@ async def test_a_relayed_status_keeps_its_code_message_and_trailers() -> None:
 
 
 async def test_an_error_the_mapping_does_not_know_goes_through_unchanged() -> None:
-    mapped = errors_mapped(Failing(KeyError("bug")), LOG_API, "logs", LOG_STATUSES)
+    mapped = errors_mapped(Failing(KeyError("bug")), LOG_API, "logs", OUTAGE, LOG_STATUSES)
     with pytest.raises(KeyError):
         await mapped.GetCheckpoints(None, HttpContext((), "127.0.0.1"))
+
+
+async def test_a_lost_store_is_told_to_the_outage_and_each_refusal_counted() -> None:
+    """One `database_lost` for the outage, not one error per request; every request refused
+    meanwhile counted as unavailable."""
+    outage = DatabaseOutage(lambda: "10.0.0.2:5432")
+    mapped = errors_mapped(Failing(StoreUnavailable("lost")), LOG_API, "logs", outage)
+    labels = {"api": "logs", "method": "GetCheckpoints", "reason": "unavailable"}
+    before = REGISTRY.get_sample_value("xnode_requests_rejected_total", labels) or 0
+    with capture_logs() as logged:
+        for _ in range(5):
+            with pytest.raises(Aborted):
+                await mapped.GetCheckpoints(None, HttpContext((), "127.0.0.1"))
+    assert [e["event"] for e in logged if e["log_level"] != "debug"] == ["database_lost"]
+    assert REGISTRY.get_sample_value("xnode_requests_rejected_total", labels) == before + 5

@@ -11,6 +11,7 @@ from typing import Any, cast
 from xnode.core.backoff import Backoff
 from xnode.core.crypto import SigningKey
 from xnode.core.node_tokens import TokenProvider
+from xnode.observability.outage import DatabaseOutage
 from xnode.replication.ingest import IngestContext, OriginatorLog
 from xnode.replication.stream import Mode, PeerStream, Timeouts
 from xnode.usecases.logs import CheckpointIssuer, LogPort
@@ -68,6 +69,7 @@ async def test_a_cancel_coming_with_a_frame_ends_the_stream() -> None:
         Timeouts(response_s=5, slow_s=5, idle_s=5),
         Backoff(0.1, 1.0),
         None,
+        DatabaseOutage(str),
     )
     task = asyncio.create_task(stream.run())
     call.reader = task
@@ -86,7 +88,12 @@ async def test_the_checkpoint_issuer_stops_when_woken_as_it_is_cancelled() -> No
     # the wait ending and the issuer resuming, where wait_for dropped the cancel.
     for steps in range(4):
         issuer = CheckpointIssuer(
-            cast(LogPort, NothingToIssue()), 100, SigningKey.generate(), 1, 3600.0
+            cast(LogPort, NothingToIssue()),
+            100,
+            SigningKey.generate(),
+            1,
+            3600.0,
+            DatabaseOutage(str),
         )
         issuer.start()
         await asyncio.sleep(0)  # it waits for a wake-up
