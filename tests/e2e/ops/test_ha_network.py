@@ -9,6 +9,7 @@ end up holding node 100's whole log."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
 import uuid
@@ -20,7 +21,7 @@ import pytest
 
 from tests.conftest import REPLICATION_TEST_SETTINGS, Network, NodeProcess, ha_root, start_ha
 from tests.e2e.ops.test_ha import GROUP, PAYER, A
-from tests.e2e.ops.test_restore import log_of
+from tests.e2e.ops.test_restore import events, log_of
 from tests.tcp_link import Link
 from tests.waiting import eventually, eventually_value
 from xnode.client.node import NodeClient
@@ -145,7 +146,23 @@ async def fail_over(cluster: HaCluster, node: NodeProcess, dsn: str, fault: Faul
     )
     assert node.proc.poll() is None, node.output()[-3000:]
     assert '"database_primary_changed"' in node.output()
+    await outages_logged_once(node)
     return load
+
+
+async def outages_logged_once(node: NodeProcess) -> None:
+    """The failover is in the log as outages of the database, each `database_lost` once and
+    `database_back` once, not an error per refused request or retry."""
+    lost = len(events(node, "database_lost"))
+
+    async def each_back() -> bool:
+        return len(events(node, "database_back")) == lost
+
+    assert lost >= 1, "the failover was not logged"
+    await eventually(each_back, what=f"database_back for each of {lost} database_lost")
+    lines = node.output().splitlines()
+    errors = [json.loads(s) for s in lines if s.startswith("{") and '"level": "error"' in s]
+    assert {e["event"] for e in errors} == {"database_lost"}, errors[:5]
 
 
 @dataclass
