@@ -128,7 +128,7 @@ def _check_payload(
     if payload == "group_message":
         return payload, _check_group_message(client.group_message.v1.data, topic)
     if payload == "welcome_message":
-        _check_welcome(client.welcome_message.v1, topic)
+        _check_welcome(client.welcome_message, topic)
     elif payload == "upload_key_package":
         _check_key_package(
             client.upload_key_package.key_package.key_package_tls_serialized,
@@ -161,16 +161,27 @@ def _check_group_message(data: bytes, topic: Topic) -> FramingHeader:
     return framing
 
 
-def _check_welcome(welcome: mls_pb2.WelcomeMessageInput.V1, topic: Topic) -> None:
-    """libxmtp sends a Welcome encrypted to the installation (HPKE): `data` is ciphertext and
-    only its addressing can be checked."""
-    where = "welcome_message.v1"
-    if not welcome.data:
-        raise Rejected(Reason.INVALID_PAYLOAD, "welcome message has no v1 data")
-    if welcome.installation_key != topic.identifier:
+def _check_welcome(welcome: mls_pb2.WelcomeMessageInput, topic: Topic) -> None:
+    """libxmtp sends a Welcome encrypted to the installation (HPKE), or, when a commit
+    welcomes several installations, the Welcome once under a symmetric key on a topic of its
+    own and to each installation a pointer to it encrypted to that installation: the
+    ciphertext cannot be checked, only that there is one and where it is addressed."""
+    version = welcome.WhichOneof("version")
+    if version is None:
+        raise Rejected(Reason.INVALID_PAYLOAD, "welcome message has neither v1 nor welcome_pointer")
+    where = f"welcome_message.{version}"
+    if version == "v1":
+        content = welcome.v1.data
+        installation_key = welcome.v1.installation_key
+    else:
+        content = welcome.welcome_pointer.welcome_pointer
+        installation_key = welcome.welcome_pointer.installation_key
+    if not content:
+        raise Rejected(Reason.INVALID_PAYLOAD, f"{where} has no encrypted content")
+    if installation_key != topic.identifier:
         raise Rejected(
             Reason.TOPIC_MISMATCH,
-            f"{where}.installation_key {welcome.installation_key.hex()} is not the topic's "
+            f"{where}.installation_key {installation_key.hex()} is not the topic's "
             f"installation {topic.identifier.hex()}",
         )
 

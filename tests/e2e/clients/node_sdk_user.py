@@ -1,9 +1,10 @@
-"""A user of the official Node SDK (`@xmtp/node-sdk` from npm, Node 22) in a container on the
-host network, started with testcontainers through podman's Docker API (the session's
-`docker_api` fixture sets DOCKER_HOST, which the scenario's process inherits) and driven
-through node_sdk/user.mjs over HTTP: one JSON message per POST, answered with the next JSON
-answer. The account's key stays here; the script asks this side to sign. Runs in the
-scenario's process (runner.py), which also holds the Python-bindings users."""
+"""Users of the official Node SDK (`@xmtp/node-sdk` from npm, Node 22), several in one
+container on the host network (`NodeSdk`: a container costs seconds to start), started with
+testcontainers through podman's Docker API (the session's `docker_api` fixture sets
+DOCKER_HOST, which the scenario's process inherits) and driven through node_sdk/user.mjs over
+HTTP: one JSON message per POST, naming its user, answered with the next JSON answer. The
+accounts' keys stay here; the script asks this side to sign. Runs in the scenario's process
+(runner.py), which also holds the Python-bindings users."""
 
 from __future__ import annotations
 
@@ -24,24 +25,24 @@ from xnode.devtools.postgres import free_port
 SCRIPT = Path(__file__).resolve().parent / "node_sdk" / "user.mjs"
 IMAGE_ENV = "XNODE_NODE_SDK_IMAGE"  # set by the test to the image it built
 COMMAND_TIMEOUT_S = 120.0
+LOG_LINES = 120  # of the container's output shown with a failure (every user's lines)
 
 
-class NodeSdkUser:
-    def __init__(self, name: str, node_url: str, gateway_url: str) -> None:
-        self.name = name
-        self.key = SigningKey.generate()
-        self.node_url = node_url
-        self.gateway_url = gateway_url
-        self.inbox_id = ""
+class NodeSdk:
+    """The container of the SDK's users. The script runs one command at a time, and a
+    signing request must be answered before anything else is sent, so a command holds the
+    line from its request to its answer."""
+
+    def __init__(self) -> None:
         self._port = free_port()
         self._url = f"http://127.0.0.1:{self._port}/"
         self._container: DockerContainer | None = None
         self._http: aiohttp.ClientSession | None = None
+        self._line = asyncio.Lock()
         self._output = ""  # what the container printed, kept for failures once it is gone
 
-    @property
-    def address(self) -> str:
-        return "0x" + self.key.address.hex()
+    def user(self, name: str, node_url: str, gateway_url: str) -> NodeSdkUser:
+        return NodeSdkUser(self, name, node_url, gateway_url)
 
     async def start(self) -> None:
         container = (
@@ -54,7 +55,7 @@ class NodeSdkUser:
         self._container = container
         await asyncio.to_thread(container.start)
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=COMMAND_TIMEOUT_S))
-        await eventually(self._listening, 60, f"node sdk {self.name} listening\n{self.log()}")
+        await eventually(self._listening, 60, f"node sdk listening\n{self.log()}")
 
     async def _listening(self) -> bool:
         assert self._http is not None
@@ -63,6 +64,63 @@ class NodeSdkUser:
                 return reply.status == 200
         except aiohttp.ClientConnectionError:
             return False
+
+    async def call(self, user: NodeSdkUser, op: str, **args: Any) -> dict[str, Any]:
+        """Sends one command of `user`'s, answers the script's signing requests with its
+        key, returns the answer."""
+        who = f"{user.name} {op}"
+        async with self._line:
+            message = await self._exchange(who, {"op": op, "user": user.name, **args})
+            while "sign" in message:
+                signature = xmtp.ethereum_sign_recoverable(
+                    str(message["sign"]).encode(), user.key.secret, True
+                )
+                message = await self._exchange(who, {"signature": bytes(signature).hex()})
+        if not message.get("ok"):
+            raise AssertionError(f"node sdk {who}: {message.get('error')}")
+        return message
+
+    async def _exchange(self, who: str, message: dict[str, Any]) -> dict[str, Any]:
+        assert self._http is not None
+        try:
+            async with self._http.post(self._url, json=message) as reply:
+                answer: dict[str, Any] = await reply.json()
+                return answer
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise AssertionError(f"node sdk {who}: no answer ({exc!r})\n{self.log()}") from None
+
+    def log(self) -> str:
+        """The container's last output lines (the SDK logs there)."""
+        if self._container is not None and self._container.get_wrapped_container() is not None:
+            out, err = self._container.get_logs()
+            self._output = (out + err).decode(errors="replace")
+        return "\n".join(self._output.splitlines()[-LOG_LINES:])
+
+    async def close(self) -> None:
+        """Removes the container (killed: the SDK keeps nothing the test needs)."""
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+        if self._container is not None:
+            self.log()
+            await asyncio.to_thread(self._container.stop)
+            self._container = None
+
+
+class NodeSdkUser:
+    """One account with its own client (and database) in the SDK's container."""
+
+    def __init__(self, sdk: NodeSdk, name: str, node_url: str, gateway_url: str) -> None:
+        self.sdk = sdk
+        self.name = name
+        self.key = SigningKey.generate()
+        self.node_url = node_url
+        self.gateway_url = gateway_url
+        self.inbox_id = ""
+
+    @property
+    def address(self) -> str:
+        return "0x" + self.key.address.hex()
 
     async def connect(self) -> dict[str, Any]:
         """Client.create: registers the inbox (the SDK's identity update goes through the
@@ -78,44 +136,7 @@ class NodeSdkUser:
         return reply
 
     async def call(self, op: str, **args: Any) -> dict[str, Any]:
-        """Sends one command, answers the script's signing requests, returns its answer."""
-        message = await self._exchange(op, {"op": op, **args})
-        while "sign" in message:
-            signature = xmtp.ethereum_sign_recoverable(
-                str(message["sign"]).encode(), self.key.secret, True
-            )
-            message = await self._exchange(op, {"signature": bytes(signature).hex()})
-        if not message.get("ok"):
-            raise AssertionError(f"node sdk {self.name} {op}: {message.get('error')}")
-        return message
-
-    async def _exchange(self, op: str, message: dict[str, Any]) -> dict[str, Any]:
-        assert self._http is not None
-        try:
-            async with self._http.post(self._url, json=message) as reply:
-                answer: dict[str, Any] = await reply.json()
-                return answer
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise AssertionError(
-                f"node sdk {self.name} {op}: no answer ({exc!r})\n{self.log()}"
-            ) from None
-
-    def log(self) -> str:
-        """The container's last output lines (the SDK logs there)."""
-        if self._container is not None and self._container.get_wrapped_container() is not None:
-            out, err = self._container.get_logs()
-            self._output = (out + err).decode(errors="replace")
-        return "\n".join(self._output.splitlines()[-60:])
-
-    async def close(self) -> None:
-        """Removes the container (killed: the SDK keeps nothing the test needs)."""
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
-        if self._container is not None:
-            self.log()
-            await asyncio.to_thread(self._container.stop)
-            self._container = None
+        return await self.sdk.call(self, op, **args)
 
     async def stream(self) -> None:
         """Opens the live stream of every conversation's messages (streamAllMessages)."""

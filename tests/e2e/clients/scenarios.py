@@ -1,8 +1,10 @@
-"""Client scenarios with the official library (libxmtp 1.10.0 via `xmtp-bindings`), each run
-in its own process by test_python_bindings.py. Assertions here fail the test."""
+"""Client scenarios with the official libraries (libxmtp 1.10.0 via `xmtp-bindings`, and the
+Node SDK through node_sdk_user.py), each run in its own process by run_scenario
+(test_python_bindings.py). Assertions here fail the test."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any, Protocol
 import xmtp_bindings.xmtpv3 as xmtp
 
 from tests.e2e.clients.network_view import NetworkView
-from tests.e2e.clients.node_sdk_user import NodeSdkUser
+from tests.e2e.clients.node_sdk_user import NodeSdk, NodeSdkUser
 from tests.e2e.clients.xmtp_users import (
     MessageStream,
     User,
@@ -25,7 +27,7 @@ from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.client.node import NodeClient
 from xnode.core.constants import IDENTITY_UPDATES_ORIGINATOR
 from xnode.core.envelopes import parse_originator_envelope
-from xnode.core.originator_selection import available_nodes, preferred_node
+from xnode.core.originator_selection import available_nodes, failover_order, preferred_node
 from xnode.core.registry import NodeEntry, Registry
 from xnode.core.topics import Topic, TopicKind
 
@@ -385,6 +387,7 @@ class Conversation:
     sent: list[str] = field(default_factory=list)
     slowest_send_s: float = 0.0
     widest_gap_s: float = 0.0
+    widest_gap: str = ""  # which message, on whose stream
 
     async def say(self, member: Member, label: str) -> None:
         text = f"{label}: {member.name}"
@@ -400,11 +403,20 @@ class Conversation:
                     return (await other.live()).arrival_of(text)
 
                 at = await until(f"{other.name}'s stream delivers {text!r}", arrived, 15.0)
-                self.widest_gap_s = max(self.widest_gap_s, at - answered)
+                if at - answered > self.widest_gap_s:
+                    self.widest_gap_s = at - answered
+                    self.widest_gap = f"{text!r} on {other.name}'s stream"
 
     async def round(self, label: str) -> None:
         for member in self.members:
             await self.say(member, label)
+
+    async def through_kill(self, network: NetworkView, node: int) -> None:
+        """A round with `node` killed (kill -9), then one after it is started again."""
+        network.kill(node)
+        await self.round(f"{node} killed")
+        network.restart(node)
+        await self.round(f"{node} restarted")
 
     async def through_freeze(self, network: NetworkView, node: int) -> None:
         """The members take turns while `node` is frozen (SIGSTOP) for FREEZE_S, then one
@@ -431,98 +443,102 @@ class Conversation:
             assert not live.trouble, f"{member.name}: {live.trouble}"
         print(
             f"{len(self.sent)} messages; slowest send {self.slowest_send_s:.1f}s; "
-            f"widest stream gap {self.widest_gap_s:.1f}s"
+            f"widest stream gap {self.widest_gap_s:.1f}s ({self.widest_gap})"
         )
-        assert self.widest_gap_s <= STREAM_GAP_S, self.widest_gap_s
+        assert self.widest_gap_s <= STREAM_GAP_S, f"{self.widest_gap_s}: {self.widest_gap}"
+
+
+async def connect_sdk_users(network: NetworkView, users: list[NodeSdkUser]) -> None:
+    """Each registers its inbox, which every live node knows by the time it is answered."""
+    for user in users:
+        created = await user.connect()
+        assert str(created["version"]).startswith("v22."), created
+        await every_node_knows_inbox(network, user.address, user.inbox_id)
+
+
+async def streams_leave(network: NetworkView, node: int) -> None:
+    """Every client stream the node held before its freeze has left it: the node sees them
+    cancelled once it runs again, and a stream moves only when its node fails, so none
+    comes back while the others serve."""
+
+    async def left() -> bool:
+        return network.open_client_streams()[node] == 0
+
+    await until(f"the client streams leave node {node}", left)
 
 
 async def conversation_survives_node_failures(network: NetworkView, tmp_path: Path) -> None:
-    """Each node in turn is killed (kill -9, then started again) and frozen (SIGSTOP for 30 s)
-    mid-conversation; the application never reconnects. Every send is answered, every message
-    reaches the other members' live streams within STREAM_GAP_S, once, and is in history."""
+    """Three users of the Python bindings and three of the Node SDK (in one container), on
+    every node and both gateways, in one group; none ever reconnects. Each node is killed
+    (kill -9, then started again) once and frozen (SIGSTOP for FREEZE_S) once,
+    mid-conversation. Every send is answered, every message reaches the other members' live
+    streams within STREAM_GAP_S, once, and is in history.
+
+    The order makes each failure hit what the members use (a stream that leaves a node
+    never comes back to it): the group's preferred node is killed first, so its publishes
+    and streams move to the next node; that one is frozen next, holding every member's
+    group stream; then the third node is killed, the first frozen, the second killed, the
+    third frozen."""
     gateway_a, gateway_b = network.gateway_urls
     users = [
         new_user("alice", tmp_path, network.node_url(100), gateway_a),
         new_user("bob", tmp_path, network.node_url(200), gateway_b),
         new_user("carol", tmp_path, network.node_url(300), gateway_a),
     ]
-    alice, bob, carol = users
+    sdk = NodeSdk()
+    sdk_users = [
+        sdk.user("nora", network.node_url(100), gateway_b),
+        sdk.user("olga", network.node_url(200), gateway_a),
+        sdk.user("pete", network.node_url(300), gateway_b),
+    ]
+    alice, nora, olga, pete = users[0], *sdk_users
     try:
-        for user in users:
-            await user.connect()
-        members = [await alice.find(bob), await alice.find(carol)]
-        group = await alice.client.conversations().create_group(members, group_options())
-        groups = [group, await bob.group(group.id()), await carol.group(group.id())]
-        talk = Conversation(
-            [BindingsMember(u, g, await u.stream_all()) for u, g in zip(users, groups, strict=True)]
+        await sdk.start()
+        await asyncio.gather(
+            connect_sdk_users(network, sdk_users), *(user.connect() for user in users)
         )
+        assert await alice.find_address(olga.address, olga.name) == olga.inbox_id
+        addresses = ["0x" + u.key.address.hex() for u in users] + [olga.address, pete.address]
+        found = [await nora.find(address) for address in addresses]
+        inbox_ids = [u.inbox_id for u in users] + [olga.inbox_id, pete.inbox_id]
+        assert found == inbox_ids, found
+        group_id = str((await nora.call("createGroup", inboxIds=found))["groupId"])
+        bindings = []
+        for user in users:
+            group = await user.group(bytes.fromhex(group_id))
+            bindings.append(BindingsMember(user, group, await user.stream_all()))
+        for sdk_user in sdk_users:
+            await sdk_user.read(group_id, [])  # the group, from its welcome, before streaming
+            await sdk_user.stream()
+        sdks = [NodeSdkMember(u, group_id) for u in sdk_users]
+        members: list[Member] = [m for pair in zip(bindings, sdks, strict=True) for m in pair]
+        talk = Conversation(members)
         await talk.round("hello")
-        for node in sorted(network.addresses):
-            network.kill(node)
-            await talk.round(f"{node} killed")
-            network.restart(node)
-            await talk.round(f"{node} restarted")
-            await talk.through_freeze(network, node)
+
+        topic = Topic(TopicKind.GROUP_MESSAGES, bytes.fromhex(group_id)).raw
+        first, second, third = failover_order(topic, nodes_of(network))
+        await talk.through_kill(network, first)
+        held = network.open_client_streams()[second]
+        assert held >= len(members), f"node {second} holds {held} client streams"
+        await talk.through_freeze(network, second)
+        await streams_leave(network, second)
+        await talk.through_kill(network, third)
+        await talk.through_freeze(network, first)
+        await streams_leave(network, first)
+        await talk.through_kill(network, second)
+        await talk.through_freeze(network, third)
+        await streams_leave(network, third)
         await talk.check()
+
+        # The gateways published to the group's preferred node, then to the next one.
+        messages = await bindings[0].group.find_messages(list_options())
+        originators = {_text(m): m.originator_id for m in messages}
+        for member in members:
+            assert originators[f"hello: {member.name}"] == first, member.name
+            assert originators[f"{first} killed: {member.name}"] == second, member.name
+    except Exception as exc:
+        raise AssertionError(f"{exc}\nnode sdk output:\n{sdk.log()}") from exc
     finally:
         for user in users:
             user.close()
-
-
-async def conversation_with_node_sdk(network: NetworkView, tmp_path: Path) -> None:
-    """A user of the official Node SDK (in a container, node_sdk_user.py) and a user of the
-    Python bindings, each through its own gateway and node, neither ever reconnecting: both
-    register, find each other, the Node SDK user makes a group, both open live streams and
-    talk; the group's preferred node is killed (kill -9), then the node both now read from
-    is frozen (SIGSTOP for FREEZE_S) while they talk, then thawed. Every send is answered,
-    every message reaches the other's live stream within STREAM_GAP_S, once, and history."""
-    gateway_a, gateway_b = network.gateway_urls
-    alice = new_user("alice", tmp_path, network.node_url(100), gateway_a)
-    nora = NodeSdkUser("nora", network.node_url(200), gateway_b)
-    try:
-        await nora.start()
-        created = await nora.connect()
-        assert str(created["version"]).startswith("v22."), created
-        await every_node_knows_inbox(network, nora.address, nora.inbox_id)
-        await alice.connect()
-        assert await nora.find("0x" + alice.key.address.hex()) == alice.inbox_id
-        assert await alice.find_address(nora.address, "nora") == nora.inbox_id
-
-        group_id = str((await nora.call("createGroup", inboxIds=[alice.inbox_id]))["groupId"])
-        alices = await alice.group(bytes.fromhex(group_id))
-        await nora.stream()
-        talk = Conversation(
-            [NodeSdkMember(nora, group_id), BindingsMember(alice, alices, await alice.stream_all())]
-        )
-        await talk.round("hello")
-
-        # The group's preferred node dies: both read and publish through their gateways,
-        # which fail over to the topic's next node; that one is then frozen.
-        topic = Topic(TopicKind.GROUP_MESSAGES, bytes.fromhex(group_id)).raw
-        victim = preferred_node(topic, nodes_of(network), ())
-        assert victim is not None
-        next_node = preferred_node(topic, nodes_of(network), (victim,))
-        assert next_node is not None
-        network.kill(victim)
-        await talk.round(f"{victim} killed")
-        # The gateways' streams for both members stand on next_node, and leave it when it
-        # freezes (the node sees them cancelled once it runs again).
-        held = network.open_client_streams()[next_node]
-        assert held >= 2, f"node {next_node} holds {held} client streams"
-        await talk.through_freeze(network, next_node)
-
-        async def left() -> bool:
-            return network.open_client_streams()[next_node] <= held - 2
-
-        await until(f"the streams leave node {next_node}", left)
-        await talk.check()
-        messages = await alices.find_messages(list_options())
-        originators = {_text(m): m.originator_id for m in messages}
-        assert originators["hello: nora"] == victim
-        assert originators[f"{victim} killed: nora"] == next_node
-        assert originators[f"{victim} killed: alice"] == next_node
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\nnode sdk output:\n{nora.log()}") from None
-    finally:
-        alice.close()
-        await nora.close()
+        await sdk.close()

@@ -3,8 +3,9 @@ processes: three nodes on the chain registry (anvil), two gateways, real Postgre
 
 Users register inboxes (identity updates go to the chain), find each other with GetInboxIds,
 talk in an MLS group, add a third member and a second installation, stream live, and keep
-working when the node they read from is killed. The scenarios are in scenarios.py; each
-runs in a spawned process (runner.py), this process owns the network."""
+working when the node they read from is killed (each node killed and frozen in turn, with
+users of the Node SDK beside them: test_node_sdk.py). The scenarios are in scenarios.py;
+each runs in a spawned process (runner.py), this process owns the network."""
 
 from __future__ import annotations
 
@@ -83,14 +84,6 @@ def test_a_user_keeps_talking_when_the_node_it_reads_from_is_killed(
 ) -> None:
     took = run_scenario("read_node_killed", client_network, tmp_path)
     print(f"failover scenario took {took:.1f}s")
-
-
-@pytest.mark.timeout(900)
-def test_a_conversation_survives_each_node_killed_and_frozen(
-    client_network: ClientNetwork, tmp_path: Path
-) -> None:
-    took = run_scenario("conversation_survives_node_failures", client_network, tmp_path, 480.0)
-    print(f"node failures scenario took {took:.1f}s")
 
 
 def test_every_identity_update_of_the_client_is_validated_and_accepted(

@@ -95,6 +95,61 @@ def test_topic_kind_must_match_payload() -> None:
     assert "WELCOME_MESSAGES does not match payload group_message" in str(error)
 
 
+INSTALLATION = bytes(range(32))
+
+
+def _welcome(welcome: mls_pb2.WelcomeMessageInput) -> envelopes_pb2.ClientEnvelope:
+    return envelopes_pb2.ClientEnvelope(
+        aad=envelopes_pb2.AuthenticatedData(target_topic=b"\x01" + INSTALLATION),
+        welcome_message=welcome,
+    )
+
+
+def _pointer(installation_key: bytes, pointer: bytes) -> mls_pb2.WelcomeMessageInput:
+    return mls_pb2.WelcomeMessageInput(
+        welcome_pointer=mls_pb2.WelcomeMessageInput.WelcomePointer(
+            installation_key=installation_key,
+            welcome_pointer=pointer,
+            hpke_public_key=b"k" * 1216,
+            wrapper_algorithm=mls_pb2.WELCOME_POINTER_WRAPPER_ALGORITHM_XWING_MLKEM_768_DRAFT_6,
+        )
+    )
+
+
+def test_a_welcome_pointer_to_the_topics_installation_is_accepted() -> None:
+    """What libxmtp sends each installation when one commit welcomes several."""
+    valid = validate_payer_envelope(_payer(_welcome(_pointer(INSTALLATION, b"p" * 90))), NODE)
+    assert valid.payload == "welcome_message"
+    assert valid.topic.raw == b"\x01" + INSTALLATION
+
+
+@pytest.mark.parametrize(
+    ("welcome", "reason", "detail"),
+    [
+        (
+            _pointer(bytes(32), b"p"),
+            Reason.TOPIC_MISMATCH,
+            "welcome_message.welcome_pointer.installation_key " + "00" * 32,
+        ),
+        (_pointer(INSTALLATION, b""), Reason.INVALID_PAYLOAD, "has no encrypted content"),
+        (
+            mls_pb2.WelcomeMessageInput(
+                v1=mls_pb2.WelcomeMessageInput.V1(installation_key=INSTALLATION)
+            ),
+            Reason.INVALID_PAYLOAD,
+            "welcome_message.v1 has no encrypted content",
+        ),
+        (mls_pb2.WelcomeMessageInput(), Reason.INVALID_PAYLOAD, "neither v1 nor welcome_pointer"),
+    ],
+)
+def test_a_welcome_pointer_or_v1_without_content_or_for_another_installation_is_refused(
+    welcome: mls_pb2.WelcomeMessageInput, reason: Reason, detail: str
+) -> None:
+    error = _rejected(_payer(_welcome(welcome)))
+    assert error.reason is reason
+    assert detail in str(error)
+
+
 @pytest.mark.parametrize(("topic", "message"), [(b"", "empty"), (b"\x00" + b"g" * 128, "limit")])
 def test_bad_topic(topic: bytes, message: str) -> None:
     client = group_message_envelope(GROUP, b"hi")

@@ -1,8 +1,10 @@
-// A user of the official Node SDK (@xmtp/node-sdk), driven by the test
-// (tests/e2e/clients/node_sdk_user.py) over HTTP on 127.0.0.1:$XNODE_NODE_SDK_PORT (the
-// container is on the host network): each POST carries one JSON message and is answered with
-// the next JSON answer. The account's key stays with the test: to sign, this side answers
-// {"sign": text} and the next POST carries {"signature": hex}. GET answers once listening.
+// Users of the official Node SDK (@xmtp/node-sdk), one Client each in this one process (a
+// container costs seconds to start), driven by the test (tests/e2e/clients/node_sdk_user.py)
+// over HTTP on 127.0.0.1:$XNODE_NODE_SDK_PORT (the container is on the host network): each
+// POST carries one JSON message naming its user and is answered with the next JSON answer;
+// commands run one at a time. The accounts' keys stay with the test: to sign, this side
+// answers {"sign": text} and the next POST carries {"signature": hex}. GET answers once
+// listening.
 import { createServer } from "node:http";
 import { Client } from "@xmtp/node-sdk";
 
@@ -42,13 +44,21 @@ createServer((request, reply) => {
 const ETHEREUM = 0; // IdentifierKind.Ethereum (a const enum: not exported at run time)
 const identifier = (address) => ({ identifier: address.toLowerCase(), identifierKind: ETHEREUM });
 
-let client;
-// The live stream's text messages with when each arrived (ms since the epoch: the container
-// shares the host's clock), and whatever the stream reported going wrong.
-const streamed = [];
-const streamTrouble = [];
+// Each user's client and live stream: the stream's text messages with when each arrived (ms
+// since the epoch: the container shares the host's clock), and whatever it reported going
+// wrong.
+const users = new Map();
 
-async function conversation(groupId) {
+function userNamed(name) {
+  const user = users.get(name);
+  if (!user) throw new Error(`no user ${name}: create it first`);
+  return user;
+}
+
+// The group as an application keeps it: found locally, synced from the network only when new.
+async function conversation({ client }, groupId) {
+  const known = await client.conversations.getConversationById(groupId);
+  if (known) return known;
   await client.conversations.sync();
   const found = await client.conversations.getConversationById(groupId);
   if (!found) throw new Error(`no conversation ${groupId}`);
@@ -56,7 +66,8 @@ async function conversation(groupId) {
 }
 
 const commands = {
-  async create({ apiUrl, gatewayHost, address, dbPath }) {
+  async create({ user: name, apiUrl, gatewayHost, address, dbPath }) {
+    if (users.has(name)) throw new Error(`user ${name} exists`);
     const signer = {
       type: "EOA",
       getIdentifier: () => identifier(address),
@@ -66,7 +77,7 @@ const commands = {
         return Uint8Array.from(Buffer.from(signature, "hex"));
       },
     };
-    client = await Client.create(signer, {
+    const client = await Client.create(signer, {
       env: "local",
       apiUrl,
       gatewayHost,
@@ -75,37 +86,43 @@ const commands = {
       appVersion: "xnode-e2e-node/1",
       loggingLevel: "Warn", // the library's warnings, in the container's log a failure shows
     });
+    users.set(name, { client, streamed: [], trouble: [] });
+    console.log(`user ${name}: inbox ${client.inboxId}`); // the SDK's log lines name inboxes
     return { inboxId: client.inboxId, version: process.version };
   },
-  async find({ address }) {
+  async find({ user, address }) {
+    const { client } = userNamed(user);
     return { inboxId: await client.fetchInboxIdByIdentifier(identifier(address)) };
   },
-  async createGroup({ inboxIds }) {
+  async createGroup({ user, inboxIds }) {
+    const { client } = userNamed(user);
     const group = await client.conversations.createGroup(inboxIds, { groupName: "node sdk" });
     return { groupId: group.id };
   },
-  async send({ groupId, text }) {
-    const group = await conversation(groupId);
+  async send({ user, groupId, text }) {
+    const group = await conversation(userNamed(user), groupId);
     return { messageId: await group.sendText(text) };
   },
-  async stream() {
+  async stream({ user }) {
+    const { client, streamed, trouble } = userNamed(user);
     // The SDK's own retry stays on (its default): the test asserts it was never needed.
     await client.conversations.streamAllMessages({
       onValue: (m) => {
         if (m.contentType?.typeId === "text") streamed.push({ text: m.content, at: Date.now() });
       },
-      onError: (error) => streamTrouble.push(`error: ${error?.stack ?? error}`),
-      onFail: () => streamTrouble.push("failed"),
-      onRetry: (attempt) => streamTrouble.push(`retry ${attempt}`),
-      onRestart: () => streamTrouble.push("restarted"),
+      onError: (error) => trouble.push(`error: ${error?.stack ?? error}`),
+      onFail: () => trouble.push("failed"),
+      onRetry: (attempt) => trouble.push(`retry ${attempt}`),
+      onRestart: () => trouble.push("restarted"),
     });
     return {};
   },
-  async streamed() {
-    return { messages: streamed, trouble: streamTrouble };
+  async streamed({ user }) {
+    const { streamed, trouble } = userNamed(user);
+    return { messages: streamed, trouble };
   },
-  async read({ groupId }) {
-    const group = await conversation(groupId);
+  async read({ user, groupId }) {
+    const group = await conversation(userNamed(user), groupId);
     await group.sync();
     const messages = await group.messages();
     const texts = messages

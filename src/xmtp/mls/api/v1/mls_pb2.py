@@ -24,25 +24,29 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19xmtp/mls/api/v1/mls.proto\x12\x0fxmtp.mls.api.v1\"\x91\x01\n\x11GroupMessageInput\x12\x33\n\x02v1\x18\x01 \x01(\x0b\x32%.xmtp.mls.api.v1.GroupMessageInput.V1H\x00\x1a<\n\x02V1\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x13\n\x0bsender_hmac\x18\x02 \x01(\x0c\x12\x13\n\x0bshould_push\x18\x03 \x01(\x08\x42\t\n\x07version\"\xfe\x01\n\x13WelcomeMessageInput\x12\x35\n\x02v1\x18\x01 \x01(\x0b\x32\'.xmtp.mls.api.v1.WelcomeMessageInput.V1H\x00\x1a\xa4\x01\n\x02V1\x12\x18\n\x10installation_key\x18\x01 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x17\n\x0fhpke_public_key\x18\x03 \x01(\x0c\x12\x43\n\x11wrapper_algorithm\x18\x04 \x01(\x0e\x32(.xmtp.mls.api.v1.WelcomeWrapperAlgorithm\x12\x18\n\x10welcome_metadata\x18\x07 \x01(\x0c\x42\t\n\x07version\"6\n\x10KeyPackageUpload\x12\"\n\x1akey_package_tls_serialized\x18\x01 \x01(\x0c\"q\n\x17UploadKeyPackageRequest\x12\x36\n\x0bkey_package\x18\x01 \x01(\x0b\x32!.xmtp.mls.api.v1.KeyPackageUpload\x12\x1e\n\x16is_inbox_id_credential\x18\x02 \x01(\x08*\xa5\x01\n\x17WelcomeWrapperAlgorithm\x12)\n%WELCOME_WRAPPER_ALGORITHM_UNSPECIFIED\x10\x00\x12(\n$WELCOME_WRAPPER_ALGORITHM_CURVE25519\x10\x01\x12\x35\n1WELCOME_WRAPPER_ALGORITHM_XWING_MLKEM_768_DRAFT_6\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19xmtp/mls/api/v1/mls.proto\x12\x0fxmtp.mls.api.v1\"\x91\x01\n\x11GroupMessageInput\x12\x33\n\x02v1\x18\x01 \x01(\x0b\x32%.xmtp.mls.api.v1.GroupMessageInput.V1H\x00\x1a<\n\x02V1\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x13\n\x0bsender_hmac\x18\x02 \x01(\x0c\x12\x13\n\x0bshould_push\x18\x03 \x01(\x08\x42\t\n\x07version\"\xf9\x03\n\x13WelcomeMessageInput\x12\x35\n\x02v1\x18\x01 \x01(\x0b\x32\'.xmtp.mls.api.v1.WelcomeMessageInput.V1H\x00\x12N\n\x0fwelcome_pointer\x18\x02 \x01(\x0b\x32\x33.xmtp.mls.api.v1.WelcomeMessageInput.WelcomePointerH\x00\x1a\xa4\x01\n\x02V1\x12\x18\n\x10installation_key\x18\x01 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x17\n\x0fhpke_public_key\x18\x03 \x01(\x0c\x12\x43\n\x11wrapper_algorithm\x18\x04 \x01(\x0e\x32(.xmtp.mls.api.v1.WelcomeWrapperAlgorithm\x12\x18\n\x10welcome_metadata\x18\x07 \x01(\x0c\x1a\xa8\x01\n\x0eWelcomePointer\x12\x18\n\x10installation_key\x18\x01 \x01(\x0c\x12\x17\n\x0fwelcome_pointer\x18\x02 \x01(\x0c\x12\x17\n\x0fhpke_public_key\x18\x03 \x01(\x0c\x12J\n\x11wrapper_algorithm\x18\x04 \x01(\x0e\x32/.xmtp.mls.api.v1.WelcomePointerWrapperAlgorithmB\t\n\x07version\"6\n\x10KeyPackageUpload\x12\"\n\x1akey_package_tls_serialized\x18\x01 \x01(\x0c\"q\n\x17UploadKeyPackageRequest\x12\x36\n\x0bkey_package\x18\x01 \x01(\x0b\x32!.xmtp.mls.api.v1.KeyPackageUpload\x12\x1e\n\x16is_inbox_id_credential\x18\x02 \x01(\x08*\xd2\x01\n\x17WelcomeWrapperAlgorithm\x12)\n%WELCOME_WRAPPER_ALGORITHM_UNSPECIFIED\x10\x00\x12(\n$WELCOME_WRAPPER_ALGORITHM_CURVE25519\x10\x01\x12\x35\n1WELCOME_WRAPPER_ALGORITHM_XWING_MLKEM_768_DRAFT_6\x10\x02\x12+\n\'WELCOME_WRAPPER_ALGORITHM_SYMMETRIC_KEY\x10\x03*\x92\x01\n\x1eWelcomePointerWrapperAlgorithm\x12\x31\n-WELCOME_POINTER_WRAPPER_ALGORITHM_UNSPECIFIED\x10\x00\x12=\n9WELCOME_POINTER_WRAPPER_ALGORITHM_XWING_MLKEM_768_DRAFT_6\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'xmtp.mls.api.v1.mls_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WELCOMEWRAPPERALGORITHM']._serialized_start=623
-  _globals['_WELCOMEWRAPPERALGORITHM']._serialized_end=788
+  _globals['_WELCOMEWRAPPERALGORITHM']._serialized_start=874
+  _globals['_WELCOMEWRAPPERALGORITHM']._serialized_end=1084
+  _globals['_WELCOMEPOINTERWRAPPERALGORITHM']._serialized_start=1087
+  _globals['_WELCOMEPOINTERWRAPPERALGORITHM']._serialized_end=1233
   _globals['_GROUPMESSAGEINPUT']._serialized_start=47
   _globals['_GROUPMESSAGEINPUT']._serialized_end=192
   _globals['_GROUPMESSAGEINPUT_V1']._serialized_start=121
   _globals['_GROUPMESSAGEINPUT_V1']._serialized_end=181
   _globals['_WELCOMEMESSAGEINPUT']._serialized_start=195
-  _globals['_WELCOMEMESSAGEINPUT']._serialized_end=449
-  _globals['_WELCOMEMESSAGEINPUT_V1']._serialized_start=274
-  _globals['_WELCOMEMESSAGEINPUT_V1']._serialized_end=438
-  _globals['_KEYPACKAGEUPLOAD']._serialized_start=451
-  _globals['_KEYPACKAGEUPLOAD']._serialized_end=505
-  _globals['_UPLOADKEYPACKAGEREQUEST']._serialized_start=507
-  _globals['_UPLOADKEYPACKAGEREQUEST']._serialized_end=620
+  _globals['_WELCOMEMESSAGEINPUT']._serialized_end=700
+  _globals['_WELCOMEMESSAGEINPUT_V1']._serialized_start=354
+  _globals['_WELCOMEMESSAGEINPUT_V1']._serialized_end=518
+  _globals['_WELCOMEMESSAGEINPUT_WELCOMEPOINTER']._serialized_start=521
+  _globals['_WELCOMEMESSAGEINPUT_WELCOMEPOINTER']._serialized_end=689
+  _globals['_KEYPACKAGEUPLOAD']._serialized_start=702
+  _globals['_KEYPACKAGEUPLOAD']._serialized_end=756
+  _globals['_UPLOADKEYPACKAGEREQUEST']._serialized_start=758
+  _globals['_UPLOADKEYPACKAGEREQUEST']._serialized_end=871
 # @@protoc_insertion_point(module_scope)
