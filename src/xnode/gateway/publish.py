@@ -233,9 +233,7 @@ class Publisher:
             response_deserializer=api.PublishPayerEnvelopesResponse.FromString,
         )
         request = api.PublishPayerEnvelopesRequest(payer_envelopes=envelopes)
-        pending = call(
-            request, timeout=self._timeout_s, metadata=forwarded_for(client) if client else ()
-        )
+        pending = call(request, timeout=self._timeout_s, metadata=forwarded_for(client))
         with self._health.cut_when_down(node_id, pending) as down:
             try:
                 response = await pending
