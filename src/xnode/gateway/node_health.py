@@ -20,6 +20,7 @@ from grpc_health.v1 import health_pb2
 from xnode.core.originator_selection import available_nodes
 from xnode.core.registry import NodeEntry
 from xnode.gateway.channels import NodeChannels, UnusableUrl
+from xnode.usecases.concurrency import end_if_cancelled
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -79,6 +80,7 @@ class NodeHealth:
         while True:
             nodes = available_nodes(self._registry.current())
             await asyncio.gather(*(self._check(node) for node in nodes))
+            end_if_cancelled()
             await asyncio.sleep(self._period_s)
 
     async def _check(self, node: NodeEntry) -> None:

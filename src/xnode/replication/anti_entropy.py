@@ -51,7 +51,7 @@ from xnode.replication.fork_sync import ForkPeer, ForkSync, OnFork, StoredBytes
 from xnode.replication.ingest import OriginatorLog
 from xnode.replication.losses import LossFinder
 from xnode.replication.withholding import MAX_CHECKED, WithholdingCheck
-from xnode.usecases.concurrency import all_or_cancel
+from xnode.usecases.concurrency import all_or_cancel, end_if_cancelled
 from xnode.usecases.logs import MAX_LEAVES, MAX_RANGES
 from xnode.usecases.ports import StoreUnavailable
 
@@ -627,6 +627,7 @@ class AntiEntropy:
         return [o for o in outcomes if o is not None]
 
     async def _one(self, peer: Peer, originator: int, losses_only: bool = False) -> Outcome | None:
+        end_if_cancelled()
         bound = log.bind(originator=originator, peer=peer.node_id)
         try:
             outcome = await self._repair.repair(peer, originator, losses_only)
@@ -677,6 +678,7 @@ class AntiEntropy:
         await asyncio.sleep(min(self._interval_s, FIRST_PASS_S))
         while True:
             await self.run_once()
+            end_if_cancelled()
             await asyncio.sleep(self._interval_s)
 
     def start(self) -> None:

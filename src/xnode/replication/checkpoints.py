@@ -15,6 +15,7 @@ import structlog
 from xnode.core.backoff import Backoff
 from xnode.core.checkpoints import Checkpoint, CheckpointError, has_log, verify_checkpoint
 from xnode.observability.outage import DatabaseOutage
+from xnode.usecases.concurrency import end_if_cancelled
 from xnode.usecases.logs import CheckpointIntake
 from xnode.usecases.ports import StoreUnavailable
 from xnode_api.logs.v1 import logs_pb2 as pb
@@ -77,6 +78,7 @@ class CheckpointFollower:
                 self._outage.failed("checkpoint_follower", exc, peer=peer, originator=originator)
             except Exception as exc:
                 bound.warning("checkpoint_follow_failed", error=repr(exc))
+            end_if_cancelled()
             await asyncio.sleep(backoff.next_delay())
 
     async def _follow(self, channel: grpc.aio.Channel, peer: int, originator: int) -> None:

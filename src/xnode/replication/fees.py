@@ -13,6 +13,7 @@ import structlog
 from xnode.core.backoff import Backoff
 from xnode.core.fees import FeeSchedule
 from xnode.core.retention import DEFAULT_RETENTION_DAYS
+from xnode.usecases.concurrency import end_if_cancelled
 from xnode_api.fees.v1 import fees_pb2, fees_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -59,6 +60,7 @@ class FeeSchedules:
                     self._schedules.pop(node_id, None)
                     log.info("peer_fees_unchecked", peer=node_id, reason="no FeesApi")
                     return
+                end_if_cancelled()
                 await asyncio.sleep(backoff.next_delay())
                 continue
             backoff.reset()

@@ -25,6 +25,7 @@ import structlog
 from xnode.core.leaves import Held, HeldLeaf
 from xnode.observability.metrics import SCRUB_ENVELOPES, SCRUB_PASSES
 from xnode.observability.outage import DatabaseOutage
+from xnode.usecases.concurrency import end_if_cancelled
 from xnode.usecases.ports import StoreUnavailable
 
 log = structlog.get_logger(__name__)
@@ -154,6 +155,7 @@ class Scrub:
                 else:
                     log.warning("scrub_failed", error=repr(exc)[:300])
                 ended, checked = False, self._page_size()
+            end_if_cancelled()
             pause = checked / self._per_second - (time.monotonic() - started)
             await asyncio.sleep(max(pause, 1.0 if ended else 0.0))
 

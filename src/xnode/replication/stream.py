@@ -30,6 +30,7 @@ from xnode.observability.metrics import REPLICATION_RECONNECTS, REPLICATION_STRE
 from xnode.observability.outage import DatabaseOutage
 from xnode.replication.ingest import OriginatorLog
 from xnode.tls import is_handshake_failure
+from xnode.usecases.concurrency import end_if_cancelled
 from xnode.usecases.ports import StoreUnavailable
 
 log = structlog.get_logger(__name__)
@@ -196,9 +197,7 @@ class PeerStream:
         """Until cancelled: stream, and after each end or failure, wait and resume."""
         while True:
             answered = await self._attempt()
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                return  # grpc or a cleanup absorbed the cancel: honour it, don't reconnect
+            end_if_cancelled()  # don't reconnect
             if answered:
                 self._backoff.reset()
                 self._tls_refused = False

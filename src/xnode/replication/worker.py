@@ -37,7 +37,7 @@ from xnode.replication.ingest import (
     OriginatorLog,
     Watermark,
 )
-from xnode.replication.own_health import OwnHealthGate
+from xnode.replication.own_health import OwnHealthGate, StoppingGate
 from xnode.replication.ports import MisbehaviorRecorder, ReplicaStore, StoreHealth
 from xnode.replication.recovery import OwnLogFetch, OwnLogRecovery, recover_own_log
 from xnode.replication.repair_peer import GrpcRepairPeer
@@ -234,9 +234,10 @@ class ReplicationWorker:
         self.node_id = node_id
         self.config = config
         self.outage = outage
-        self.reports: MisbehaviorRecorder = (
+        self._judging = StoppingGate(
             OwnHealthGate(reports, own_store, clock) if own_store is not None else reports
         )
+        self.reports: MisbehaviorRecorder = self._judging
         self._source = source
         self._store = store
         self._clock = clock
@@ -329,6 +330,11 @@ class ReplicationWorker:
             return OwnLogFetch(peer.node_id, channel, target, local_top, self._tokens, timeouts)
 
         return await recover_own_log(local_top, peers, lambda peer: fetch(peer)())
+
+    def stop_judging(self) -> None:
+        """The node begins to stop: from now on its peers' failures are not reported
+        (replication.own_health), though its streams run until `stop`."""
+        self._judging.stopping = True
 
     async def stop(self) -> None:
         self._stopped = True

@@ -30,7 +30,8 @@ class Phase(enum.Enum):
 
 
 STOP_ORDER: tuple[Phase, ...] = (
-    # Every service NOT_SERVING first, so balancers move callers away before anything drains.
+    # Every service NOT_SERVING first, so balancers move callers away before anything drains;
+    # and peers are no longer judged, as they may be stopping with this node.
     Phase.HEALTH,
     # Publishes refused and subscriptions ended with UNAVAILABLE; accepted publishes answered.
     Phase.ACCEPTING,

@@ -219,6 +219,7 @@ async def _start(
             settings, key, registry, pool, recorder, state, token, tls, logs, own_store, outage
         )
         stops.add(Phase.PEERS, replication.stop, "ReplicationWorker.stop", replication.force_stop)
+        stops.add_sync(Phase.HEALTH, replication.stop_judging)
     originator = None
     elsewhere = state.committed_elsewhere
     if not settings.read_only:  # a read-only node signs no envelopes and no checkpoints

@@ -8,13 +8,17 @@ before the first failure propagates, so nothing it started outlives it.
 `StopSteps` runs a node's cleanup (its parts' stops in reverse start order) with a deadline
 on each step: one that overruns is logged once, `node_stop_step_overran`, naming the step,
 with the stack of every task still pending (what it waits on, read by
-xnode.observability.task_stacks), then forced."""
+xnode.observability.task_stacks), then forced.
+
+A loop that runs until cancelled calls `end_if_cancelled` after each step: grpc.aio can absorb
+a task's cancel (the awaited call returns or fails as if nothing happened), and the loop
+would then go on, its stop waiting for it until the deadline."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
 from typing import Any, ParamSpec, Self, TypeVar
 
@@ -32,16 +36,48 @@ P = ParamSpec("P")
 FORCED_GRACE_S = 5.0
 
 
+def end_if_cancelled() -> None:
+    """Raises CancelledError when the current task was cancelled, even if no CancelledError
+    reached it (one absorbed by grpc.aio or a cleanup)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def all_or_cancel(*coros: Coroutine[Any, Any, T]) -> list[T]:
     """The results in order, like `asyncio.gather`; when one fails, the others are cancelled
-    and have ended before its error (the first, unwrapped from the task group's) is raised."""
+    and have ended before its error is raised (the first in argument order, unwrapped).
+
+    Not an asyncio.TaskGroup: on Python 3.11 a group whose child fails leaves the caller's
+    task marked as cancelled (`cancelling()` stays 1), and a cancel that comes while the group
+    aborts is swallowed, so the caller's loop runs on past its stop."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
     try:
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(c) for c in coros]
-    except BaseExceptionGroup as failed:
-        # Callers handle the error one coroutine raised (a peer's UNAVAILABLE), not a group.
-        raise failed.exceptions[0] from None
-    return [t.result() for t in tasks]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        await _cancel_and_wait(tasks)
+    errors = [t.exception() for t in tasks if not t.cancelled()]
+    failed = next((e for e in errors if e is not None), None)
+    if failed is not None:
+        raise failed
+    return [t.result() for t in tasks]  # one cancelled from elsewhere raises CancelledError
+
+
+async def _cancel_and_wait(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Cancels what is still running and waits for it to end, also when cancelled meanwhile
+    (the cancel is raised after)."""
+    pending = [t for t in tasks if not t.done()]
+    for task in pending:
+        task.cancel()
+    cancelled = False
+    while pending:
+        try:
+            await asyncio.wait(pending)
+        except asyncio.CancelledError:
+            cancelled = True
+        pending = [t for t in pending if not t.done()]
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 def _step_name(callback: Callable[..., object]) -> str:
@@ -147,3 +183,4 @@ class Repeating:
         while True:
             await asyncio.sleep(self._interval_s)
             await self._step()
+            end_if_cancelled()

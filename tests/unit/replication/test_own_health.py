@@ -1,5 +1,5 @@
-"""Liveness reports are withheld while this node's own database is down or only just back;
-safety reports always pass."""
+"""Liveness reports are withheld while this node's own database is down or only just back,
+and once it begins to stop; safety reports always pass."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core import misbehavior
-from xnode.replication.own_health import OwnHealthGate
+from xnode.replication.own_health import OwnHealthGate, StoppingGate
 
 
 @dataclass
@@ -67,3 +67,13 @@ async def test_liveness_reports_wait_for_the_database_to_settle() -> None:
     clock.t = 10.0
     await gate.record(LIVENESS, "")
     assert recorder.kinds[-1] == misbehavior.UNRESPONSIVE_NODE and len(recorder.kinds) == 3
+
+
+async def test_a_stopping_node_withholds_liveness_reports_but_not_proofs() -> None:
+    recorder = Recorder()
+    gate = StoppingGate(recorder)
+    await gate.record(LIVENESS, "")
+    gate.stopping = True
+    await gate.record(LIVENESS, "")  # its peers may be stopping with it
+    await gate.record(SAFETY, "")
+    assert recorder.kinds == [misbehavior.UNRESPONSIVE_NODE, misbehavior.OUT_OF_ORDER]

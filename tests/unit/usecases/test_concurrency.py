@@ -1,6 +1,7 @@
-"""all_or_cancel leaves nothing running after a failure; StopSteps bounds each stop step,
-logs an overrun once with where the pending tasks wait, forces it, and keeps the exit
-stack's order and errors otherwise."""
+"""all_or_cancel leaves nothing running after a failure, and the caller's task as it was;
+StopSteps bounds each stop step, logs an overrun once with where the pending tasks wait,
+forces it, and keeps the exit stack's order and errors otherwise; Repeating ends even when
+its step absorbs the cancel."""
 
 from __future__ import annotations
 
@@ -42,6 +43,46 @@ async def test_a_failure_cancels_and_ends_the_others_before_it_propagates() -> N
     with pytest.raises(PeerDown):  # the error itself, not a group
         await all_or_cancel(all_or_cancel(failing_peer()), all_or_cancel(slow_local_read()))
     assert ended == ["local read"]
+
+
+async def test_a_failure_leaves_the_callers_task_uncancelled() -> None:
+    """asyncio.TaskGroup on Python 3.11 leaves it marked cancelled, and loops that check
+    for an absorbed cancel would then end."""
+
+    async def failing_peer() -> int:
+        await asyncio.sleep(0)
+        raise PeerDown("UNAVAILABLE")
+
+    async def caller() -> int:
+        with pytest.raises(PeerDown):
+            await all_or_cancel(failing_peer(), asyncio.sleep(3600, 0))
+        current = asyncio.current_task()
+        assert current is not None
+        return current.cancelling()
+
+    assert await asyncio.create_task(caller()) == 0
+
+
+async def test_a_cancel_during_the_cleanup_after_a_failure_is_not_swallowed() -> None:
+    cleaning = asyncio.Event()
+
+    async def slow_cleanup() -> int:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cleaning.set()
+            await asyncio.sleep(0.05)
+        return 0
+
+    async def failing_peer() -> int:
+        await asyncio.sleep(0)
+        raise PeerDown("UNAVAILABLE")
+
+    caller = asyncio.create_task(all_or_cancel(failing_peer(), slow_cleanup()))
+    await asyncio.wait_for(cleaning.wait(), 10)
+    caller.cancel()  # the node stops while the repair is failing
+    with pytest.raises(asyncio.CancelledError):
+        await caller
 
 
 async def test_steps_run_in_reverse_order_and_errors_propagate() -> None:
@@ -126,3 +167,28 @@ async def test_repeating_steps_until_stopped_and_no_longer() -> None:
     await asyncio.sleep(0.01)  # ten intervals: a step still running would have counted
     assert steps == stopped_at
     assert not [t for t in asyncio.all_tasks() if t.get_name() == "repeating-test"]
+
+
+async def test_repeating_ends_when_its_step_absorbs_the_cancel() -> None:
+    """As a grpc.aio call can: the step returns as if its task had not been cancelled (the
+    first time only, so that a failing test ends)."""
+    inside = asyncio.Event()
+    absorbed = 0
+
+    async def step() -> None:
+        nonlocal absorbed
+        inside.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            absorbed += 1
+            if absorbed > 1:
+                raise
+
+    repeating = Repeating(step, 0, "absorbing-test")
+    repeating.start()
+    await asyncio.wait_for(inside.wait(), 10)
+    # Without end_if_cancelled the loop would go on into the next hour-long step.
+    await asyncio.wait_for(repeating.stop(), 10)
+    assert absorbed == 1
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == "absorbing-test"]
