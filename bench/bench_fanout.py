@@ -1,8 +1,10 @@
 """Live fan-out at saturation: thousands of SubscribeEnvelopes streams held by h2load
 (Debian's nghttp2-client, one C process per ~400 streams), a few Python streams beside them
 measuring publish -> delivery latency. Each figure is printed beside the empty-stream ceiling
-from the same run: a bare grpc.aio server (uvloop, as the node) holding the same streams and
-pushing the same bytes at the same rate.
+from the same run: bare grpc.aio servers (uvloop, as the node; as many processes as the node
+has workers, sharing the port) holding the same streams and pushing the same bytes at the
+same rate, Python streams beside them timing each push from
+its command to its arrival (what the machine adds at that load, with no publish to commit).
 
     .venv/bin/python bench/bench_fanout.py [--scenario topics,one-topic] [--seconds 20]
 
@@ -31,10 +33,11 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import grpc
 import uvloop
 from bench_cores import cpu_seconds, grpc_frame, require_h2load
 from bench_node import PAYER, percentile
@@ -52,6 +55,10 @@ from xnode.devtools.processes import descendant_pids
 A, B = 100, 200
 SUBSCRIBE = "/xmtp.xmtpv4.message_api.ReplicationApi/SubscribeEnvelopes"
 PER_PROCESS = 400  # streams per h2load process
+# Subscribers are many clients, each on its connection: the kernel spreads connections, not
+# streams, over the node's worker processes (SO_REUSEPORT), so a few connections carrying
+# hundreds of streams each can leave one worker with most of them.
+STREAMS_PER_CONNECTION = 10
 LATENCY_STREAMS = 4
 PAYLOAD_BYTES = 160
 
@@ -71,6 +78,7 @@ class Scenario:
     topics: int  # messages spread over these
     rate: float  # messages per second
     publish_on: int  # the node publishes are sent to
+    per_connection: int = STREAMS_PER_CONNECTION  # h2load streams on one connection
 
     @property
     def processes(self) -> int:
@@ -102,9 +110,11 @@ def subscribe_body(work: Path, index: int) -> Path:
     return path
 
 
-def start_h2load(address: str, body: Path, streams: int, log: Path) -> subprocess.Popen[bytes]:
-    """h2load holding `streams` streams (100 a connection) until killed."""
-    connections = max(1, streams // 100)
+def start_h2load(
+    address: str, body: Path, streams: int, per_connection: int, log: Path
+) -> subprocess.Popen[bytes]:
+    """h2load holding `streams` streams, `per_connection` on each connection, until killed."""
+    connections = max(1, streams // per_connection)
     command = [
         "h2load", f"http://{address}{SUBSCRIBE}", "-c", str(connections),
         "-m", str(-(-streams // connections)), "-t", "1", "-d", str(body), "-D", "3600",
@@ -225,6 +235,8 @@ class Figures:
     latencies_ms: list[float] = field(default_factory=list)
     missing: int = 0  # envelopes a Python stream never got
     answers_ms: list[float] = field(default_factory=list)  # publish, sent to answered
+    # What each serving process held: connections (node workers), streams (bare servers).
+    per_process: list[float] = field(default_factory=list)
 
 
 # publish(i): sends message i (topic i % topics); returns when answered.
@@ -263,7 +275,7 @@ async def drive(
         share = min(PER_PROCESS, scenario.streams - process * PER_PROCESS)
         body = subscribe_body(work, scenario.subscribed(process))
         logs.append(work / f"h2load-{process}.log")
-        loads.append(start_h2load(server.address, body, share, logs[-1]))
+        loads.append(start_h2load(server.address, body, share, scenario.per_connection, logs[-1]))
     try:
         alive = lambda: running(loads, logs)  # noqa: E731
         figures = await _measure(scenario, server, publish, seconds, beside, before_kb, alive)
@@ -350,6 +362,20 @@ class NodeServer(Server):
     def delivered(self) -> float:
         return metric(self.metrics, "xnode_subscription_deliveries_total{")
 
+    def connections_per_worker(self) -> list[float]:
+        """Client connections each worker process holds (the kernel spreads them over the
+        workers' listeners; each h2load connection carries its share of the streams)."""
+        port = self.address.rsplit(":", 1)[1]
+
+        def sockets(*state: str) -> str:
+            command = ["ss", "-Htnp", *state, f"( sport = :{port} )"]
+            return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+        listening = sockets("-l")
+        workers = sorted(p for p in self.pids() if f"pid={p}," in listening)
+        established = sockets("state", "established")
+        return [float(established.count(f"pid={pid},")) for pid in workers]
+
     def fell_behind(self) -> float:
         return metric(
             self.metrics,
@@ -358,28 +384,41 @@ class NodeServer(Server):
 
 
 class EmptyServer(Server):
-    """The ceiling: a bare grpc.aio server holding streams and pushing bytes to them, told
-    what to push on its stdin."""
+    """The ceiling: bare grpc.aio server processes sharing one port (SO_REUSEPORT, as the
+    node's workers), holding streams and pushing bytes to them, told what to push on their
+    stdin."""
 
-    def __init__(self) -> None:
+    def __init__(self, processes: int) -> None:
         self.address = f"127.0.0.1:{free_port()}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", EMPTY_STREAMS, self.address],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == b"ready"
-        self.pid = self.proc.pid
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", EMPTY_STREAMS, self.address],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+            for _ in range(processes)
+        ]
+        for proc in self.procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        self.pid = self.procs[0].pid
         self.held = 0.0
+        self.per_process: list[float] = []
         self.pushed = 0.0
         self._lock = asyncio.Lock()
 
+    def pids(self) -> list[int]:
+        return [proc.pid for proc in self.procs]
+
     async def command(self, line: str) -> None:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        """To every process (each holds its share of the streams); their counts summed."""
         async with self._lock:
-            self.proc.stdin.write(line.encode() + b"\n")
-            self.proc.stdin.flush()
-            self.held = float(await asyncio.to_thread(self.proc.stdout.readline))
+            for proc in self.procs:
+                assert proc.stdin is not None
+                proc.stdin.write(line.encode() + b"\n")
+                proc.stdin.flush()
+            counts = await asyncio.gather(*(asyncio.to_thread(_count, p) for p in self.procs))
+            self.held = float(sum(counts))
+            self.per_process = [float(c) for c in counts]
 
     def open_streams(self) -> float:
         return self.held
@@ -388,14 +427,28 @@ class EmptyServer(Server):
         return self.pushed
 
     def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
 
 
-async def ceiling(scenario: Scenario, work: Path, seconds: float, frame: bytes) -> Figures:
-    """The same streams, bytes and rate on the bare server."""
-    server = EmptyServer()
+def _count(proc: subprocess.Popen[bytes]) -> int:
+    assert proc.stdout is not None
+    return int(proc.stdout.readline())
+
+
+async def ceiling(
+    scenario: Scenario, work: Path, seconds: float, frame: bytes, processes: int
+) -> Figures:
+    """The same streams, bytes and rate on as many bare server processes as the node has
+    workers, and Python streams beside them timing each push from the command to its arrival
+    (on the first topic streams hold)."""
+    server = EmptyServer(processes)
     on = streams_on(scenario)
+    probe = min(on)
+    probe_request = subscribe_body(work, probe).read_bytes()[5:]
+    hits = sum(1 for i in range(int(scenario.rate * seconds)) if i % scenario.topics == probe)
+    sent: list[float] = []
 
     async def count_streams() -> None:
         while True:
@@ -406,17 +459,46 @@ async def ceiling(scenario: Scenario, work: Path, seconds: float, frame: bytes) 
         index = i % scenario.topics
         if index in on:
             request = subscribe_body(work, index).read_bytes()[5:]
+            if index == probe:
+                sent.append(time.perf_counter())
             await server.command(f"{request.hex()} {frame.hex()}")
-            server.pushed += on[index]
+            server.pushed += on[index] + (LATENCY_STREAMS if index == probe else 0)
 
     counting = asyncio.create_task(count_streams())
+    readers = [
+        asyncio.create_task(bare_arrivals(server.address, probe_request, hits))
+        for _ in range(LATENCY_STREAMS)
+    ]
     try:
-        figures, loads = await drive(scenario, work, server, publish, seconds)
+        figures, loads = await drive(scenario, work, server, publish, seconds, LATENCY_STREAMS)
+        figures.per_process = server.per_process
         finish(loads)
+        done, pending = await asyncio.wait(readers, timeout=60)
+        for task in done:
+            arrivals = task.result()  # in push order: the k-th is the k-th command's
+            figures.missing += hits - len(arrivals)
+            figures.latencies_ms += [(at - s) * 1e3 for s, at in zip(sent, arrivals, strict=False)]
+        figures.missing += len(pending) * hits
         return figures
     finally:
         counting.cancel()
+        for reader in readers:
+            reader.cancel()
         server.stop()
+
+
+async def bare_arrivals(address: str, request: bytes, count: int) -> list[float]:
+    """When each of the bare server's first `count` pushes reached a stream of its own."""
+    arrivals: list[float] = []
+    async with grpc.aio.insecure_channel(address) as channel:
+        same = {"request_serializer": bytes, "response_deserializer": bytes}
+        call = channel.unary_stream(SUBSCRIBE, **same)(request)
+        async for _ in call:
+            arrivals.append(time.perf_counter())
+            if len(arrivals) >= count:
+                break
+        call.cancel()
+    return arrivals
 
 
 # --- the node -------------------------------------------------------------------------------
@@ -504,6 +586,7 @@ async def on_node(
             fell_before = server.fell_behind()
             figures, loads = await drive(scenario, work, server, publish, seconds, LATENCY_STREAMS)
             figures.fell_behind = server.fell_behind() - fell_before
+            figures.per_process = server.connections_per_worker()
         done, pending = await asyncio.wait(readers, timeout=60)
         for task in pending:
             task.cancel()
@@ -529,8 +612,11 @@ def _ratio(node: float, bare: float) -> str:
 def report(scenario: Scenario, node: Figures, bare: Figures, frame_len: int) -> None:
     print(f"\n### {scenario.name}, envelopes of {frame_len} bytes framed\n")
     print("| measure | node | empty-stream ceiling | ratio |\n|---|---|---|---|")
-    lat = node.latencies_ms
+    lat, bare_lat = node.latencies_ms, bare.latencies_ms
     p50, p99 = (percentile(lat, 50), percentile(lat, 99)) if lat else (0.0, 0.0)
+    bare_p50, bare_p99 = (
+        (percentile(bare_lat, 50), percentile(bare_lat, 99)) if bare_lat else (0.0, 0.0)
+    )
     rows = [
         (
             "deliveries counted / expected (h2load streams + Python streams)",
@@ -556,13 +642,29 @@ def report(scenario: Scenario, node: Figures, bare: Figures, frame_len: int) -> 
             f"{bare.cpu_us_per_delivery:.1f} us",
             _ratio(node.cpu_us_per_delivery, bare.cpu_us_per_delivery),
         ),
-        (f"publish -> Python stream, p50 ({len(lat)} samples)", f"{p50:.1f} ms", "", ""),
-        ("publish -> Python stream, p99", f"{p99:.1f} ms", "", "<= 100 ms"),
-        ("envelopes the Python streams missed", f"{node.missing}", "", ""),
+        (
+            f"publish -> Python stream, p50 ({len(lat)} / {len(bare_lat)} samples)",
+            f"{p50:.1f} ms",
+            f"{bare_p50:.1f} ms",
+            _ratio(p50, bare_p50),
+        ),
+        (
+            "publish -> Python stream, p99 (goal: node <= 100 ms)",
+            f"{p99:.1f} ms",
+            f"{bare_p99:.1f} ms",
+            _ratio(p99, bare_p99),
+        ),
+        ("envelopes the Python streams missed", f"{node.missing}", f"{bare.missing}", ""),
         (
             "publish answered (of the above), p50 / p99",
             f"{percentile(node.answers_ms, 50):.1f} / {percentile(node.answers_ms, 99):.1f} ms",
             "",
+            "",
+        ),
+        (
+            "held by each process: connections (node) / streams (bare)",
+            " / ".join(f"{n:,.0f}" for n in node.per_process),
+            " / ".join(f"{n:,.0f}" for n in bare.per_process),
             "",
         ),
         (
@@ -591,6 +693,13 @@ async def main() -> None:
         help="serving processes of the measured node (xnode run --workers); the streams spread"
         " over them, its CPU and memory are summed",
     )
+    parser.add_argument(
+        "--streams-per-connection",
+        type=int,
+        default=STREAMS_PER_CONNECTION,
+        help="h2load streams sharing one connection (the kernel spreads connections over the"
+        " workers)",
+    )
     args = parser.parse_args()
     require_h2load()
     work = Path(tempfile.mkdtemp(prefix="xnode-fanout-"))
@@ -598,14 +707,15 @@ async def main() -> None:
     cluster = start_cluster(work / "pg", fsync=True)
     load = os.getloadavg()[0]
     print(
-        f"machine: {os.cpu_count()} cores, load {load:.1f}; {PER_PROCESS} streams per h2load;"
+        f"machine: {os.cpu_count()} cores, load {load:.1f}; {PER_PROCESS} streams per h2load,"
+        f" {args.streams_per_connection} a connection;"
         f" the node runs {args.workers} worker process(es)"
     )
     try:
         for name in args.scenario.split(","):
-            scenario = SCENARIOS[name]
+            scenario = replace(SCENARIOS[name], per_connection=args.streams_per_connection)
             node, frame = await on_node(scenario, work, cluster, args.seconds, args.workers)
-            bare = await ceiling(scenario, work, args.seconds, frame)
+            bare = await ceiling(scenario, work, args.seconds, frame, args.workers)
             report(scenario, node, bare, len(frame))
     finally:
         cluster.stop()
