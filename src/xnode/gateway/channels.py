@@ -1,5 +1,8 @@
-"""gRPC channels to the nodes, one per node URL, made on first use and closed when the
-registry drops or moves the node."""
+"""gRPC channels to the nodes, made on first use and closed when the registry drops or moves
+the node: one per node URL for calls, and `stream_connections` more for the streams it
+carries for its clients, each on its own connection. A node of several worker processes has
+its connections spread over them by the kernel (SO_REUSEPORT), not its streams: on one
+connection, every client's stream would land on one worker."""
 
 from __future__ import annotations
 
@@ -33,7 +36,13 @@ def grpc_target(url: str) -> tuple[str, bool]:
 
 
 class NodeChannels:
-    def __init__(self, max_message_bytes: int, down_s: float, tls: ClientTls | None = None) -> None:
+    def __init__(
+        self,
+        max_message_bytes: int,
+        down_s: float,
+        tls: ClientTls | None = None,
+        stream_connections: int = 1,
+    ) -> None:
         self._tls = tls or ClientTls()
         self._options = [
             ("grpc.max_receive_message_length", max_message_bytes),
@@ -41,20 +50,35 @@ class NodeChannels:
             *[o for o in CHANNEL_OPTIONS if not o[0].startswith("grpc.max_")],
         ]
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._streams: dict[str, list[grpc.aio.Channel]] = {}
+        self._turn: dict[str, int] = {}
+        self._stream_connections = stream_connections
         self._down_until: dict[int, float] = {}
         self._down_s = down_s
 
     def channel(self, url: str) -> grpc.aio.Channel:
         channel = self._channels.get(url)
         if channel is None:
-            target, secure = grpc_target(url)
-            channel = (
-                grpc.aio.secure_channel(target, self._tls.credentials(), self._options)
-                if secure
-                else grpc.aio.insecure_channel(target, self._options)
-            )
-            self._channels[url] = channel
+            channel = self._channels[url] = self._open(url, [])
         return channel
+
+    def stream_channel(self, url: str) -> grpc.aio.Channel:
+        """One of the node's stream channels, in turn."""
+        channels = self._streams.setdefault(url, [])
+        turn = self._turn.get(url, 0)
+        self._turn[url] = turn + 1
+        if len(channels) < self._stream_connections:
+            # A subchannel pool of its own: channels to one target otherwise share a connection.
+            channels.append(self._open(url, [("grpc.use_local_subchannel_pool", 1)]))
+            return channels[-1]
+        return channels[turn % len(channels)]
+
+    def _open(self, url: str, extra: list[tuple[str, int]]) -> grpc.aio.Channel:
+        target, secure = grpc_target(url)
+        options = [*self._options, *extra]
+        if secure:
+            return grpc.aio.secure_channel(target, self._tls.credentials(), options)
+        return grpc.aio.insecure_channel(target, options)
 
     def mark_down(self, node_id: int) -> None:
         """Remembers an outage for a while, so the next requests try that node last rather
@@ -70,11 +94,17 @@ class NodeChannels:
     async def retain(self, registry: Registry) -> None:
         """Closes channels to URLs the registry no longer names."""
         urls = {n.http_address for n in registry.nodes.values() if n.enabled}
-        for url in [u for u in self._channels if u not in urls]:
-            await self._channels.pop(url).close(None)
+        for url in [u for u in self._channels.keys() | self._streams.keys() if u not in urls]:
+            for channel in self._dropped(url):
+                await channel.close(None)
             log.info("gateway_channel_closed", url=url)
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close(None)
-        self._channels.clear()
+        for url in self._channels.keys() | self._streams.keys():
+            for channel in self._dropped(url):
+                await channel.close(None)
+
+    def _dropped(self, url: str) -> list[grpc.aio.Channel]:
+        own = self._channels.pop(url, None)
+        self._turn.pop(url, None)
+        return [*([own] if own is not None else []), *self._streams.pop(url, [])]

@@ -251,7 +251,7 @@ class Reads:
         resumed.CopyFrom(parsed)
         resumed.query.last_seen.CopyFrom(cursor_to_proto(checks.cursor))
         try:
-            channel = self._channels.channel(node.http_address)
+            channel = self._channels.stream_channel(node.http_address)
         except UnusableUrl as exc:
             raise NodeFailed(node.node_id, str(exc)) from None
         call = channel.unary_stream(path, _identity, _identity)(

@@ -129,7 +129,12 @@ async def _start(settings: GatewaySettings, credentials: _Credentials, stops: St
     metrics_address = serve_metrics_on(settings.metrics_address, 0, [], None, stops)
     registry = await _open_registry(settings, stops)
     limit = settings.max_message_mib * 1024 * 1024
-    channels = NodeChannels(limit, settings.node_down_seconds, credentials.nodes)
+    channels = NodeChannels(
+        limit,
+        settings.node_down_seconds,
+        credentials.nodes,
+        settings.stream_connections_per_node,
+    )
     stops.add(Phase.PEERS, channels.close)
 
     def registry_changed(new: Registry) -> None:

@@ -95,6 +95,12 @@ class GatewaySettings(
     read_timeout_seconds: float = Field(
         30.0, description="Longest wait for one node's answer to a read before the next", gt=0
     )
+    stream_connections_per_node: int = Field(
+        4,
+        description="Connections to each node that the streams served for clients share, in"
+        " turn (a node's worker processes divide connections between them, not streams)",
+        ge=1,
+    )
     read_failover_seconds: float = Field(
         30.0,
         description="How long a stream looks for a node to resume on before it ends UNAVAILABLE",

@@ -7,6 +7,7 @@ payload leaves a node that freezes."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -389,3 +390,35 @@ async def test_the_wait_for_a_chain_payload_leaves_a_node_that_freezes(network: 
         await checks.stop()
         await channels.close()
         await node.stop(None)
+
+
+def connections_to(address: str) -> int:
+    """Established TCP connections to `address` from this host (ss, iproute2)."""
+    port = address.rsplit(":", 1)[1]
+    listed = subprocess.run(
+        ["ss", "-Htn", "state", "established", f"( dport = :{port} )"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return len(listed.splitlines())
+
+
+async def test_streams_to_a_node_are_spread_over_several_connections(
+    start_node: Any, network: Network, gateway_for: Any
+) -> None:
+    """A node's worker processes divide connections between them, not streams: the streams
+    a gateway carries for its clients go over `stream_connections_per_node` connections."""
+    await start_node(**network.settings(100))
+    gateway = await gateway_for(stream_connections_per_node=4)
+    _, topic = topic_preferring(network, 100)
+    request = api.SubscribeEnvelopesRequest(query=api.EnvelopesQuery(topics=[topic]))
+    streams = [reads_stub(gateway).SubscribeEnvelopes(request) for _ in range(8)]
+    try:
+        for stream in streams:
+            await asyncio.wait_for(stream.read(), 15)  # caught up: open on node 100
+        # The gateway's calls and health checks on one, its streams on four more.
+        assert connections_to(network.addresses[100]) == 5
+    finally:
+        for stream in streams:
+            stream.cancel()
