@@ -286,13 +286,18 @@ def _spawn(
     )
 
 
-def wait_serving(address: str, timeout_s: float = 60.0, tls: ClientTls | None = None) -> bool:
+def wait_serving(
+    address: str,
+    timeout_s: float = 60.0,
+    tls: ClientTls | None = None,
+    process: subprocess.Popen[bytes] | None = None,
+) -> bool:
     """Whether the node at `address` (host:port, or https://host:port checked with `tls`)
-    says SERVING within `timeout_s`."""
+    says SERVING within `timeout_s`; False at once when its `process` exits."""
     deadline = time.monotonic() + timeout_s
     with open_blocking_channel(address, tls) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and (process is None or process.poll() is None):
             try:
                 reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
@@ -301,6 +306,13 @@ def wait_serving(address: str, timeout_s: float = 60.0, tls: ClientTls | None = 
                 pass
             time.sleep(0.2)
     return False
+
+
+def _log_tail(log: Path, lines: int = 15) -> str:
+    """The end of a process's log, for a start that failed."""
+    if not log.exists():
+        return ""
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def _tls_of(node: DevNode, client_tls: ClientTls | None) -> ClientTls | None:
@@ -479,8 +491,10 @@ def run_devnet(args: argparse.Namespace) -> int:
                 ),
                 ("the gateway", f"{scheme}://{gateway}", client_tls, processes[-1]),
             ]:
-                if not wait_serving(address, tls=tls) or proc.poll() is not None:
+                if not wait_serving(address, tls=tls, process=proc) or proc.poll() is not None:
                     console.print(f"[red]{name} did not start; see its log in {state}")
+                    log = "gateway" if proc is processes[-1] else name
+                    console.print(_log_tail(state / f"{log}.log"), markup=False, highlight=False)
                     return 1
         described_chain = chain.describe()
         if registry_chain is not None:

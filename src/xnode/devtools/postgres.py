@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pwd
+import random
 import shutil
 import socket
 import subprocess
@@ -32,10 +33,28 @@ class PostgresError(RuntimeError):
     pass
 
 
+# Ports handed out lie below the kernel's ephemeral range (32768-60999 by default, where
+# port 0 binds): a port from that range, free when handed out, can meanwhile become the
+# local end of any outgoing connection, and under load some did before their server bound
+# them. Room is left above for the consecutive ports devnet takes from a base port.
+PORTS = range(20_000, 32_000)
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port free on 127.0.0.1 now and not handed out before by this process."""
+    for _ in range(1000):
+        port = random.choice(PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise OSError(f"no free port found in {PORTS.start}-{PORTS.stop - 1}")
 
 
 def as_server_user(cmd: list[str]) -> list[str]:
