@@ -60,8 +60,9 @@ async def test_bytes_changed_on_disk_are_withdrawn_and_fetched_again(
     mismatches = metric("xnode_scrub_leaves_total", outcome="mismatch")
     nodes, sent = await _published(network, start_node, 200, SCRUBBING)
     replica = nodes[1]
-    flipped = await _flip_bytes(network.dsns[200], TAMPERED)
-    assert set(flipped) <= set(await stored(replica.address, 100))  # served as they are
+    # Not checked to be served as they are first: the scrub, at 500 leaves/s, may already
+    # have withdrawn them by the time a query reached the node (it did once on a busy machine).
+    await _flip_bytes(network.dsns[200], TAMPERED)
 
     async def restored() -> bool:
         return await stored(replica.address, 100) == sent
