@@ -445,8 +445,8 @@ async def ceiling(
     (on the first topic streams hold)."""
     server = EmptyServer(processes)
     on = streams_on(scenario)
+    requests = {i: subscribe_body(work, i).read_bytes()[5:] for i in on}  # without the prefix
     probe = min(on)
-    probe_request = subscribe_body(work, probe).read_bytes()[5:]
     hits = sum(1 for i in range(int(scenario.rate * seconds)) if i % scenario.topics == probe)
     sent: list[float] = []
 
@@ -458,15 +458,14 @@ async def ceiling(
     async def publish(i: int) -> None:
         index = i % scenario.topics
         if index in on:
-            request = subscribe_body(work, index).read_bytes()[5:]
             if index == probe:
                 sent.append(time.perf_counter())
-            await server.command(f"{request.hex()} {frame.hex()}")
+            await server.command(f"{requests[index].hex()} {frame.hex()}")
             server.pushed += on[index] + (LATENCY_STREAMS if index == probe else 0)
 
     counting = asyncio.create_task(count_streams())
     readers = [
-        asyncio.create_task(bare_arrivals(server.address, probe_request, hits))
+        asyncio.create_task(bare_arrivals(server.address, requests[probe], hits))
         for _ in range(LATENCY_STREAMS)
     ]
     try:

@@ -484,16 +484,15 @@ def run_devnet(args: argparse.Namespace) -> int:
             spawn_gateway(state, gateway, gateway_key_file(state), gateway_registry_env | http_env)
         )
         with console.status(f"starting {len(nodes)} node(s) and the gateway"):
-            for name, address, tls, proc in [
+            for name, log, address, tls, proc in [
                 *(
-                    (n.name, n.address if n.read_only else n.url, _tls_of(n, client_tls), p)
+                    (n.name, n.name, n.address if n.read_only else n.url, _tls_of(n, client_tls), p)
                     for n, p in zip(nodes, processes, strict=False)
                 ),
-                ("the gateway", f"{scheme}://{gateway}", client_tls, processes[-1]),
+                ("the gateway", "gateway", f"{scheme}://{gateway}", client_tls, processes[-1]),
             ]:
                 if not wait_serving(address, tls=tls, process=proc) or proc.poll() is not None:
                     console.print(f"[red]{name} did not start; see its log in {state}")
-                    log = "gateway" if proc is processes[-1] else name
                     console.print(_log_tail(state / f"{log}.log"), markup=False, highlight=False)
                     return 1
         described_chain = chain.describe()

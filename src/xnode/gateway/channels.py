@@ -63,14 +63,15 @@ class NodeChannels:
         return channel
 
     def stream_channel(self, url: str) -> grpc.aio.Channel:
-        """One of the node's stream channels, in turn."""
-        channels = self._streams.setdefault(url, [])
+        """One of the node's stream channels, in turn (each connects on its first stream)."""
+        channels = self._streams.get(url)
+        if channels is None:
+            # A subchannel pool each: channels to one target otherwise share a connection.
+            own_pool = [("grpc.use_local_subchannel_pool", 1)]
+            channels = [self._open(url, own_pool) for _ in range(self._stream_connections)]
+            self._streams[url] = channels
         turn = self._turn.get(url, 0)
         self._turn[url] = turn + 1
-        if len(channels) < self._stream_connections:
-            # A subchannel pool of its own: channels to one target otherwise share a connection.
-            channels.append(self._open(url, [("grpc.use_local_subchannel_pool", 1)]))
-            return channels[-1]
         return channels[turn % len(channels)]
 
     def _open(self, url: str, extra: list[tuple[str, int]]) -> grpc.aio.Channel:

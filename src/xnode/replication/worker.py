@@ -234,10 +234,9 @@ class ReplicationWorker:
         self.node_id = node_id
         self.config = config
         self.outage = outage
-        self._judging = StoppingGate(
+        self.reports = StoppingGate(
             OwnHealthGate(reports, own_store, clock) if own_store is not None else reports
         )
-        self.reports: MisbehaviorRecorder = self._judging
         self._source = source
         self._store = store
         self._clock = clock
@@ -334,7 +333,7 @@ class ReplicationWorker:
     def stop_judging(self) -> None:
         """The node begins to stop: from now on its peers' failures are not reported
         (replication.own_health), though its streams run until `stop`."""
-        self._judging.stopping = True
+        self.reports.stopping = True
 
     async def stop(self) -> None:
         self._stopped = True
