@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+# The library logs through RUST_LOG, read when it first logs. Its INFO lines run to hundreds
+# per test; and a client whose database is released keeps its background workers (the
+# bindings cannot stop them), each logging an error every second for the rest of the session,
+# into every later test's captured output.
+os.environ.setdefault("RUST_LOG", "warn,xmtp_mls::worker=off")
 
 import xmtp_bindings.xmtpv3 as xmtp
 
