@@ -39,24 +39,28 @@ def signed(key: SigningKey, seq: int, text: bytes) -> bytes:
 
 
 class ForkingPeer:
-    """Node 200: each stream of a node gets that node's next scripted batch and ends; once
-    its script is done, its streams stay open and empty. Callers are told apart by their
-    node tokens."""
+    """Node 200: a node's stream gets the batch scripted for where that node resumes, so a
+    stream cut before its batch was stored is served it again; the last batch's stream, and
+    any stream with nothing scripted, stays open. Callers are told apart by their node
+    tokens."""
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
-        self.scripts: dict[int, list[list[bytes]]] = {}
+        self.scripts: dict[int, dict[int, list[bytes]]] = {}  # caller -> resumed after -> batch
 
     async def subscribe(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
         token = token_from_metadata(context.invocation_metadata())
         caller = verify_token(token, self.registry, 200, int(time.time())).node_id
         assert caller is not None, "only registered nodes replicate here"
-        script = self.scripts.get(caller, [])
-        wanted = api.SubscribeOriginatorsRequest.FromString(request).filter.originator_node_ids
-        if script and list(wanted) == [200]:  # not when asked to relay others' logs
-            yield wire.field(1, wire.repeated(1, script.pop(0)))
-            return
-        yield wire.field(1, b"")
+        script = self.scripts.get(caller, {})
+        wanted = api.SubscribeOriginatorsRequest.FromString(request).filter
+        after = wanted.last_seen.node_id_to_sequence_id[200]
+        if list(wanted.originator_node_ids) == [200] and after in script:  # not relaying
+            yield wire.field(1, wire.repeated(1, script[after]))
+            if after != max(script):
+                return
+        else:
+            yield wire.field(1, b"")
         await asyncio.sleep(3600)
 
     async def serve(self, address: str) -> grpc.aio.Server:
@@ -102,7 +106,7 @@ async def test_nodes_that_saw_a_fork_in_opposite_orders_converge(
     nodes = []
     try:
         for node_id, order in ((100, [one, other]), (300, [other, one])):
-            peer.scripts[node_id] = [[order[0], *rest], [order[1]]]
+            peer.scripts[node_id] = {0: [order[0], *rest], 20: [order[1]]}
             node = await start_node(**network.settings(node_id))
             nodes.append(node)
 
