@@ -106,7 +106,9 @@ async def test_forged_resigned_out_of_order_and_duplicate_envelopes_are_caught_a
     peer = FakePeer({0: [first, resigned, tampered, third], 3: [other_first]})
     server = await peer.serve(chain_network.addresses[200])
     try:
-        chain_network.start(100)
+        # In a thread: the start waits until the node serves, and the peer, on this event
+        # loop, must answer the node's stream meanwhile (or the node finds it unresponsive).
+        await asyncio.to_thread(chain_network.start, 100)
 
         expected = {
             "MISBEHAVIOR_INVALID_PAYLOAD",
