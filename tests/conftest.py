@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+# A failed test prints the end of its processes' logs (tests/failure_logs.py).
+from tests.failure_logs import print_logs_if_failed, pytest_runtest_makereport  # noqa: F401
 from tests.scratch import scratch_dir
 
 # A timed-out test prints its event loop's pending tasks (tests/timeout_tasks.py).
@@ -225,7 +227,9 @@ class NodeProcess:
 
 
 @pytest.fixture
-def spawn_node(tmp_path: Path) -> Iterator[Callable[..., NodeProcess]]:
+def spawn_node(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., NodeProcess]]:
     processes: list[NodeProcess] = []
 
     def _spawn(
@@ -269,6 +273,7 @@ def spawn_node(tmp_path: Path) -> Iterator[Callable[..., NodeProcess]]:
         if node.proc.poll() is None:
             node.proc.kill()
             node.proc.wait(30)
+    print_logs_if_failed(request, [node.log for node in processes])
 
 
 # --- chain (issue 3): a fresh anvil with the contracts deployed, per test -----------------

@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import ChainEnv
 from tests.e2e.podman_host import docker_api
 from tests.e2e.replication.conftest import ChainNetwork, chain_network
+from tests.failure_logs import print_logs_if_failed
 from xnode.core.crypto import SigningKey
 from xnode.devtools.devnet import GATEWAY_ADDRESS, GATEWAY_READ_LIMITS, wait_serving
 from xnode.devtools.postgres import free_port
@@ -79,7 +80,9 @@ def _spawn_gateway(chain: ChainEnv, tmp_path: Path, index: int, **extra_env: str
 
 
 @pytest.fixture
-def client_network(chain_network: ChainNetwork, tmp_path: Path) -> Iterator[ClientNetwork]:
+def client_network(
+    chain_network: ChainNetwork, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[ClientNetwork]:
     """Started: three nodes and two gateways. Fails (never skips) when one cannot start."""
     metrics = {n: f"127.0.0.1:{free_port()}" for n in chain_network.addresses}
     for node_id, address in metrics.items():
@@ -95,3 +98,4 @@ def client_network(chain_network: ChainNetwork, tmp_path: Path) -> Iterator[Clie
         if gateway.proc.poll() is None:
             gateway.proc.kill()
             gateway.proc.wait(30)
+    print_logs_if_failed(request, [g.log for g in network.gateways])
