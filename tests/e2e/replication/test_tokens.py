@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import grpc
-import pytest
 
 from tests.e2e.replication.conftest import ChainNetwork
+from tests.waiting import eventually_value
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.core.crypto import SigningKey
 from xnode.core.node_tokens import issue_token
@@ -42,10 +41,20 @@ async def test_expired_wrong_audience_unregistered_and_disabled_tokens_are_refus
         "node 700 is not registered": issue_token(SigningKey.generate(), 700, 100, now),
     }
     chain_network.set_enabled(300, False)
-    refused["node 300 is disabled"] = issue_token(keys[300], 300, 100, now)
-    await asyncio.sleep(1.0)  # the node follows the registry's events
-    for reason, token in refused.items():
-        with pytest.raises(grpc.aio.AioRpcError) as err:
+    disabled = issue_token(keys[300], 300, 100, now)
+
+    async def refused_for(token: str) -> str | None:
+        """The refusal's details; None while the stream is accepted."""
+        try:
             await open_stream(address, token)
-        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED, reason
-        assert reason in (err.value.details() or ""), err.value.details()
+        except grpc.aio.AioRpcError as err:
+            assert err.code() == grpc.StatusCode.UNAUTHENTICATED, err
+            return err.details() or ""
+        return None
+
+    # The node follows the registry's events: refused once it has seen node 300 disabled.
+    details = await eventually_value(lambda: refused_for(disabled), lambda d: d is not None)
+    assert "node 300 is disabled" in (details or ""), details
+    for reason, token in refused.items():
+        details = await refused_for(token)
+        assert details is not None and reason in details, (reason, details)
