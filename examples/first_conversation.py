@@ -13,9 +13,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+# The library logs through RUST_LOG; at its default it prints hundreds of INFO lines around
+# the conversation. RUST_LOG=info shows them again.
+os.environ.setdefault("RUST_LOG", "warn")
 
 import xmtp_bindings.xmtpv3 as xmtp
 
