@@ -72,10 +72,11 @@ async def test_live_subscriber_on_the_peer_gets_replicated_envelopes(
     b = await start_node(**network.settings(200))
     async with NodeClient(b.address) as reader, NodeClient(a.address) as writer:
         call = reader.subscribe(topics=[TOPIC])
-        stream = envelopes_of(call)
-        await asyncio.sleep(0.2)  # subscribed before the publish: this is live delivery
+        responses = aiter(call)
+        caught_up = await asyncio.wait_for(anext(responses), 10)
+        assert not caught_up.envelopes  # caught up: what is published from here is live
         sent = await writer.publish_group_messages(PAYER, 100, GROUP, [b"live"])
-        got = await asyncio.wait_for(stream.__anext__(), 10)
+        got = await asyncio.wait_for(anext(envelopes_of(call)), 10)
         call.cancel()
     assert got.SerializeToString() == sent[0].SerializeToString()
 
