@@ -31,6 +31,10 @@ from xnode.core.originator_selection import available_nodes, failover_order, pre
 from xnode.core.registry import NodeEntry, Registry
 from xnode.core.topics import Topic, TopicKind
 
+# New groups until one's topic prefers a wanted node. Group ids are random, so each try hits a
+# given node one time in three: 60 tries all miss once in 3e10 (20 did miss in one CI run).
+GROUP_TRIES = 60
+
 
 async def read_nodes(network: NetworkView, user: User) -> tuple[set[int], Any]:
     """The nodes the user's live streams opened on, and the stream. The client reads
@@ -123,9 +127,7 @@ async def conversation_across_gateways(network: NetworkView, tmp_path: Path) -> 
         # A live stream gets a message that another node originated (and replicated): bob
         # writes in a side group whose preferred node is not the one alice reads from.
         nodes, stream = await read_nodes(network, alice)
-        # Group ids are random: with a third of the nodes left, 60 tries all miss once in
-        # 3e10 (20 tries missed in one CI run).
-        for _ in range(60):
+        for _ in range(GROUP_TRIES):
             side = await alice.client.conversations().create_group([bob.inbox_id], group_options())
             topic = Topic(TopicKind.GROUP_MESSAGES, side.id()).raw
             if preferred_node(topic, nodes_of(network), ()) not in nodes:
@@ -177,7 +179,7 @@ def _text(message: Any) -> str | None:
 
 async def group_preferring(network: NetworkView, creator: User, member: User, node: int) -> Any:
     """A new group of the two whose topic's preferred node (XIP-49 3.3.6) is `node`."""
-    for _ in range(20):
+    for _ in range(GROUP_TRIES):
         group = await creator.client.conversations().create_group(
             [member.inbox_id], group_options()
         )
