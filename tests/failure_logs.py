@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from xnode.devtools.processes import log_tail
+
 FAILED = pytest.StashKey[bool]()
 TAIL_LINES = 40
 
@@ -29,7 +31,5 @@ def print_logs_if_failed(request: pytest.FixtureRequest, logs: Iterable[Path]) -
     if not request.node.stash.get(FAILED, False):
         return
     for log in logs:
-        if log.exists():
-            lines = log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
-            print(f"----- the last {len(lines)} lines of {log.name} -----")
-            print("\n".join(lines))
+        print(f"----- the end of {log.name} -----")
+        print(log_tail(log, TAIL_LINES))

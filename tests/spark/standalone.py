@@ -24,6 +24,7 @@ from typing import IO, Any
 from tests.spark.jvm import QUICK_JVM_OPTIONS, REPO_ROOT
 from tests.waiting import wait_until
 from xnode.devtools.postgres import free_port
+from xnode.devtools.processes import log_tail
 
 LOOPBACK = "127.0.0.1"
 _KEPT_VARIABLES = ("HOME", "JAVA_HOME", "LANG", "LC_ALL", "TMPDIR", "USER")
@@ -57,12 +58,6 @@ def scrubbed_env(**extra: str) -> dict[str, str]:
     env["SPARK_DAEMON_JAVA_OPTS"] = QUICK_JVM_OPTIONS
     env["SPARK_SUBMIT_OPTS"] = QUICK_JVM_OPTIONS  # spark-submit's JVM: the driver
     return env | extra
-
-
-def tail(path: Path, lines: int = 40) -> str:
-    if not path.exists():
-        return f"({path} does not exist)"
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 @dataclass
@@ -113,7 +108,7 @@ class Cluster:
 
     def logs(self) -> str:
         daemons = [d for d in [self.master, *self.workers] if d is not None]
-        return "\n".join(f"--- {d.name} ({d.log})\n{tail(d.log)}" for d in daemons)
+        return "\n".join(f"--- {d.name} ({d.log})\n{log_tail(d.log, 40)}" for d in daemons)
 
     def _start(self, name: str, args: Sequence[str], **env: str) -> Daemon:
         work_dir = self.root / name

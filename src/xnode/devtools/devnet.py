@@ -38,6 +38,7 @@ from xnode.devtools.certs import devnet_ca
 from xnode.devtools.devgateway import GATEWAY_HTTP_PORT, GATEWAY_PORT, spawn_gateway
 from xnode.devtools.patroni import HaCluster, start_ha_cluster
 from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_cluster
+from xnode.devtools.processes import log_tail
 from xnode.tls import ClientTls, open_blocking_channel, target_of
 
 if TYPE_CHECKING:
@@ -308,13 +309,6 @@ def wait_serving(
     return False
 
 
-def _log_tail(log: Path, lines: int = 15) -> str:
-    """The end of a process's log, for a start that failed."""
-    if not log.exists():
-        return ""
-    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-
-
 def _tls_of(node: DevNode, client_tls: ClientTls | None) -> ClientTls | None:
     return None if node.read_only else client_tls
 
@@ -493,7 +487,8 @@ def run_devnet(args: argparse.Namespace) -> int:
             ]:
                 if not wait_serving(address, tls=tls, process=proc) or proc.poll() is not None:
                     console.print(f"[red]{name} did not start; see its log in {state}")
-                    console.print(_log_tail(state / f"{log}.log"), markup=False, highlight=False)
+                    tail = log_tail(state / f"{log}.log", 15)
+                    console.print(tail, markup=False, highlight=False)
                     return 1
         described_chain = chain.describe()
         if registry_chain is not None:

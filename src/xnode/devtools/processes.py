@@ -1,4 +1,5 @@
-"""A process's children and descendants, from /proc (Linux), for benchmarks and tests."""
+"""A process's children and descendants, from /proc (Linux), and the end of its log, for
+benchmarks, devnet and tests."""
 
 from __future__ import annotations
 
@@ -21,3 +22,10 @@ def descendant_pids(pid: int) -> list[int]:
     """Its children and theirs."""
     children = child_pids(pid)
     return children + [grandchild for child in children for grandchild in descendant_pids(child)]
+
+
+def log_tail(log: Path, lines: int) -> str:
+    """The last `lines` lines of a process's log, for a start or a test that failed."""
+    if not log.exists():
+        return f"({log} does not exist)"
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
