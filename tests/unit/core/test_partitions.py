@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from xnode.core.partitions import (
+    Layout,
     LayoutError,
     Partition,
     layout,
@@ -73,3 +76,73 @@ def test_periods_are_added_up_to_ahead_days_aligned_to_whole_periods() -> None:
     five = periods_to_add(found, BASE, ahead_days=25, period_days=5)
     assert five[0] == (BASE + 3 * WEEK, (BASE + 3 * WEEK) // (5 * DAY) * 5 * DAY + 5 * DAY)
     assert all(upper % (5 * DAY) == 0 for _, upper in five)
+
+
+# The plan over time: whatever day the first run happens, and whatever the schedule of runs
+# and the period setting after it, the layout stays whole, nothing unexpired is dropped,
+# nothing wholly expired is kept past a run, and the horizon stays ahead.
+
+YEAR_START = 1_798_761_600  # 2027-01-01T00:00:00Z: any year works, the plan reads no clock
+MIGRATION_PERIOD_DAYS = 30  # the periods migration 0009 creates
+MIGRATION_AHEAD_DAYS = 200
+
+
+def migrated(now: int) -> Layout:
+    """The layout migration 0009 creates when it runs at `now`."""
+    period = MIGRATION_PERIOD_DAYS * DAY
+    low = now // period * period
+    high = -(-(now + MIGRATION_AHEAD_DAYS * DAY) // period) * period
+    periods = [Partition(period_name(x), x, x + period) for x in range(low, high, period)]
+    return layout([Partition("e", None, low), *periods, Partition("l", high, None)])
+
+
+def maintained(current: Layout, now: int, ahead_days: int, period_days: int) -> Layout:
+    """What the store's `maintain` leaves: the periods added, then the expired ones dropped."""
+    added = [
+        Partition(period_name(lo), lo, up)
+        for lo, up in periods_to_add(current, now, ahead_days, period_days)
+    ]
+    if added:
+        current = layout(
+            [current.expired, *current.periods, *added, Partition("l", added[-1].upper, None)]
+        )
+    dropped = periods_to_drop(current, now)
+    assert all(p.upper is not None and p.upper - 1 <= now for p in dropped), (
+        "an unexpired period dropped"
+    )
+    if dropped:
+        kept = current.periods[len(dropped) :]
+        current = layout([Partition("e", None, dropped[-1].upper), *kept, current.later])
+    return current
+
+
+runs = st.lists(
+    st.tuples(st.integers(0, 45 * DAY), st.integers(1, 400), st.integers(1, 60)),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=400)
+@given(first_day=st.integers(0, 365), second=st.integers(0, DAY - 1), schedule=runs)
+@example(first_day=0, second=0, schedule=[(40 * DAY, 200, 7)])
+@example(first_day=364, second=DAY - 1, schedule=[(DAY, 200, 7)] * 40)
+def test_the_plan_holds_from_any_start_day_under_any_schedule(
+    first_day: int, second: int, schedule: list[tuple[int, int, int]]
+) -> None:
+    now = YEAR_START + first_day * DAY + second
+    current = migrated(now)
+    names: set[str] = {p.name for p in current.periods}
+    for gap, ahead_days, period_days in schedule:
+        now += gap
+        before = {p.name for p in current.periods}
+        current = maintained(current, now, ahead_days, period_days)
+        new = {p.name for p in current.periods} - before
+        assert not new & names, "a period's table name used twice"
+        names |= new
+        assert current.horizon >= now + ahead_days * DAY
+        # Nothing wholly expired is kept: an expired envelope waits at most one period.
+        first = current.periods[0].upper
+        assert first is not None and first - 1 > now
+        # What `expired` takes (new envelopes already expired) has expired indeed.
+        assert current.first_kept - 1 <= now
