@@ -146,7 +146,12 @@ async def _start(settings: GatewaySettings, credentials: _Credentials, stops: St
     stops.add(Phase.REGISTRY, registry.stop)
     await registry.start()
     health_of_nodes = NodeHealth(
-        registry, channels, settings.node_check_seconds, settings.node_check_timeout_seconds
+        registry,
+        channels,
+        settings.node_check_seconds,
+        settings.node_check_timeout_seconds,
+        failures_to_down=settings.node_check_failures,
+        connect_timeout_s=settings.node_check_connect_timeout_seconds,
     )
     stops.add(Phase.PEERS, health_of_nodes.stop)
     addresses = ClientAddresses(settings.proxies_trusted())

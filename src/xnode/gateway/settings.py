@@ -90,7 +90,22 @@ class GatewaySettings(
         gt=0,
     )
     node_check_timeout_seconds: float = Field(
-        1.5, description="A node that does not answer a health check this fast is down", gt=0
+        1.5,
+        description="A health check not answered this fast missed (node_check_failures in a row:"
+        " the node is down)",
+        gt=0,
+    )
+    node_check_failures: int = Field(
+        2,
+        description="Health checks in a row a node must miss (no answer in time) to be down; a"
+        " refused connection or NOT_SERVING is down at once",
+        ge=1,
+    )
+    node_check_connect_timeout_seconds: float = Field(
+        5.0,
+        description="Health check timeout when the check must first connect (it includes the "
+        "TCP and TLS handshakes)",
+        gt=0,
     )
     read_timeout_seconds: float = Field(
         30.0, description="Longest wait for one node's answer to a read before the next", gt=0

@@ -241,6 +241,13 @@ REPAIR_ROUND_TRIPS = Counter(
     "Fingerprint round trips of anti-entropy repair, by peer",
     ["peer"],
 )
+GATEWAY_NODE_CHECKS = Counter(
+    "xnode_gateway_node_checks_total",
+    "The gateway's health checks of each node, by outcome (serving, missed: no answer in time, "
+    "refused: another failure, not_serving)",
+    ["node", "outcome"],
+)
+
 GATEWAY_READ_FAILOVERS = Counter(
     "xnode_gateway_read_failovers_total",
     "Reads the gateway took off a node and sent to the next one, by method, node and cause "

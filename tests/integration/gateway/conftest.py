@@ -53,8 +53,7 @@ async def gateway_for(
             payer_key=payer.hex(),
             nodes_file=network.spec.nodes_file,
             registry_source="file",
-            publish_timeout_seconds=10.0,
-            **extra,
+            **{"publish_timeout_seconds": 10.0, **extra},
         )
         gateway = await start_gateway(settings)
         channel = grpc.aio.insecure_channel(gateway.address, options=CHANNEL_OPTIONS)
