@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 # A failed test prints the end of its processes' logs (tests/failure_logs.py).
+from tests.e2e import image_builds
 from tests.failure_logs import print_logs_if_failed, pytest_runtest_makereport  # noqa: F401
 from tests.scratch import scratch_dir
 
@@ -33,6 +34,16 @@ from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_c
 from xnode.store.migrate import upgrade_to_head
 
 TEMPLATE = "xnode_template"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The container images the collected tests need start building now, in the background
+    (tests/e2e/image_builds.py)."""
+    if session.config.option.collectonly:
+        return
+    log = scratch_dir("xnode-image-builds-") / "build.log"
+    image_builds.start([item.nodeid for item in session.items], log)
+
 
 # Property tests check what holds, not how fast: on a loaded CI machine an example may take
 # longer than hypothesis' default 200 ms deadline without anything being wrong.

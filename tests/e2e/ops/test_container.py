@@ -29,6 +29,7 @@ from testcontainers.compose import DockerCompose
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.docker_client import DockerClient
 
+from tests.e2e import image_builds
 from tests.e2e.podman_host import REPO, install_tools, podman_env, run
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
@@ -59,11 +60,11 @@ def compose_binary() -> str:
 def images() -> dict[str, str]:
     """Tools installed and the images these tests run built (`make image`; the Patroni
     image is left out: no test runs it); the environment podman needs."""
+    image_builds.wait()
     install_tools()
     env = podman_env()
     started = time.monotonic()
-    build = {**env, "XNODE_IMAGES": "node anvil postgres"}
-    run(["bash", str(REPO / "scripts" / "build_image.sh")], build, timeout=1800)
+    run(image_builds.NODE_IMAGES, {**env, **image_builds.NODE_IMAGES_ENV}, timeout=1800)
     print(f"make image: {time.monotonic() - started:.0f} s")
     return env
 
