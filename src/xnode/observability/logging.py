@@ -30,7 +30,19 @@ def configure_logging(level: str = "info", fmt: str = "console") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
+    # Libraries log through the standard library (asyncio, grpc, web3, alembic...): their lines
+    # are rendered by the same renderer, so a JSON log stays one JSON object per line.
+    foreign = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.add_logger_name,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+        ],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(foreign)
+    logging.basicConfig(level=max(numeric, logging.WARNING), handlers=[handler])
     # asyncpg's pool warns with a traceback at each retry to refill its connections while the
     # database is lost: unstructured lines the node's one `database_lost` already covers.
     logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
