@@ -43,6 +43,10 @@ lint: setup
 proto: setup
 	bash scripts/gen_proto.sh
 
+# Fails when src/xmtp or src/xnode_api differ from what proto/ generates (run `make proto`).
+proto-check: setup
+	$(PY) -m pytest -q tests/unit/test_proto_fresh.py
+
 contracts: setup
 	node scripts/compile_contracts.js
 
