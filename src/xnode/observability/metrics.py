@@ -17,6 +17,8 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
+from xnode.observability.build_info import build_info
+
 PREFIX = "xnode_"
 
 _FAST = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.0, 2.0)
@@ -136,11 +138,32 @@ class ScrapedGauge(Collector):
         self._labels = list(labels)
         self._read = read
 
+    def describe(self) -> Iterable[Metric]:
+        """Its name without reading it: registering one reads nothing yet."""
+        yield GaugeMetricFamily(self._name, self._documentation, labels=self._labels)
+
     def collect(self) -> Iterable[Metric]:
         family = GaugeMetricFamily(self._name, self._documentation, labels=self._labels)
         for values, value in self._read():
             family.add_metric(list(values), value)
         yield family
+
+
+def _build_info() -> Iterable[tuple[Sequence[str], float]]:
+    info = build_info()
+    return [((info.version, info.commit), 1.0)]
+
+
+# Which release and commit serve, on every metrics endpoint (node, gateway, watchdog): a
+# rolling upgrade shows as two series of it across the network.
+REGISTRY.register(
+    ScrapedGauge(
+        "xnode_build_info",
+        "Always 1; the labels name the xnode version and the git commit it was built from",
+        ["version", "commit"],
+        _build_info,
+    )
+)
 
 
 def resident_memory() -> Iterable[tuple[Sequence[str], float]]:

@@ -279,3 +279,34 @@ async def test_devnet_tls_runs_the_network_over_tls(devnet_state: Path) -> None:
         assert "plaintext_listener" not in (devnet_state / "gateway.log").read_text()
     finally:
         assert interrupt(proc) == 0
+
+
+def test_health_answers_for_a_tls_node_that_requires_client_certificates(
+    tls_network: TlsNetwork,
+) -> None:
+    """`xnode health` (the image's HEALTHCHECK) with the node's own settings: TLS under the
+    certificate's name, the node's certificate shown as the client's; 1 once it stopped."""
+    tls_network.start(100)
+    directory = tls_network.directory
+    env = {
+        **os.environ,
+        "XNODE_LISTEN_ADDRESS": tls_network.addresses[100],
+        "XNODE_TLS_CERT_FILE": str(directory / "node-100.pem"),
+        "XNODE_TLS_KEY_FILE": str(directory / "node-100.key"),
+        "XNODE_TLS_CLIENT_CA_FILE": str(tls_network.ca_file),
+        "XNODE_TLS_CLIENT_CERT": "require",
+        "XNODE_TLS_PEER_CA_FILE": str(tls_network.ca_file),
+    }
+
+    def health() -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "xnode.cli", "health"]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+
+    serving = health()
+    assert (serving.returncode, serving.stdout.strip()) == (
+        0,
+        f"{tls_network.addresses[100]}: SERVING",
+    ), serving.stderr
+    assert tls_network.processes[100].terminate() == 0
+    stopped = health()
+    assert stopped.returncode == 1 and "UNAVAILABLE" in stopped.stdout, stopped.stdout
