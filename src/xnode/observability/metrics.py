@@ -7,9 +7,11 @@ nodes started in one process (tests) share them."""
 from __future__ import annotations
 
 import os
+import ssl
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
@@ -121,6 +123,8 @@ class MetricsTls:
     key_file: str
     client_ca_file: str | None = None
     require_client_cert: bool = False
+    # An SSLContext sni_callback that serves renewed files (xnode.tls.ServedFiles).
+    reload: Callable[[Any, str | None, ssl.SSLContext], None] | None = None
 
 
 # What a ScrapedGauge reads: (label values, value) pairs.
@@ -197,6 +201,8 @@ def serve_metrics(
         client_cafile=tls.client_ca_file if tls else None,
         client_auth_required=bool(tls and tls.client_ca_file and tls.require_client_cert),
     )
+    if tls is not None and tls.reload is not None and isinstance(server.socket, ssl.SSLSocket):
+        server.socket.context.sni_callback = tls.reload
     return MetricsServer(server, thread)
 
 
