@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from tests.docs_blocks import heading_anchors
+
 ROOT = Path(__file__).resolve().parents[2]
 RULES = yaml.safe_load((ROOT / "docker/prometheus/alerts.yml").read_text())
 RULE_TESTS = yaml.safe_load((ROOT / "docker/prometheus/alerts.test.yml").read_text())
@@ -19,14 +21,8 @@ def _alerts() -> list[dict[str, Any]]:
     return [rule for group in RULES["groups"] for rule in group["rules"] if "alert" in rule]
 
 
-def _anchors(page: Path) -> set[str]:
-    """GitHub's anchors of the page's headings."""
-    headings = re.findall(r"^#{1,6} (.+)$", page.read_text(), re.M)
-    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
-
-
 def test_every_alert_links_a_runbook_section_that_exists() -> None:
-    anchors = _anchors(OPERATIONS)
+    anchors = heading_anchors(OPERATIONS)
     assert "a-leaked-key" in anchors and "worker-processes---workers" in anchors
     for rule in _alerts():
         link = rule["annotations"].get("runbook_url", "")
