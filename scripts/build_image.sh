@@ -57,7 +57,9 @@ log "base: $base"
 wanted() { [[ " ${XNODE_IMAGES:-node anvil patroni postgres} " == *" $1 "* ]]; }
 
 if wanted node; then
-    "${BUILD[@]}" --build-arg "BASE=$base" -f docker/Dockerfile -t xnode:local .
+    commit="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+    "${BUILD[@]}" --build-arg "BASE=$base" --build-arg "COMMIT=$commit" \
+        -f docker/Dockerfile -t xnode:local .
 fi
 if wanted anvil; then
     "${BUILD[@]}" --build-arg "BASE=$base" -f docker/anvil.Dockerfile -t xnode-anvil:local .

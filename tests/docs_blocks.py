@@ -113,3 +113,9 @@ def commands(text: str) -> list[list[str]]:
             else:
                 current.append(token)
     return out
+
+
+def heading_anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings (what `page.md#anchor` links land on)."""
+    headings = re.findall(r"^#{1,6} (.+)$", page.read_text(), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}

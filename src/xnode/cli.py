@@ -14,6 +14,7 @@ from xnode.chain.cli import add_chain_parser
 from xnode.commands.cli import add_audit_parser, add_export_parsers, add_watchdog_parser
 from xnode.config import add_settings_flags, settings_from_args, settings_table
 from xnode.gateway.cli import add_gateway_parser
+from xnode.observability.build_info import build_info
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -57,6 +58,19 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
     print(f"public_key=0x{key.public_key.hex()}")
     print(f"address=0x{key.address.hex()}")
     return 0
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    from xnode.commands.health import check
+    from xnode.tls import TlsConfigError
+
+    try:
+        answer = check(settings_from_args(args), Path(args.ca_file) if args.ca_file else None)
+    except TlsConfigError as exc:
+        print(f"xnode health: {exc}", file=sys.stderr)
+        return 2
+    print(answer.said)
+    return 0 if answer.serving else 1
 
 
 def _cmd_settings(_args: argparse.Namespace) -> int:
@@ -144,6 +158,12 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xnode", description=__doc__)
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=build_info().line(),
+        help="print the version and the git commit this xnode was built from, and exit",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a node")
     add_settings_flags(run)
@@ -154,6 +174,16 @@ def build_parser() -> argparse.ArgumentParser:
     keygen = sub.add_parser("keygen", help="make a secp256k1 signer key")
     keygen.add_argument("--out", help="write the private key to this file")
     keygen.set_defaults(func=_cmd_keygen)
+    health = sub.add_parser(
+        "health",
+        help="ask the node this host runs (its own settings) whether it serves: exit 0 SERVING, "
+        "1 not serving or unreachable, 2 unusable TLS files",
+    )
+    add_settings_flags(health)
+    health.add_argument(
+        "--ca-file", help="PEM CA the node's certificate chains to (default: tls_peer_ca_file)"
+    )
+    health.set_defaults(func=_cmd_health)
     settings = sub.add_parser("settings", help="print the settings table")
     settings.set_defaults(func=_cmd_settings)
     devnet = sub.add_parser("devnet", help="run a local network (Postgres, anvil, nodes)")

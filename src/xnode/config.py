@@ -130,8 +130,9 @@ class TlsGroup(BaseModel):
 
     tls_cert_file: Path | None = Field(
         None,
-        description="PEM certificate chain served on the gRPC and metrics ports (and shown to "
-        "https:// peers that ask); unset: plaintext, for local development",
+        description="PEM certificate chain served on the gRPC and HTTP ports (a node's metrics "
+        "port too, and a node shows it to https:// peers that ask for a client certificate); "
+        "unset: plaintext, for local development",
     )
     tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file")
 

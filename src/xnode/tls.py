@@ -6,13 +6,19 @@ serves TLS from a certificate and key file, and may ask clients for certificates
 
 from __future__ import annotations
 
+import os
 import ssl
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
+import structlog
+from cryptography import x509
+
+log = structlog.get_logger(__name__)
 
 HTTPS = "https://"
 HTTP = "http://"
@@ -128,11 +134,54 @@ class ServerTls:
         )
 
     def credentials(self) -> grpc.ServerCredentials:
-        return grpc.ssl_server_credentials(
-            [(self.private_key, self.certificate_chain)],
-            root_certificates=self.client_ca,
-            require_client_auth=self.require_client_cert and self.client_ca is not None,
+        """The gRPC port's credentials, served again from the files once they change."""
+        files = ServedFiles(self)
+
+        def fetch() -> grpc.ServerCertificateConfiguration | None:
+            renewed = files.renewed()
+            return renewed.certificate_configuration() if renewed is not None else None
+
+        # gRPC takes None for "unchanged", which its stubs' type leaves out.
+        fetcher = cast(Callable[[], grpc.ServerCertificateConfiguration], fetch)
+        return grpc.dynamic_ssl_server_credentials(
+            self.certificate_configuration(),
+            fetcher,
+            require_client_authentication=self.require_client_cert and self.client_ca is not None,
         )
+
+    def certificate_configuration(self) -> grpc.ServerCertificateConfiguration:
+        return grpc.ssl_server_certificate_configuration(
+            [(self.private_key, self.certificate_chain)], root_certificates=self.client_ca
+        )
+
+    def files(self) -> tuple[str, ...]:
+        return (self.cert_file, self.key_file, *filter(None, [self.client_ca_file]))
+
+    def reread(self) -> ServerTls:
+        """The same settings, the files read again; TlsConfigError when they do not fit."""
+        client_ca = Path(self.client_ca_file) if self.client_ca_file else None
+        renewed = ServerTls.from_files(
+            Path(self.cert_file), Path(self.key_file), client_ca, self.require_client_cert
+        )
+        if renewed is None:  # not reached: both files are named
+            raise TlsConfigError("TLS needs both tls_cert_file and tls_key_file")
+        renewed.ssl_context()  # refuses a key that is not the certificate's
+        return renewed
+
+    def reloading_sni(self) -> Callable[[Any, str | None, ssl.SSLContext], None]:
+        """For an SSLContext's `sni_callback` (called at each handshake): moves the handshake
+        to a context of the renewed files once they change."""
+        files = ServedFiles(self)
+        current: list[ssl.SSLContext] = []
+
+        def switch(connection: Any, _name: str | None, _context: ssl.SSLContext) -> None:
+            renewed = files.renewed()
+            if renewed is not None:
+                current[:] = [renewed.ssl_context()]
+            if current:
+                connection.context = current[0]
+
+        return switch
 
     def ssl_context(self) -> ssl.SSLContext:
         """The same certificate, key and client CA for an HTTP listener (gRPC-web, JSON)."""
@@ -149,10 +198,64 @@ class ServerTls:
             )
         return context
 
+    def reloading_ssl_context(self) -> ssl.SSLContext:
+        """`ssl_context`, serving the renewed files once they change."""
+        context = self.ssl_context()
+        context.sni_callback = self.reloading_sni()
+        return context
+
     def as_client(self, peer_ca: bytes | None) -> ClientTls:
         """What this node uses towards https:// peers: their CA, and its own certificate in
         case they ask for one."""
         return ClientTls(peer_ca, self.private_key, self.certificate_chain)
+
+
+class ServedFiles:
+    """The files a listener serves, watched at each TLS handshake (a few stat calls): a
+    renewal written over them is served from the next handshake on, without a restart.
+    Files that do not fit together (a certificate written before its key) are logged once
+    and the previous ones kept until the next change."""
+
+    def __init__(self, served: ServerTls) -> None:
+        self._served = served
+        self._seen = self._stamp()
+        self._lock = threading.Lock()  # handshakes come from gRPC's and the HTTP threads
+
+    def _stamp(self) -> tuple[tuple[int, int, int], ...]:
+        stamps = []
+        for name in self._served.files():
+            try:
+                found = os.stat(name)
+            except OSError:
+                stamps.append((0, 0, 0))
+                continue
+            stamps.append((found.st_mtime_ns, found.st_size, found.st_ino))
+        return tuple(stamps)
+
+    def renewed(self) -> ServerTls | None:
+        """The files read again when they changed since last seen; else None."""
+        with self._lock:
+            stamp = self._stamp()
+            if stamp == self._seen:
+                return None
+            self._seen = stamp
+            try:
+                self._served = self._served.reread()
+            except TlsConfigError as exc:
+                log.warning("tls_reload_failed", files=self._served.files(), error=str(exc))
+                return None
+            log.info("tls_reloaded", cert_file=self._served.cert_file)
+            return self._served
+
+
+def certificate_not_after(cert_file: str) -> float | None:
+    """When the first certificate of a PEM chain file expires (Unix time); None when it
+    cannot be read."""
+    try:
+        certificate = x509.load_pem_x509_certificate(Path(cert_file).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return certificate.not_valid_after_utc.timestamp()
 
 
 def is_handshake_failure(details: str) -> bool:

@@ -26,6 +26,7 @@ from xnode.gateway.settings import GatewaySettings
 from xnode.gateway.usage import UsageLog
 from xnode.observability.logging import configure_logging
 from xnode.server.bootstrap import StartupError, open_chain, open_registry
+from xnode.server.gauges import certificate_gauges
 from xnode.server.serving import (
     GrpcServing,
     add_health_and_reflection,
@@ -83,7 +84,12 @@ def _credentials(settings: GatewaySettings) -> _Credentials:
     except ValueError as exc:
         raise StartupError(str(exc)) from exc
     try:
-        nodes = ClientTls.from_files(settings.tls_ca_file) if settings.tls_ca_file else None
+        towards_nodes = (
+            settings.tls_ca_file,
+            settings.tls_client_cert_file,
+            settings.tls_client_key_file,
+        )
+        nodes = ClientTls.from_files(*towards_nodes) if any(towards_nodes) else None
         served = ServerTls.from_files(settings.tls_cert_file, settings.tls_key_file)
     except TlsConfigError as exc:
         raise StartupError(f"tls: {exc}") from exc
@@ -126,7 +132,8 @@ async def start_gateway(settings: GatewaySettings) -> Gateway:
 
 async def _start(settings: GatewaySettings, credentials: _Credentials, stops: Stops) -> Gateway:
     # The process-wide counters (xnode_limited_total{api="gateway"}), labelled node_id 0.
-    metrics_address = serve_metrics_on(settings.metrics_address, 0, [], None, stops)
+    expiry = certificate_gauges(credentials.served)
+    metrics_address = serve_metrics_on(settings.metrics_address, 0, expiry, None, stops)
     registry = await _open_registry(settings, stops)
     limit = settings.max_message_mib * 1024 * 1024
     channels = NodeChannels(

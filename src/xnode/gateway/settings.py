@@ -124,6 +124,12 @@ class GatewaySettings(
     tls_ca_file: Path | None = Field(
         None, description="CA that https:// nodes' certificates chain to (default: system roots)"
     )
+    tls_client_cert_file: Path | None = Field(
+        None,
+        description="PEM certificate shown to https:// nodes that ask for a client certificate "
+        "(nodes run with tls_client_cert=require refuse a gateway without one)",
+    )
+    tls_client_key_file: Path | None = Field(None, description="PEM key of tls_client_cert_file")
     chain_visibility_seconds: float = Field(
         5.0,
         description="Longest wait for the other nodes to serve a commit or identity update",

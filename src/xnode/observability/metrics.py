@@ -7,15 +7,19 @@ nodes started in one process (tests) share them."""
 from __future__ import annotations
 
 import os
+import ssl
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
+
+from xnode.observability.build_info import build_info
 
 PREFIX = "xnode_"
 
@@ -119,6 +123,8 @@ class MetricsTls:
     key_file: str
     client_ca_file: str | None = None
     require_client_cert: bool = False
+    # An SSLContext sni_callback that serves renewed files (xnode.tls.ServedFiles).
+    reload: Callable[[Any, str | None, ssl.SSLContext], None] | None = None
 
 
 # What a ScrapedGauge reads: (label values, value) pairs.
@@ -136,11 +142,32 @@ class ScrapedGauge(Collector):
         self._labels = list(labels)
         self._read = read
 
+    def describe(self) -> Iterable[Metric]:
+        """Its name without reading it: registering one reads nothing yet."""
+        yield GaugeMetricFamily(self._name, self._documentation, labels=self._labels)
+
     def collect(self) -> Iterable[Metric]:
         family = GaugeMetricFamily(self._name, self._documentation, labels=self._labels)
         for values, value in self._read():
             family.add_metric(list(values), value)
         yield family
+
+
+def _build_info() -> Iterable[tuple[Sequence[str], float]]:
+    info = build_info()
+    return [((info.version, info.commit), 1.0)]
+
+
+# Which release and commit serve, on every metrics endpoint (node, gateway, watchdog): a
+# rolling upgrade shows as two series of it across the network.
+REGISTRY.register(
+    ScrapedGauge(
+        "xnode_build_info",
+        "Always 1; the labels name the xnode version and the git commit it was built from",
+        ["version", "commit"],
+        _build_info,
+    )
+)
 
 
 def resident_memory() -> Iterable[tuple[Sequence[str], float]]:
@@ -174,6 +201,8 @@ def serve_metrics(
         client_cafile=tls.client_ca_file if tls else None,
         client_auth_required=bool(tls and tls.client_ca_file and tls.require_client_cert),
     )
+    if tls is not None and tls.reload is not None and isinstance(server.socket, ssl.SSLSocket):
+        server.socket.context.sni_callback = tls.reload
     return MetricsServer(server, thread)
 
 

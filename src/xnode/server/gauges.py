@@ -12,6 +12,7 @@ from xnode.observability.metrics import (
     resident_memory,
 )
 from xnode.store.replica import Replica, ReplicaWatch
+from xnode.tls import ServerTls, certificate_not_after
 from xnode.usecases.node_state import NodeState
 
 
@@ -48,6 +49,20 @@ def node_gauges(
     if replica is not None:
         gauges += _replica_gauges(replica.watch)
     return gauges
+
+
+def certificate_gauges(tls: ServerTls | None) -> list[ScrapedGauge]:
+    """When the served certificate expires, read from its file at each scrape, so that a
+    renewal shows at once (the alert XnodeCertificateExpiringSoon reads it)."""
+    if tls is None:
+        return []
+    return [
+        _single(
+            "xnode_tls_certificate_expiry_timestamp_seconds",
+            "notAfter of the certificate the ports serve (tls_cert_file), Unix time",
+            lambda: certificate_not_after(tls.cert_file),
+        )
+    ]
 
 
 def _replica_gauges(watch: ReplicaWatch) -> list[ScrapedGauge]:

@@ -87,7 +87,7 @@ async def serve_http_on(
     if not listen_address:
         return None
     try:
-        context = tls.ssl_context() if tls is not None else None
+        context = tls.reloading_ssl_context() if tls is not None else None
         http = await serve_http(api, listen_address, grace_s, context, reuse_port)
     except TlsConfigError as exc:
         raise StartupError(str(exc)) from exc
@@ -118,7 +118,13 @@ def serve_metrics_on(
 def metrics_tls(tls: ServerTls | None) -> MetricsTls | None:
     if tls is None:
         return None
-    return MetricsTls(tls.cert_file, tls.key_file, tls.client_ca_file, tls.require_client_cert)
+    return MetricsTls(
+        tls.cert_file,
+        tls.key_file,
+        tls.client_ca_file,
+        tls.require_client_cert,
+        tls.reloading_sni(),
+    )
 
 
 def warn_if_plaintext(

@@ -60,7 +60,7 @@ from xnode.server.bootstrap import (
     skip_final_collection,
 )
 from xnode.server.commits import OtherWorkersCommits, start_originator
-from xnode.server.gauges import node_gauges
+from xnode.server.gauges import certificate_gauges, node_gauges
 from xnode.server.replication import replication_worker
 from xnode.server.roles import SOLE, WorkerRole
 from xnode.server.serving import (
@@ -342,7 +342,7 @@ async def _serve(
 ) -> Served:
     """Metrics, then the gRPC server with its health following the dependencies."""
     chain, store = parts.chain, parts.store
-    gauges = node_gauges(parts.state, store.pool, chain, parts.replica)
+    gauges = node_gauges(parts.state, store.pool, chain, parts.replica) + certificate_gauges(tls)
     served_tls = None if role.shares_ports else metrics_tls(tls)  # loopback, for the merge
     metrics_address = serve_metrics_on(settings.metrics_address, node_id, gauges, served_tls, stops)
     slots = SharedSubscriptionSlots(parts.store.pool)

@@ -19,9 +19,11 @@ from typing import Any
 
 import grpc
 import pytest
+import xmtp_bindings.xmtpv3 as xmtp
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.clients.conftest import GatewayProcess, _spawn_gateway
+from tests.e2e.clients.xmtp_users import new_user
 from tests.e2e.replication.conftest import ChainNetwork
 from tests.statuses import trailers
 from xmtp.xmtpv4.envelopes import envelopes_pb2
@@ -163,3 +165,23 @@ async def test_a_client_over_its_limit_is_refused_and_the_other_is_not(
         assert recorded[name]["bytes"] == sum(len(e.SerializeToString()) for e in sent)
         assert recorded[name]["base_fee"] == sum(f.base for f in fees)
         assert recorded[name]["congestion_fee"] == sum(f.congestion for f in fees)
+
+
+async def test_the_official_client_sends_the_api_key_it_is_given(
+    gateway: LimitedGateway, chain_network: ChainNetwork, tmp_path: Path
+) -> None:
+    """The Python bindings (libxmtp 1.10.0) send a credential set on an FfiAuthHandle as the
+    authorization header of every call to the gateway: registering an inbox is paid for as
+    bob's (docs/clients.md)."""
+    handle: Any = xmtp.FfiAuthHandle  # its constructor is untyped in the bindings
+    auth = handle()
+    bearer = f"Bearer {KEYS['bob']}"
+    await auth.set(xmtp.FfiCredential(name=None, value=bearer, expires_at_seconds=2**62))
+    node = f"http://{chain_network.addresses[100]}"
+    user = new_user("bob", tmp_path / "users", node, f"http://{gateway.process.address}")
+    user.auth = auth
+    try:
+        await user.connect()
+    finally:
+        user.close()
+    assert usage(gateway)["bob"]["envelopes"] >= 1

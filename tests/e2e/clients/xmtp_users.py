@@ -121,6 +121,8 @@ class User:
     gateway_url: str
     client: Any = None
     streams: list[Any] = field(default_factory=list)
+    # An xmtp.FfiAuthHandle holding the gateway's API key or JWT; None: no credential sent.
+    auth: Any = None
 
     @property
     def identifier(self) -> Any:
@@ -137,7 +139,7 @@ class User:
         """A new API connection (GetNodes, then the fastest healthy node for reads) and a
         client on this user's database; registers the inbox the first time."""
         api = await xmtp.connect_to_backend(
-            self.node_url, self.gateway_url, False, None, APP_VERSION, None, None
+            self.node_url, self.gateway_url, False, None, APP_VERSION, None, self.auth
         )
         inbox_id = xmtp.generate_inbox_id(self.identifier, 0)
         db = xmtp.DbOptions(

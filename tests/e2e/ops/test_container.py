@@ -37,6 +37,7 @@ from xnode.core.cursors import Cursor
 from xnode.devtools.devnet import wait_serving
 from xnode.devtools.patroni import DCS
 from xnode.devtools.postgres import free_port
+from xnode.observability.build_info import build_info
 from xnode.store.primary import host_dsns
 
 # Building the images on a fresh machine takes minutes (docs/operations.md); later runs reuse them.
@@ -80,6 +81,9 @@ def run_once(container: DockerContainer) -> str:
 
 def test_node_image_has_the_cli(images: dict[str, str], docker_api: DockerClient) -> None:
     assert "usage: xnode" in run_once(DockerContainer(NODE_IMAGE).with_command("--help"))
+    # The commit is baked in at build (no git in the image): the checkout's, as here.
+    version = run_once(DockerContainer(NODE_IMAGE).with_command("--version"))
+    assert version.strip() == build_info().line()
     uid = run_once(DockerContainer(NODE_IMAGE).with_command("-u").with_kwargs(entrypoint="id"))
     assert uid.strip() != "0", "the node must not run as root"
 
@@ -111,6 +115,7 @@ def image_node(
         "XNODE_SIGNER_KEY": node_spec.keys[100].hex(),
         "XNODE_NODES_FILE": "/spec/nodes.json",
         "XNODE_METRICS_ADDRESS": "",
+        "XNODE_HTTP_LISTEN_ADDRESS": "",  # the host network's, shared with other tests
     }
     container = (
         DockerContainer(NODE_IMAGE)

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -22,6 +23,9 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPLICATION_TEST_SETTINGS, NodeProcess, NodeSpec
 from tests.e2e.replication.test_devnet import interrupt, start_devnet
@@ -96,14 +100,18 @@ class TlsNetwork:
             found = await client.query(originators=[originator])
         return [e.SerializeToString() for e in found]
 
-    def reconnects(self, node_id: int, peer: int) -> float:
-        """xnode_replication_stream_reconnects_total of node_id's streams from `peer`, read
-        over the metrics port's TLS (with the client certificate it requires)."""
+    def scrape(self, node_id: int) -> str:
+        """node_id's metrics, over the metrics port's TLS (with the client certificate it
+        requires)."""
         context = ssl.create_default_context(cafile=str(self.ca_file))
         context.load_cert_chain(self.directory / "client.pem", self.directory / "client.key")
         url = f"https://{self.metrics[node_id]}/metrics"
         with urllib.request.urlopen(url, context=context, timeout=5) as response:
-            text = response.read().decode()
+            return str(response.read().decode())
+
+    def reconnects(self, node_id: int, peer: int) -> float:
+        """xnode_replication_stream_reconnects_total of node_id's streams from `peer`."""
+        text = self.scrape(node_id)
         return sum(
             float(line.rsplit(" ", 1)[1])
             for line in text.splitlines()
@@ -279,3 +287,118 @@ async def test_devnet_tls_runs_the_network_over_tls(devnet_state: Path) -> None:
         assert "plaintext_listener" not in (devnet_state / "gateway.log").read_text()
     finally:
         assert interrupt(proc) == 0
+
+
+def test_health_answers_for_a_tls_node_that_requires_client_certificates(
+    tls_network: TlsNetwork,
+) -> None:
+    """`xnode health` (the image's HEALTHCHECK) with the node's own settings: TLS under the
+    certificate's name, the node's certificate shown as the client's; 1 once it stopped."""
+    tls_network.start(100)
+    directory = tls_network.directory
+    env = {
+        **os.environ,
+        "XNODE_LISTEN_ADDRESS": tls_network.addresses[100],
+        "XNODE_TLS_CERT_FILE": str(directory / "node-100.pem"),
+        "XNODE_TLS_KEY_FILE": str(directory / "node-100.key"),
+        "XNODE_TLS_CLIENT_CA_FILE": str(tls_network.ca_file),
+        "XNODE_TLS_CLIENT_CERT": "require",
+        "XNODE_TLS_PEER_CA_FILE": str(tls_network.ca_file),
+    }
+
+    def health() -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "xnode.cli", "health"]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+
+    serving = health()
+    assert (serving.returncode, serving.stdout.strip()) == (
+        0,
+        f"{tls_network.addresses[100]}: SERVING",
+    ), serving.stderr
+    assert tls_network.processes[100].terminate() == 0
+    stopped = health()
+    assert stopped.returncode == 1 and "UNAVAILABLE" in stopped.stdout, stopped.stdout
+
+
+def served_certificate(address: str, tls_network: TlsNetwork, alpn: str | None) -> bytes:
+    """The certificate (DER) a TLS port of the node shows to a new connection."""
+    host, port = address.rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(tls_network.ca_file))
+    context.load_cert_chain(
+        tls_network.directory / "client.pem", tls_network.directory / "client.key"
+    )
+    if alpn is not None:
+        context.set_alpn_protocols([alpn])
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+async def test_a_renewed_certificate_is_served_without_a_restart_and_no_call_fails(
+    tls_network: TlsNetwork,
+) -> None:
+    """The files are overwritten (the certificate first, its key a moment later) while
+    clients call on open connections and on new ones: every call succeeds, and new
+    connections of the gRPC and metrics ports get the renewed certificate."""
+    tls_network.start(100)
+    cert_file = tls_network.directory / "node-100.pem"
+    key_file = tls_network.directory / "node-100.key"
+    old = x509.load_pem_x509_certificate(cert_file.read_bytes()).public_bytes(Encoding.DER)
+    ports = {
+        "gRPC": (tls_network.addresses[100], "h2"),
+        "metrics": (tls_network.metrics[100], None),
+    }
+    for address, alpn in ports.values():
+        assert served_certificate(address, tls_network, alpn) == old
+    url, tls = tls_network.url(100), tls_network.client_tls(100)
+    calls, renewed = 0, asyncio.Event()
+
+    async def calling_on_one_connection() -> None:
+        nonlocal calls
+        async with NodeClient(url, tls) as client:
+            while not renewed.is_set():
+                await client.query(originators=[100])
+                calls += 1
+
+    async def calling_on_new_connections() -> None:
+        nonlocal calls
+        while not renewed.is_set():
+            async with NodeClient(url, tls) as client:
+                await client.publish_group_messages(PAYER, 100, GROUP, [b"during renewal"])
+            calls += 1
+
+    async def renew() -> None:
+        await eventually(lambda: calls >= 10)
+        cert_pem, key_pem = tls_network.ca.issue("node-100")
+        cert_file.write_bytes(cert_pem)
+        await asyncio.sleep(0.2)  # a renewal written file by file: a moment of mismatch
+        key_file.write_bytes(key_pem)
+        new = x509.load_pem_x509_certificate(cert_pem).public_bytes(Encoding.DER)
+
+        async def served_everywhere() -> bool:
+            served = [
+                await asyncio.to_thread(served_certificate, address, tls_network, alpn)
+                for address, alpn in ports.values()
+            ]
+            return served == [new, new]
+
+        await eventually(served_everywhere)
+        at = calls
+        await eventually(lambda: calls >= at + 10)
+        renewed.set()
+
+    await asyncio.gather(calling_on_one_connection(), calling_on_new_connections(), renew())
+    output = tls_network.processes[100].output()
+    assert '"tls_reloaded"' in output
+    expiry = x509.load_pem_x509_certificate(cert_file.read_bytes()).not_valid_after_utc
+    [served] = [
+        sample.value
+        for family in text_string_to_metric_families(tls_network.scrape(100))
+        for sample in family.samples
+        if sample.name == "xnode_tls_certificate_expiry_timestamp_seconds"
+    ]
+    assert served == expiry.timestamp()

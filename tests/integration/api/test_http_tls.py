@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 from structlog.testing import capture_logs
 
@@ -19,6 +20,7 @@ from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.payer_api import payer_api_pb2, payer_api_pb2_grpc
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
+from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.certs import devnet_ca
 from xnode.devtools.postgres import free_port
 from xnode.gateway.server import start_gateway
@@ -133,3 +135,57 @@ async def test_the_gateway_serves_tls_on_grpc_and_http(
     await gateway.stop()
     warnings = [e for e in logs if e["event"] == "plaintext_listener"]
     assert len(warnings) == 1 and warnings[0]["http"] == gateway.http_address
+
+
+async def test_the_gateway_shows_its_client_certificate_to_nodes_that_require_one(
+    start_node: Any, database: str, node_spec: Any, certs: dict[str, Path]
+) -> None:
+    """A node that requires client certificates serves the gateway given one
+    (tls_client_cert_file), and refuses the same gateway without it."""
+    address = f"127.0.0.1:{free_port()}"
+    registry = Registry(
+        NodeEntry(n, key.public_key, f"https://{address}" if n == 100 else "")
+        for n, key in node_spec.keys.items()
+    )
+    node_spec.nodes_file.write_text(registry.to_json())
+    await start_node(
+        **node_settings(database, node_spec, listen_address=address),
+        tls_cert_file=certs["node_cert"],
+        tls_key_file=certs["node_key"],
+        tls_client_ca_file=certs["ca"],
+        tls_client_cert="require",
+    )
+    async with NodeClient(f"https://{address}", ClientTls.from_files(*certs_of(certs))) as node:
+        await node.publish_group_messages(SigningKey.generate(), 100, GROUP, [b"held"])
+    settings = GatewaySettings(
+        listen_address="127.0.0.1:0",
+        payer_key=SigningKey.generate().hex(),
+        nodes_file=node_spec.nodes_file,
+        registry_source="file",
+        tls_ca_file=certs["ca"],
+        tls_client_cert_file=certs["gateway_cert"],
+        tls_client_key_file=certs["gateway_key"],
+        read_failover_seconds=1,
+        # The node answers from this test's event loop: a busy machine is not a node down.
+        node_check_timeout_seconds=10,
+    )
+    for shown, update in (
+        (True, {}),
+        (False, {"tls_client_cert_file": None, "tls_client_key_file": None}),
+    ):
+        gateway = await start_gateway(settings.model_copy(update=update))
+        try:
+            async with NodeClient(gateway.address) as reader:
+                if shown:
+                    assert len(await reader.query(originators=[100])) == 1
+                else:
+                    with pytest.raises(grpc.aio.AioRpcError) as refused:
+                        await reader.query(originators=[100])
+                    assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+        finally:
+            await gateway.stop()
+
+
+def certs_of(certs: dict[str, Path]) -> tuple[Path, Path, Path]:
+    """(CA, certificate, key) of a client the node lets in: the gateway's certificate."""
+    return certs["ca"], certs["gateway_cert"], certs["gateway_key"]
