@@ -241,3 +241,22 @@ def accusation_report(
             ),
         )
     )
+
+
+def why_not_committed(
+    report: mb.UnsignedMisbehaviorReport, node_id: int, keys: Collection[bytes]
+) -> str | None:
+    """None when a WITHHOLDING_ACCUSATION carries the accused's own verified commitment to the
+    sequence id it says went unserved, else what failed: an accusation without one (empty,
+    another node's checkpoint, a leaf the checkpoint does not hold) accuses nothing."""
+    try:
+        proof = extended(report)
+    except DecodeError as exc:
+        return f"the accusation does not decode ({exc})"
+    if not proof.HasField("withholding_accusation"):
+        return "a WITHHOLDING_ACCUSATION report carries no accusation"
+    try:
+        check_commitment(proof.withholding_accusation.commitment, node_id, keys)
+    except ValueError as exc:
+        return f"commitment: {exc}"
+    return None
