@@ -24,7 +24,8 @@ ignored in favour of the signed report:
   the reports name are read on the driver; without them these reports are unverified);
   claims it cannot check are rejected (unverified_proof). Two honest envelopes in one report
   flag nobody. One proof flags the node; so does one WITHHOLDING report (xnode's extension,
-  xnode.core.withholding), proven by the accused's own checkpoint and signed holdings;
+  xnode.core.withholding), proven by the accused's own checkpoint and signed holdings, and
+  one SPLIT_VIEW report, two of its checkpoints committing to two leaves at one sequence id;
 - liveness reports count only from registered nodes: a report the host filed itself
   (`submitted_by_node`, host signature recovering to the host's registry key), per
   misbehaving node, type and window of reporter_time_ns; a reporter counts only while
@@ -88,7 +89,7 @@ from xnode.core.crypto import (
 )
 from xnode.core.envelopes import envelope_signer
 from xnode.core.evidence import why_unproven
-from xnode.core.misbehavior import JUDGED_TYPES, PROVEN_TYPES, WITHHOLDING
+from xnode.core.misbehavior import EXTENDED_PROOF_TYPES, JUDGED_TYPES, PROVEN_TYPES
 from xnode.core.misbehavior import type_name as known_type_name
 from xnode.core.registry import RegistryKeys
 from xnode.core.registry_history import DEFAULT_JUDGED_SHARE, RegistryHistory, judge_window
@@ -205,7 +206,7 @@ def verify_report(
     failure = unsigned.WhichOneof("failure")
     if failure == "liveness":
         out["response_time_ns"] = unsigned.liveness.response_time_ns
-    if int(unsigned.type) == WITHHOLDING:
+    if int(unsigned.type) in EXTENDED_PROOF_TYPES:
         out["proof_error"] = why_unproven(unsigned, registry or {}, chain)
     elif int(unsigned.type) == WITHHOLDING_ACCUSATION:
         accused = unsigned.misbehaving_node_id

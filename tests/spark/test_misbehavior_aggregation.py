@@ -23,7 +23,7 @@ from xnode.client.node import key_package_envelope
 from xnode.core.chain_payloads import ChainEvent, build_chain_payload
 from xnode.core.crypto import SigningKey, blockchain_proof_digest
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
-from xnode.core.withholding import accusation_report, withholding_report
+from xnode.core.withholding import accusation_report, split_view_report, withholding_report
 
 T0 = 1_800_000_000 * 10**9  # on an hour boundary
 MIN = 60 * 10**9
@@ -468,6 +468,11 @@ def test_withholding_proofs_flag_the_withholder_and_accusations_need_a_threshold
         host.add(accusation_report(accused, accused_log.commitment(2), "UNAVAILABLE", T0, T0))
     empty = type(honest.commitment(2))()
     h200.add(accusation_report(400, empty, "UNAVAILABLE", T0, T0))
+    # 300 signs two logs of one size that differ at every id: a split view, proven alone;
+    # 500's one log twice proves nothing.
+    shown = [CommittedLog(KEYS[300], 300, 5, t) for t in (T0, T0 + 1)]
+    h200.add(split_view_report(300, shown[0].commitment(2), shown[1].commitment(2), T0))
+    h200.add(split_view_report(500, honest.commitment(2), honest.commitment(2), T0))
     h300.add(accusation_report(400, honest.commitment(2), "UNAVAILABLE", T0, T0))
     for host in (h100, h200, h300):
         host.write(tmp_path / "export", KEYS)
@@ -479,10 +484,11 @@ def test_withholding_proofs_flag_the_withholder_and_accusations_need_a_threshold
 
     flags = sorted((r["misbehaving_node_id"], r["type_name"], r["basis"]) for r in data.flagged)
     assert flags == [
+        (300, "SPLIT_VIEW", "safety_proof"),
         (600, "WITHHOLDING", "safety_proof"),
         (700, "WITHHOLDING_ACCUSATION", "liveness_threshold"),
     ]
-    assert data.outcomes == {"accepted": 4, "unverified_proof": 1, "unverified_commitment": 2}
+    assert data.outcomes == {"accepted": 5, "unverified_proof": 2, "unverified_commitment": 2}
 
 
 def test_exports_are_read_only_as_their_node_signed_them(

@@ -26,7 +26,9 @@ aggregation job (it counts only what this says is proven). What proves what:
   (xnode.core.chain_evidence); checked against `chain`, the looked-up transactions;
 - WITHHOLDING (xnode's extension): the accused's signed checkpoint covering a sequence id and
   its signed account of its own log leaving that id out, or calling it expired before its
-  committed expiry (xnode.core.withholding).
+  committed expiry (xnode.core.withholding);
+- SPLIT_VIEW (xnode's extension): two of the accused's signed checkpoints committing to two
+  different opened format 2 leaves at one sequence id (xnode.core.withholding.why_not_split).
 Every envelope in a safety report must be signed by the accused: a report padded with
 someone else's envelopes is not clean evidence."""
 
@@ -50,11 +52,12 @@ from xnode.core.misbehavior import (
     DUPLICATE_SEQUENCE_ID,
     OUT_OF_ORDER,
     SAFETY_TYPES,
+    SPLIT_VIEW,
     WITHHOLDING,
     type_name,
 )
 from xnode.core.registry import RegistryKeys
-from xnode.core.withholding import extended, why_not_withheld
+from xnode.core.withholding import extended, why_not_split, why_not_withheld
 
 PAYER_ENVELOPE_RULE = "payer-envelope rule (XIP-49 3.3.4)"
 
@@ -181,6 +184,18 @@ def _withholding(report: mb.UnsignedMisbehaviorReport, node_id: int, keys: Regis
         raise Unproven(failure)
 
 
+def _split_view(report: mb.UnsignedMisbehaviorReport, node_id: int, keys: RegistryKeys) -> None:
+    try:
+        proof = extended(report)
+    except DecodeError as exc:
+        raise Unproven(f"the split view proof does not decode ({exc})") from None
+    if not proof.HasField("split_view"):
+        raise Unproven("a SPLIT_VIEW report carries no split view proof")
+    failure = why_not_split(proof.split_view, node_id, keys.get(node_id, ()))
+    if failure is not None:
+        raise Unproven(failure)
+
+
 def check_claim(
     report: mb.UnsignedMisbehaviorReport, keys: RegistryKeys, chain: ChainFacts | None = None
 ) -> None:
@@ -190,6 +205,9 @@ def check_claim(
     kind, node_id = int(report.type), report.misbehaving_node_id
     if kind == WITHHOLDING:
         _withholding(report, node_id, keys)
+        return
+    if kind == SPLIT_VIEW:
+        _split_view(report, node_id, keys)
         return
     if kind not in SAFETY_TYPES or report.WhichOneof("failure") != "safety":
         raise Unproven(f"a {type_name(kind)} report carries no proof: only safety reports do")
