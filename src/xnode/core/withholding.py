@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -209,6 +210,21 @@ def _upstream(report: wh.ExtendedMisbehaviorReport) -> mb.UnsignedMisbehaviorRep
     return mb.UnsignedMisbehaviorReport.FromString(report.SerializeToString(deterministic=True))
 
 
+def _own_report(
+    node_id: int, kind: wh.ExtendedMisbehavior, reporter_time_ns: int, **proof: Any
+) -> mb.UnsignedMisbehaviorReport:
+    """A node's own report of one of xnode's extension kinds, `proof` in its field."""
+    return _upstream(
+        wh.ExtendedMisbehaviorReport(
+            reporter_time_ns=reporter_time_ns,
+            misbehaving_node_id=node_id,
+            type=kind,
+            submitted_by_node=True,
+            **proof,
+        )
+    )
+
+
 def withholding_report(
     node_id: int,
     commitment: wh.Commitment,
@@ -216,31 +232,17 @@ def withholding_report(
     reporter_time_ns: int,
 ) -> mb.UnsignedMisbehaviorReport:
     """A node's own WITHHOLDING report, as the upstream message it is stored and signed as."""
-    return _upstream(
-        wh.ExtendedMisbehaviorReport(
-            reporter_time_ns=reporter_time_ns,
-            misbehaving_node_id=node_id,
-            type=WITHHOLDING,
-            submitted_by_node=True,
-            withholding=wh.WithholdingProof(commitment=commitment, holdings=holdings),
-        )
-    )
+    proof = wh.WithholdingProof(commitment=commitment, holdings=holdings)
+    return _own_report(node_id, WITHHOLDING, reporter_time_ns, withholding=proof)
 
 
 def accusation_report(
     node_id: int, commitment: wh.Commitment, answer: str, asked_ns: int, reporter_time_ns: int
 ) -> mb.UnsignedMisbehaviorReport:
     """A node's own WITHHOLDING_ACCUSATION: the commitment and how the accused answered."""
-    return _upstream(
-        wh.ExtendedMisbehaviorReport(
-            reporter_time_ns=reporter_time_ns,
-            misbehaving_node_id=node_id,
-            type=WITHHOLDING_ACCUSATION,
-            submitted_by_node=True,
-            withholding_accusation=wh.WithholdingAccusation(
-                commitment=commitment, answer=answer, asked_ns=asked_ns
-            ),
-        )
+    accusation = wh.WithholdingAccusation(commitment=commitment, answer=answer, asked_ns=asked_ns)
+    return _own_report(
+        node_id, WITHHOLDING_ACCUSATION, reporter_time_ns, withholding_accusation=accusation
     )
 
 
@@ -291,12 +293,5 @@ def split_view_report(
     node_id: int, first: wh.Commitment, second: wh.Commitment, reporter_time_ns: int
 ) -> mb.UnsignedMisbehaviorReport:
     """A node's own SPLIT_VIEW report, as the upstream message it is stored and signed as."""
-    return _upstream(
-        wh.ExtendedMisbehaviorReport(
-            reporter_time_ns=reporter_time_ns,
-            misbehaving_node_id=node_id,
-            type=SPLIT_VIEW,
-            submitted_by_node=True,
-            split_view=wh.SplitView(first=first, second=second),
-        )
-    )
+    split = wh.SplitView(first=first, second=second)
+    return _own_report(node_id, SPLIT_VIEW, reporter_time_ns, split_view=split)
