@@ -37,7 +37,7 @@ async def run_all(directory: Path, names: list[str]) -> list[Outcome]:
     failed: list[str] = []
     try:
         network = Network.register(directory, cluster, chain)
-        council = council_on(spark, chain.url, str(chain.contracts_file))
+        council = council_on(spark, network.registry_file, chain.url, str(chain.contracts_file))
         contracts = payload_contracts(chain.contracts_file)
 
         def lookup(txs: list[bytes]) -> ChainFacts:

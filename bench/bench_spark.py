@@ -60,6 +60,9 @@ def generate_envelopes(root: Path, rows: int) -> int:
     return written
 
 
+REGISTRY_FILE = "registry.json"  # beside the node-<id> exports: the NodeRegistry's history
+
+
 def generate_reports(root: Path, count: int) -> int:
     keys = {h: g.node_key(h) for h in HOSTS}
     week_ns = 7 * SECONDS_PER_DAY * NS_PER_SECOND
@@ -68,6 +71,8 @@ def generate_reports(root: Path, count: int) -> int:
     for host, table in tables.items():
         g.write_reports(g.node_dir(root, host), table)
         g.write_nodes(g.node_dir(root, host), keys)
+        g.sign_export(g.node_dir(root, host), host, keys[host])
+    g.write_registry(root / REGISTRY_FILE, keys)
     return sum(t.num_rows for t in tables.values())
 
 
@@ -99,7 +104,9 @@ def main() -> int:
             lambda: retention_expiry.run(spark, [envelopes_dir], out / "plan.json", AS_OF)
         )
         council, aggregation_s = timed(
-            lambda: misbehavior_aggregation.run(spark, [reports_dir], out / "council")
+            lambda: misbehavior_aggregation.run(
+                spark, [reports_dir], out / "council", reports_dir / REGISTRY_FILE
+            )
         )
         usage, usage_s = timed(lambda: payer_usage.run(spark, [envelopes_dir], out / "usage"))
         spark.stop()

@@ -21,14 +21,20 @@ _MAX_PROOFS_LISTED = 20
 @dataclass(frozen=True)
 class CouncilData:
     inputs: list[str]
-    threshold: int
+    judged_share: str  # e.g. "1/3": more than this share of the enabled nodes flags
     window_minutes: int
     rows_read: int
     outcomes: dict[str, int]  # "accepted" or a rejection reason_code -> distinct reports
     liveness: list[Row]
     safety: list[Row]
     flagged: list[Row]
-    registry_conflicts: list[int]
+    refused_exports: dict[str, str]  # export directory -> why it was not read
+    registry_block: int  # the NodeRegistry's history was read up to this block
+
+    @property
+    def threshold(self) -> int:
+        """The most reporters any window needed (what the charts draw), at least two."""
+        return max([2] + [int(r["needed"]) for r in self.liveness])
 
     @property
     def accepted(self) -> int:
@@ -77,9 +83,12 @@ def _summary_rows(data: CouncilData) -> list[tuple[str, str]]:
         ("Verified safety proofs", str(len(data.safety))),
         ("Flagged nodes", ", ".join(map(str, flagged)) or "none"),
         (
-            "Liveness threshold",
-            f"{data.threshold} distinct reporters per {data.window_minutes} min",
+            "Judged flags need",
+            f"more than {data.judged_share} of the enabled nodes (at least 2) reporting in "
+            f"one {data.window_minutes} min window",
         ),
+        ("Registry (NodeRegistry events up to block)", str(data.registry_block)),
+        ("Refused exports", str(len(data.refused_exports))),
     ]
     return rows
 
@@ -143,11 +152,9 @@ def render_markdown(data: CouncilData) -> str:
     lines = ["# Misbehavior reports: security council summary", ""]
     lines += [f"Inputs: {', '.join(data.inputs)}", ""]
     lines += _md_table(("", ""), _summary_rows(data))
-    if data.registry_conflicts:
-        lines += [
-            f"Nodes with several registry keys across snapshots: {data.registry_conflicts}",
-            "",
-        ]
+    if data.refused_exports:
+        lines += ["Refused exports (not read):", ""]
+        lines += _md_table(("export", "why"), sorted(data.refused_exports.items()))
     for node in data.nodes():
         lines += [f"## Node {node}", "", f"**{_node_status(data, node)}**", ""]
         if liveness := _node_liveness(data, node):
@@ -163,7 +170,8 @@ _NOTES = (
     "signature does not recover to the host's registry key is rejected as forged. Liveness "
     "reporters are registered nodes reporting on their own (submitted_by_node); "
     "client-submitted liveness reports are listed apart (client_liveness.parquet) and never "
-    "count toward the threshold; a node's reports about itself do not make it a reporter. A "
+    "count toward the threshold; a node's reports about itself do not make it a reporter, nor "
+    "do a node's reports from a window in which the NodeRegistry did not keep it enabled. A "
     "safety report counts only when its own envelopes prove its claim (re-checked against "
     "the registry keys); one such proof flags a node."
 )
@@ -310,8 +318,11 @@ def render_html(data: CouncilData) -> str:
         f"<p>Inputs: {_esc(', '.join(data.inputs))}</p>",
         _html_table(("", ""), _summary_rows(data)),
     ]
-    if data.registry_conflicts:
-        parts.append(f"<p>Nodes with several registry keys: {_esc(data.registry_conflicts)}</p>")
+    if data.refused_exports:
+        parts += [
+            "<p>Refused exports (not read):</p>",
+            _html_table(("export", "why"), sorted(data.refused_exports.items())),
+        ]
     for node in data.nodes():
         status = _node_status(data, node)
         css = "flagged" if status.startswith("FLAGGED") else "ok"

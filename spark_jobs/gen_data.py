@@ -31,7 +31,9 @@ from xnode.core.crypto import SigningKey, keccak256, misbehavior_digest
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
 from xnode.core.fees import NO_FEES, Fees
 from xnode.core.mls import mls_group_message
+from xnode.core.registry_history import NodeHistory, RegistryHistory
 from xnode.core.topics import Topic, TopicKind
+from xnode.export.manifest import MANIFEST_FILE, sign_manifest
 from xnode.export.schema import (
     CHECKPOINT_SCHEMA,
     CHECKPOINTS_DIR,
@@ -81,6 +83,31 @@ def write_nodes(directory: Path, keys: Mapping[int, SigningKey]) -> None:
         }
     )
     pq.write_table(table, directory / "nodes.parquet")
+
+
+def write_registry(
+    path: Path,
+    keys: Mapping[int, SigningKey],
+    added_s: int = 0,
+    status_changes: Mapping[int, Sequence[tuple[int, bool]]] | None = None,
+) -> Path:
+    """A registry snapshot as `xnode chain registry-snapshot` writes it: every node added at
+    `added_s`, then the given (time, enabled) changes."""
+    changes = status_changes or {}
+    history = RegistryHistory(
+        {
+            n: NodeHistory(n, k.public_key, added_s, tuple(changes.get(n, ())))
+            for n, k in keys.items()
+        }
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(history.to_json())
+    return path
+
+
+def sign_export(directory: Path, node_id: int, key: SigningKey, signed_at_ns: int = 0) -> None:
+    """`node-<id>/manifest.json`, as `xnode export` signs it with the node's key."""
+    (directory / MANIFEST_FILE).write_text(sign_manifest(directory, node_id, key, signed_at_ns))
 
 
 def _day(ns: pa.Array | pa.ChunkedArray) -> Any:

@@ -19,6 +19,9 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from xnode.core.registry_history import RegistryHistory, RegistryHistoryError
+from xnode.export.manifest import ManifestError, verify_export
+
 ENVELOPES_DIR = "envelopes"
 REPORTS_DIR = "misbehavior_reports"
 NODES_FILE = "nodes.parquet"
@@ -211,12 +214,14 @@ def find_envelope_files(inputs: Sequence[str | Path]) -> ExportFiles:
     return by_base
 
 
-def find_report_files(inputs: Sequence[str | Path]) -> ExportFiles:
+def find_report_files(
+    inputs: Sequence[str | Path], node_dirs: Sequence[Path] | None = None
+) -> ExportFiles:
     """Exports without a report are fine: a quiet network files none, and the council's
-    answer for it is that nobody is flagged."""
-    by_base = _dataset_files(
-        find_node_dirs(inputs), REPORTS_DIR, _REPORT_PARTITION, "misbehavior report", True
-    )
+    answer for it is that nobody is flagged. `node_dirs`: only these exports (the signed
+    ones), else every export under `inputs`."""
+    dirs = find_node_dirs(inputs) if node_dirs is None else node_dirs
+    by_base = _dataset_files(dirs, REPORTS_DIR, _REPORT_PARTITION, "misbehavior report", True)
     validate_files([f for files in by_base.values() for f in files], REPORT_COLUMNS)
     return by_base
 
@@ -229,6 +234,45 @@ def load_envelopes(spark: SparkSession, files: ExportFiles) -> DataFrame:
 def load_reports(spark: SparkSession, files: ExportFiles) -> DataFrame:
     """All exported misbehavior report rows (not deduplicated)."""
     return _read_partitioned(spark, files, REPORT_SCHEMA)
+
+
+def read_registry_history(path: str | Path) -> RegistryHistory:
+    """The registry snapshot `xnode chain registry-snapshot` wrote from the NodeRegistry
+    contract's events: keys, and enabled over time."""
+    try:
+        return RegistryHistory.from_json(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the registry snapshot ({exc})") from None
+    except RegistryHistoryError as exc:
+        raise InputError(f"{path}: {exc}") from None
+
+
+_NODE_DIR = re.compile(r"^node-(\d+)$")
+
+
+def signed_exports(
+    inputs: Sequence[str | Path], history: RegistryHistory, under: Sequence[str]
+) -> tuple[list[Path], dict[str, str]]:
+    """The export directories whose files below `under` are as their node signed them (its
+    manifest, signed by the key the registry holds for it), and every other one refused,
+    by path, with the reason. A refused export is left out, not fatal: one operator's bad
+    files must not stop the council judging everyone else's."""
+    keys = history.keys()
+    accepted: list[Path] = []
+    refused: dict[str, str] = {}
+    for node_dir in find_node_dirs(inputs):
+        match = _NODE_DIR.match(node_dir.name)
+        node_keys = keys.get(int(match.group(1))) if match else None
+        if match is None or not node_keys:
+            refused[str(node_dir)] = "not the export of a node in the NodeRegistry"
+            continue
+        try:
+            verify_export(node_dir, int(match.group(1)), node_keys, under)
+        except ManifestError as exc:
+            refused[str(node_dir)] = str(exc)
+            continue
+        accepted.append(node_dir)
+    return accepted, refused
 
 
 def read_registry(inputs: Sequence[str | Path]) -> dict[int, frozenset[bytes]]:

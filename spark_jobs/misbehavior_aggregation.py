@@ -1,13 +1,19 @@
 """Verifies and aggregates misbehavior reports from many nodes' exports (XIP-49 3.2.7, 3.2.8).
 
     python -m spark_jobs.misbehavior_aggregation --input DIR [--input DIR ...] --out OUTDIR
-        [--threshold N] [--window-minutes M] [--master URL]
+        --registry FILE [--judged-share F] [--window-minutes M] [--master URL]
         [--chain-rpc-url URL --contracts-file FILE]
 
-Only what the signatures prove is trusted; the exported convenience columns are ignored in
-favour of the signed report:
-- each report must be signed by its host, keccak256(b"misbehavior|" + unsigned), under a key
-  some export's registry snapshot lists for the host; anything else is rejected (forged, ...);
+Only what the signatures and the chain prove is trusted; the exported convenience columns are
+ignored in favour of the signed report:
+- the registry is the NodeRegistry contract's history (`--registry`, written by `xnode chain
+  registry-snapshot` from the contract's events): each node's key, and when it was enabled.
+  Nothing of it comes from an export;
+- an export is read only when its node signed it (manifest.json: every file's hash, signed by
+  the node's registry key) and its report files are the ones it signed; any other export is
+  refused by path (`refused_exports` in the report) and left out;
+- each report must be signed by its host, keccak256(b"misbehavior|" + unsigned), under the
+  host's registry key; anything else is rejected (forged, ...);
 - exact duplicates (same host, same unsigned bytes) count once;
 - a safety report counts only if its own envelopes prove its claim, re-checked here against
   the registry keys by xnode.core.evidence (the node uses the same checker): a fork for
@@ -18,13 +24,17 @@ favour of the signed report:
   the reports name are read on the driver; without them these reports are unverified);
   claims it cannot check are rejected (unverified_proof). Two honest envelopes in one report
   flag nobody. One proof flags the node; so does one WITHHOLDING report (xnode's extension,
-  xnode.core.withholding), proven by the accused's own checkpoint and signed holdings;
+  xnode.core.withholding), proven by the accused's own checkpoint and signed holdings, and
+  one SPLIT_VIEW report, two of its checkpoints committing to two leaves at one sequence id;
 - liveness reports count only from registered nodes: a report the host filed itself
   (`submitted_by_node`, host signature recovering to the host's registry key), per
-  misbehaving node, type and window of reporter_time_ns; the node is flagged when distinct
-  reporting nodes >= threshold. A node's reports about itself never make it a reporter.
-  WITHHOLDING_ACCUSATION reports (a committed sequence id the accused would not account
-  for: no proof) are judged the same way, by distinct reporting nodes per window.
+  misbehaving node, type and window of reporter_time_ns; a reporter counts only while
+  enabled (throughout the window), and the node is flagged when the distinct reporters are
+  more than `--judged-share` (default 1/3) of the nodes enabled in the window other than the
+  accused, and at least two (xnode.core.registry_history.judge_window). A node's reports
+  about itself never make it a reporter. WITHHOLDING_ACCUSATION reports (a committed
+  sequence id the accused would not account for: no proof) are judged the same way, and
+  only when their commitment verifies (the accused's signed checkpoint holds the leaf).
   Client-submitted liveness reports are kept apart (`client_liveness`, attributed to the host
   that accepted them: the protocol's report names no client or payer) and never count
   toward a threshold: one client writing to many hosts must not flag anyone.
@@ -35,6 +45,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +65,14 @@ from pyspark.sql.pandas.types import from_arrow_type
 from spark_jobs.chain_facts import fetch_chain_facts, named_transactions, payload_contracts
 from spark_jobs.council_report import CouncilData, render_html, render_markdown
 from spark_jobs.inputs import (
+    REPORTS_DIR,
     ExportFiles,
     InputError,
     find_report_files,
     load_reports,
     one_line,
-    read_registry,
+    read_registry_history,
+    signed_exports,
     spark_read_errors,
 )
 from spark_jobs.output import atomic_directory
@@ -76,12 +89,13 @@ from xnode.core.crypto import (
 )
 from xnode.core.envelopes import envelope_signer
 from xnode.core.evidence import why_unproven
-from xnode.core.misbehavior import JUDGED_TYPES, PROVEN_TYPES, WITHHOLDING
+from xnode.core.misbehavior import EXTENDED_PROOF_TYPES, JUDGED_TYPES, PROVEN_TYPES
 from xnode.core.misbehavior import type_name as known_type_name
 from xnode.core.registry import RegistryKeys
+from xnode.core.registry_history import DEFAULT_JUDGED_SHARE, RegistryHistory, judge_window
+from xnode.core.withholding import WITHHOLDING_ACCUSATION, why_not_committed
 
 ChainLookup = Callable[[list[bytes]], ChainFacts]
-DEFAULT_THRESHOLD = 2
 DEFAULT_WINDOW_MINUTES = 60
 # Unsigned protobuf fields wider than the columns they land in. A host signs whatever a client
 # submitted, so out-of-range values must become a rejection, not an overflow that kills a batch.
@@ -192,8 +206,11 @@ def verify_report(
     failure = unsigned.WhichOneof("failure")
     if failure == "liveness":
         out["response_time_ns"] = unsigned.liveness.response_time_ns
-    if int(unsigned.type) == WITHHOLDING:
+    if int(unsigned.type) in EXTENDED_PROOF_TYPES:
         out["proof_error"] = why_unproven(unsigned, registry or {}, chain)
+    elif int(unsigned.type) == WITHHOLDING_ACCUSATION:
+        accused = unsigned.misbehaving_node_id
+        out["proof_error"] = why_not_committed(unsigned, accused, (registry or {}).get(accused, ()))
     elif failure == "safety":
         envelopes = unsigned.safety.envelopes
         out["envelopes"] = [_envelope_facts(e) for e in envelopes]
@@ -229,7 +246,7 @@ def verify_reports(registry: RegistryKeys, chain: ChainFacts | None) -> Callable
 # --- policy, in Spark SQL ---------------------------------------------------------------------
 
 
-def registry_frame(spark: SparkSession, registry: Mapping[int, frozenset[bytes]]) -> DataFrame:
+def registry_frame(spark: SparkSession, registry: RegistryKeys) -> DataFrame:
     schema = "node_id int, keys array<binary>"
     rows = [(node, sorted(keys)) for node, keys in sorted(registry.items())]
     return spark.createDataFrame(rows, schema)
@@ -253,7 +270,7 @@ def _rejection_rules() -> list[tuple[Column, str, Column]]:
         (
             F.col("host_keys").isNull(),
             "unknown_host",
-            F.format_string("host node %d is in no registry snapshot", host),
+            F.format_string("host node %d is not in the NodeRegistry", host),
         ),
         (
             v["host_signer"].isNull(),
@@ -273,6 +290,11 @@ def _rejection_rules() -> list[tuple[Column, str, Column]]:
         (
             safety & v["proof_error"].isNotNull(),
             "unverified_proof",
+            v["proof_error"],
+        ),
+        (
+            (kind == WITHHOLDING_ACCUSATION) & v["proof_error"].isNotNull(),
+            "unverified_commitment",
             v["proof_error"],
         ),
     ]
@@ -349,10 +371,11 @@ def _liveness(accepted: DataFrame, by_node: bool) -> DataFrame:
     return accepted.where(kind & (F.col("submitted_by_node") == F.lit(by_node)))
 
 
-def liveness_windows(accepted: DataFrame, window_minutes: int, threshold: int) -> DataFrame:
+def liveness_windows(accepted: DataFrame, window_minutes: int) -> DataFrame:
     """Registered nodes' own reports only: the host filed it (`submitted_by_node`) and its
     signature recovered to the host's registry key (checked before acceptance). A node
-    reporting itself is no peer."""
+    reporting itself is no peer. Whether a window flags its node is judged on the driver
+    against the registry's history (`judge_liveness`)."""
     width = window_minutes * _NS_PER_MINUTE
     reporter = F.when(F.col("host_node_id") != F.col("misbehaving_node_id"), F.col("host_node_id"))
     return (
@@ -367,7 +390,6 @@ def liveness_windows(accepted: DataFrame, window_minutes: int, threshold: int) -
         .withColumn("window_end_ns", F.col("window_start_ns") + width)
         .withColumn("window_start", F.timestamp_micros(F.expr("window_start_ns div 1000")))
         .withColumn("type_name", _type_name_column())
-        .withColumn("flagged", F.col("distinct_reporters") >= threshold)
     )
 
 
@@ -403,26 +425,74 @@ def safety_proofs(accepted: DataFrame) -> DataFrame:
     )
 
 
-def flagged_nodes(liveness: DataFrame, proofs: DataFrame) -> DataFrame:
-    by_proof = proofs.groupBy("misbehaving_node_id", "type").agg(
-        F.lit("safety_proof").alias("basis"),
-        F.count("*").alias("evidence_count"),
-        F.count_distinct("host_node_id").alias("distinct_reporters"),
-        F.min("reporter_time_ns").alias("first_time_ns"),
-        F.max("reporter_time_ns").alias("last_time_ns"),
-    )
-    by_threshold = (
-        liveness.where("flagged")
-        .groupBy("misbehaving_node_id", "type")
+def proof_flags(proofs: DataFrame) -> DataFrame:
+    return (
+        proofs.groupBy("misbehaving_node_id", "type")
         .agg(
-            F.lit("liveness_threshold").alias("basis"),
-            F.count("*").alias("evidence_count"),  # windows at or over the threshold
-            F.max("distinct_reporters").alias("distinct_reporters"),
-            F.min("window_start_ns").alias("first_time_ns"),
-            F.max("window_end_ns").alias("last_time_ns"),
+            F.lit("safety_proof").alias("basis"),
+            F.count("*").alias("evidence_count"),
+            F.count_distinct("host_node_id").alias("distinct_reporters"),
+            F.min("reporter_time_ns").alias("first_time_ns"),
+            F.max("reporter_time_ns").alias("last_time_ns"),
         )
+        .withColumn("type_name", _type_name_column())
     )
-    return by_proof.unionByName(by_threshold).withColumn("type_name", _type_name_column())
+
+
+def judge_liveness(
+    windows: Sequence[Mapping[str, Any]], history: RegistryHistory, share: Fraction
+) -> list[dict[str, Any]]:
+    """Each window with what the registry's history says of it: `reporters` and
+    `distinct_reporters` keep only reporters enabled throughout it, `needed` is the share of
+    the nodes enabled in it, `flagged` whether they reach it (core.registry_history)."""
+    judged = []
+    for row in windows:
+        verdict = judge_window(
+            int(row["misbehaving_node_id"]),
+            [int(r) for r in row["reporters"] or []],
+            int(row["window_start_ns"]),
+            int(row["window_end_ns"]),
+            history,
+            share,
+        )
+        judged.append(
+            dict(
+                row,
+                reporters=list(verdict.counted),
+                distinct_reporters=len(verdict.counted),
+                enabled_nodes=verdict.enabled_others,
+                needed=verdict.needed,
+                flagged=verdict.flagged,
+            )
+        )
+    return judged
+
+
+def threshold_flags(windows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One flag per node and judged type with a flagged window."""
+    flags: dict[tuple[int, int], dict[str, Any]] = {}
+    for row in windows:
+        if not row["flagged"]:
+            continue
+        key = (int(row["misbehaving_node_id"]), int(row["type"]))
+        flag = flags.setdefault(
+            key,
+            {
+                "misbehaving_node_id": key[0],
+                "type": key[1],
+                "basis": "liveness_threshold",
+                "evidence_count": 0,  # windows at or over what was needed
+                "distinct_reporters": 0,
+                "first_time_ns": row["window_start_ns"],
+                "last_time_ns": row["window_end_ns"],
+                "type_name": row["type_name"],
+            },
+        )
+        flag["evidence_count"] += 1
+        flag["distinct_reporters"] = max(flag["distinct_reporters"], row["distinct_reporters"])
+        flag["first_time_ns"] = min(flag["first_time_ns"], row["window_start_ns"])
+        flag["last_time_ns"] = max(flag["last_time_ns"], row["window_end_ns"])
+    return [flags[k] for k in sorted(flags)]
 
 
 def rejected_reports(verified: DataFrame) -> DataFrame:
@@ -448,15 +518,16 @@ def _sorted_arrow(frame: DataFrame, *keys: str) -> pa.Table:
 def aggregate(
     spark: SparkSession,
     files: ExportFiles,
-    registry: Mapping[int, frozenset[bytes]],
-    threshold: int = DEFAULT_THRESHOLD,
+    history: RegistryHistory,
+    share: Fraction = DEFAULT_JUDGED_SHARE,
     window_minutes: int = DEFAULT_WINDOW_MINUTES,
     chain: ChainLookup | None = None,
 ) -> dict[str, pa.Table]:
     """The five result tables, plus `counts` (rows read, outcome per reason). `chain`
     looks up the transactions BLOCKCHAIN_INCONSISTENCY reports name (None: not checked)."""
-    if threshold < 1 or window_minutes < 1:
-        raise ValueError("threshold and window minutes must be positive")
+    if not 0 < share < 1 or window_minutes < 1:
+        raise ValueError("the judged share is between 0 and 1, window minutes positive")
+    registry = history.keys()
     with spark_read_errors(f"reports under {', '.join(str(b) for b in files)}"):
         raw = load_reports(spark, files)
         facts = chain(named_transactions(raw)) if chain is not None else None
@@ -464,15 +535,22 @@ def aggregate(
         verified = verified.persist(StorageLevel.MEMORY_AND_DISK)  # every output reads it
         try:
             accepted = verified.where(F.col("reason_code").isNull())
-            liveness = liveness_windows(accepted, window_minutes, threshold)
+            windows = liveness_windows(accepted, window_minutes)
             clients = client_liveness_windows(accepted, window_minutes)
             proofs = safety_proofs(accepted)
             keys = ("misbehaving_node_id", "type")
+            judged = judge_liveness(
+                _sorted_arrow(windows, *keys, "window_start_ns").to_pylist(), history, share
+            )
+            by_proof = _sorted_arrow(proof_flags(proofs), *keys)
+            flagged = pa.concat_tables(
+                [by_proof, pa.Table.from_pylist(threshold_flags(judged), by_proof.schema)]
+            ).sort_by([(k, "ascending") for k in (*keys, "basis")])
             return {
-                "liveness": _sorted_arrow(liveness, *keys, "window_start_ns"),
+                "liveness": pa.Table.from_pylist(judged, _judged_schema(windows)),
                 "client_liveness": _sorted_arrow(clients, *keys, "window_start_ns", "host_node_id"),
                 "safety": _sorted_arrow(proofs, *keys, "reporter_time_ns", "host_node_id"),
-                "flagged": _sorted_arrow(flagged_nodes(liveness, proofs), *keys, "basis"),
+                "flagged": flagged,
                 "rejected": _sorted_arrow(rejected_reports(verified), "host_node_id", "report_id"),
                 "counts": verified.groupBy("reason_code").count().toArrow(),
                 "rows_read": pa.table({"rows": [raw.count()]}),
@@ -481,26 +559,37 @@ def aggregate(
             verified.unpersist()
 
 
+def _judged_schema(windows: DataFrame) -> pa.Schema:
+    schema = windows.limit(0).toArrow().schema
+    return (
+        schema.append(pa.field("enabled_nodes", pa.int64()))
+        .append(pa.field("needed", pa.int64()))
+        .append(pa.field("flagged", pa.bool_()))
+    )
+
+
 def council_data(
     tables: Mapping[str, pa.Table],
-    registry: Mapping[int, frozenset[bytes]],
+    history: RegistryHistory,
     inputs: Sequence[str | Path],
-    threshold: int,
+    share: Fraction,
     window_minutes: int,
+    refused: Mapping[str, str],
 ) -> CouncilData:
     by_reason = {
         str(r["reason_code"] or "accepted"): int(r["count"]) for r in tables["counts"].to_pylist()
     }
     return CouncilData(
         inputs=[str(i) for i in inputs],
-        threshold=threshold,
+        judged_share=str(share),
         window_minutes=window_minutes,
         rows_read=int(tables["rows_read"].column("rows")[0].as_py()),
         outcomes=by_reason,
         liveness=tables["liveness"].to_pylist(),
         safety=tables["safety"].to_pylist(),
         flagged=tables["flagged"].to_pylist(),
-        registry_conflicts=sorted(n for n, k in registry.items() if len(k) > 1),
+        refused_exports=dict(refused),
+        registry_block=history.block,
     )
 
 
@@ -517,23 +606,48 @@ def run(
     spark: SparkSession,
     inputs: Sequence[str | Path],
     out: str | Path,
-    threshold: int = DEFAULT_THRESHOLD,
+    registry: str | Path,
+    share: Fraction = DEFAULT_JUDGED_SHARE,
     window_minutes: int = DEFAULT_WINDOW_MINUTES,
     chain: ChainLookup | None = None,
 ) -> CouncilData:
     """Validates inputs (InputError), aggregates, and writes OUTDIR atomically."""
-    files, registry = find_report_files(inputs), read_registry(inputs)
-    tables = aggregate(spark, files, registry, threshold, window_minutes, chain)
-    data = council_data(tables, registry, inputs, threshold, window_minutes)
+    history = read_registry_history(registry)
+    exports, refused = signed_exports(inputs, history, [REPORTS_DIR])
+    files = find_report_files(inputs, exports)
+    tables = aggregate(spark, files, history, share, window_minutes, chain)
+    data = council_data(tables, history, inputs, share, window_minutes, refused)
     write_outputs(out, tables, data)
     return data
+
+
+def _share(text: str) -> Fraction:
+    try:
+        share = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"not a fraction: {text!r}") from None
+    if not 0 < share < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return share
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--input", action="append", required=True, help="export directory")
     parser.add_argument("--out", required=True, help="output directory (replaced atomically)")
-    parser.add_argument("--threshold", type=int, default=DEFAULT_THRESHOLD)
+    parser.add_argument(
+        "--registry",
+        required=True,
+        help="the NodeRegistry's history, from `xnode chain registry-snapshot`",
+    )
+    parser.add_argument(
+        "--judged-share",
+        type=_share,
+        default=DEFAULT_JUDGED_SHARE,
+        help="judged reports flag a node when more than this share of the other enabled "
+        "nodes (and at least two) report it in one window (XIP-49 3.2.7's 'sufficiently "
+        "large sample'; default 1/3)",
+    )
     parser.add_argument("--window-minutes", type=int, default=DEFAULT_WINDOW_MINUTES)
     parser.add_argument("--master", default=None, help="Spark master (default local[*])")
     parser.add_argument(
@@ -545,8 +659,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--contracts-file", default=None, help="the contracts file nodes use (with --chain-rpc-url)"
     )
     args = parser.parse_args(argv)
-    if args.threshold < 1 or args.window_minutes < 1:
-        parser.error("--threshold and --window-minutes must be positive")
+    if args.window_minutes < 1:
+        parser.error("--window-minutes must be positive")
     if (args.chain_rpc_url is None) != (args.contracts_file is None):
         parser.error("--chain-rpc-url and --contracts-file go together")
     return args
@@ -561,14 +675,18 @@ def chain_lookup(url: str | None, contracts_file: str | None) -> ChainLookup | N
 
 
 def council_on(
-    spark: SparkSession, chain_rpc_url: str | None = None, contracts_file: str | None = None
+    spark: SparkSession,
+    registry: Path,
+    chain_rpc_url: str | None = None,
+    contracts_file: str | None = None,
 ) -> Callable[[list[Path], Path], dict[int, set[str]]]:
     """The job as a function of export directories and an output directory, returning each
-    flagged node and the bases of its flags (the byzantine harness, docs/evidence.md)."""
+    flagged node and the bases of its flags (the byzantine harness, docs/evidence.md);
+    `registry`: the registry snapshot file, read when the job runs."""
     lookup = chain_lookup(chain_rpc_url, contracts_file)
 
     def council(inputs: list[Path], out: Path) -> dict[int, set[str]]:
-        return run(spark, inputs, out, chain=lookup).flagged_by_basis()
+        return run(spark, inputs, out, registry, chain=lookup).flagged_by_basis()
 
     return council
 
@@ -577,14 +695,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     try:
         # Before the JVM starts, so bad input fails fast.
-        files, registry = find_report_files(args.input), read_registry(args.input)
+        history = read_registry_history(args.registry)
+        exports, refused = signed_exports(args.input, history, [REPORTS_DIR])
+        for path, reason in sorted(refused.items()):
+            print(f"misbehavior_aggregation: refused export {path}: {reason}", file=sys.stderr)
+        files = find_report_files(args.input, exports)
         chain = chain_lookup(args.chain_rpc_url, args.contracts_file)
         spark = build_session(args.master, app_name="xnode-misbehavior-aggregation")
+        share, minutes = args.judged_share, args.window_minutes
         try:
-            tables = aggregate(spark, files, registry, args.threshold, args.window_minutes, chain)
+            tables = aggregate(spark, files, history, share, minutes, chain)
         finally:
             spark.stop()
-        data = council_data(tables, registry, args.input, args.threshold, args.window_minutes)
+        data = council_data(tables, history, args.input, share, minutes, refused)
         write_outputs(args.out, tables, data)
     except InputError as exc:
         print(f"misbehavior_aggregation: error: {one_line(exc)}", file=sys.stderr)

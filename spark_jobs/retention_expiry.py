@@ -36,9 +36,9 @@ from spark_jobs.inputs import (
 )
 from spark_jobs.output import write_json_atomic
 from spark_jobs.session import build_session
-from xnode.core.constants import CHAIN_ORIGINATORS, NS_PER_SECOND
+from xnode.core.constants import CHAIN_ORIGINATORS
 from xnode.core.prune_plan import PLAN_VERSION
-from xnode.core.retention import DEFAULT_RETENTION_DAYS, DEFAULT_RETENTION_SECONDS
+from xnode.core.retention import DEFAULT_RETENTION_DAYS
 from xnode.core.topics import TopicKind
 
 _IDENTITY_UPDATES_KIND = int(TopicKind.IDENTITY_UPDATES)
@@ -46,16 +46,14 @@ _KEY = ["originator_node_id", "originator_sequence_id"]
 
 
 def expired(as_of: int) -> Column:
-    """Whether one exported row is past retention at `as_of` (unix seconds)."""
+    """Whether one exported row is past retention at `as_of` (unix seconds). Expiry 0 is
+    never, whatever the kind: the envelope's leaf commits to its own expiry, and a payload
+    deleted while its leaf says "never" reads as lost, its originator as a withholder."""
     expiry = F.col("expiry_unixtime")
     never = F.col("originator_node_id").isin(*CHAIN_ORIGINATORS) | (
         F.col("topic_kind") == _IDENTITY_UPDATES_KIND
     )
-    # expiry 0 on anything else: the XIP default from the originator timestamp (exact integer
-    # division: a float would be off by one second at the boundary).
-    default = F.expr(f"originator_ns div {NS_PER_SECOND}") + DEFAULT_RETENTION_SECONDS
-    effective = F.when(expiry > 0, expiry).otherwise(default)
-    return F.coalesce(~never & (effective <= F.lit(as_of)), F.lit(False))
+    return F.coalesce(~never & (expiry > 0) & (expiry <= F.lit(as_of)), F.lit(False))
 
 
 def ids_with_status(envelopes: DataFrame, as_of: int) -> DataFrame:

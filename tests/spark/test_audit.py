@@ -113,6 +113,21 @@ def test_a_clean_export_passes(spark: Any, audit: ModuleType, tmp_path: Path) ->
     assert verdict.conflicts == 1
 
 
+def test_signatures_are_checked_against_the_chain_s_keys_when_given(
+    spark: Any, audit: ModuleType, tmp_path: Path
+) -> None:
+    """The export lists node 100's key itself; the NodeRegistry holds another: against the
+    chain's registry nothing of node 100 verifies, whatever the export says."""
+    root = write_export(tmp_path / "export")
+    other = {100: g.node_key(100, seed=8), 200: KEYS[200]}
+    registry = g.write_registry(tmp_path / "registry.json", other)
+    assert audit.audit_exports(spark, [root], registry=g.write_registry(tmp_path / "r.json", KEYS))[
+        100
+    ].clean
+    verdict = audit.audit_exports(spark, [root], registry=registry)[100]
+    assert not verdict.clean, verdict.describe()
+
+
 def test_with_the_committed_expiry_leaves_without_envelopes_are_provably_expired(
     spark: Any, audit: ModuleType, tmp_path: Path
 ) -> None:

@@ -27,7 +27,7 @@ from tests.spark.standalone import (
     start_cluster,
     submit,
 )
-from tests.spark.test_misbehavior_aggregation import build_fixture
+from tests.spark.test_misbehavior_aggregation import build_fixture, registry_of
 from tests.spark.test_retention_expiry import AS_OF, EXPECTED_RANGES, write_fixture
 
 COUNCIL_TABLES = ("liveness", "client_liveness", "safety", "flagged", "rejected")
@@ -80,7 +80,7 @@ def test_retention_plan_equals_local_mode(
     args = ("--input", str(exports), "--out", str(plan_path), "--as-of", str(AS_OF))
     stdout = run_job(cluster, shipped, tmp_path / "submit", "retention_expiry", *args)
 
-    assert "14 expired envelopes in 6 ranges" in stdout
+    assert "12 expired envelopes in 6 ranges" in stdout
     plan = json.loads(plan_path.read_text())
     for document in (plan, local):
         document.pop("generated_at_unixtime")
@@ -97,10 +97,11 @@ def test_misbehavior_aggregation_equals_local_mode(
 ) -> None:
     exports = build_fixture(tmp_path / "reports")
     local = tmp_path / "local"
-    aggregation.run(spark, [exports], local, threshold=2, window_minutes=60)
+    registry = registry_of(exports)
+    aggregation.run(spark, [exports], local, registry, window_minutes=60)
 
     out = tmp_path / "council"
-    args = ("--input", str(exports), "--out", str(out), "--threshold", "2")
+    args = ("--input", str(exports), "--out", str(out), "--registry", str(registry))
     stdout = run_job(
         cluster,
         shipped,
@@ -111,7 +112,7 @@ def test_misbehavior_aggregation_equals_local_mode(
         "60",
     )
 
-    assert "10 accepted, 7 rejected (1 forged), flagged nodes [500, 600]" in stdout
+    assert "10 accepted, 6 rejected (1 forged), flagged nodes [500, 600]" in stdout
     for name in COUNCIL_TABLES:
         expected = pq.read_table(local / f"{name}.parquet")
         got = pq.read_table(out / f"{name}.parquet")

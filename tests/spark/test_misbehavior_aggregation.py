@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -22,10 +23,11 @@ from xnode.client.node import key_package_envelope
 from xnode.core.chain_payloads import ChainEvent, build_chain_payload
 from xnode.core.crypto import SigningKey, blockchain_proof_digest
 from xnode.core.envelopes import build_payer_envelope, originate, validate_payer_envelope
-from xnode.core.withholding import accusation_report, withholding_report
+from xnode.core.withholding import accusation_report, split_view_report, withholding_report
 
 T0 = 1_800_000_000 * 10**9  # on an hour boundary
 MIN = 60 * 10**9
+T0_S = T0 // 10**9
 KEYS = {n: g.node_key(n, seed=1) for n in (100, 200, 300, 400, 500, 600, 700)}
 IMPOSTOR = SigningKey(b"\x07" * 32)
 UNRESPONSIVE, SLOW, OUT_OF_ORDER, DUPLICATE = 1, 2, 4, 5
@@ -44,9 +46,12 @@ UNRESPONSIVE, SLOW, OUT_OF_ORDER, DUPLICATE = 1, 2, 4, 5
 #            #4 OUT_OF_ORDER 600, envelopes 600:8 then 600:10 (a gap, honest)      -> unverified
 #            #5 OUT_OF_ORDER 600, 600:11 timestamped after 600:12                  -> proof
 #  host 400: #1 bytes that do not decode                                           -> malformed
-#  host 900: #1 UNRESPONSIVE 500, host unknown to every registry                   -> unknown_host
+#  host 900: #1 UNRESPONSIVE 500; node 900 is not in the NodeRegistry     -> export refused
+# The registry (registry.json, the contract's history): 100-700 added before T0, 700 disabled
+# an hour before T0. So 500's window T0 has 5 other enabled nodes: more than a third is 2.
 # 500/UNRESPONSIVE, window T0: reporting nodes {100, 300} (200's is a client's) -> flagged at
-# threshold 2, not 3. 700/UNRESPONSIVE: only a client's, through two hosts -> never flagged.
+# the default share (1/3: 2 needed), not at 1/2 (3 needed). 700/UNRESPONSIVE: only a
+# client's, through two hosts -> never flagged.
 
 
 def envelope(originator: int, signer: int, seq: int, data: bytes, ns: int = T0) -> bytes:
@@ -76,9 +81,21 @@ class Host:
         return row
 
     def write(self, root: Path, registry: dict[int, SigningKey]) -> None:
+        """The host's export, signed by it (manifest.json), with the registry snapshot it
+        names (which the council no longer reads)."""
         directory = g.node_dir(root, self.node_id)
         g.write_reports(directory, g.report_table(self.rows))
         g.write_nodes(directory, registry)
+        g.sign_export(directory, self.node_id, self.key)
+
+
+def registry(root: Path, **changes: list[tuple[int, bool]]) -> Path:
+    """The NodeRegistry's history beside the exports: nodes 100-700 added a day before T0;
+    `changes`: n<id>=[(time s, enabled)]."""
+    by_node = {int(name[1:]): c for name, c in changes.items()}
+    return g.write_registry(
+        root.parent / f"{root.name}-registry.json", KEYS, T0_S - 86_400, by_node
+    )
 
 
 def build_fixture(root: Path) -> Path:
@@ -114,7 +131,12 @@ def build_fixture(root: Path) -> Path:
     h900.add(g.liveness_report(500, UNRESPONSIVE, T0 + 15 * MIN))
     for host in (h100, h200, h300, h400, h900):
         host.write(root, KEYS)
+    registry(root, n700=[(T0_S - 3600, False)])
     return root
+
+
+def registry_of(root: Path) -> Path:
+    return root.parent / f"{root.name}-registry.json"
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +147,7 @@ def fixture_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def result(spark: Any, aggregation: ModuleType, fixture_root: Path, tmp_path_factory: Any) -> Any:
     out = tmp_path_factory.mktemp("out") / "council"
-    data = aggregation.run(spark, [fixture_root], out, threshold=2, window_minutes=60)
+    data = aggregation.run(spark, [fixture_root], out, registry_of(fixture_root))
     tables = {
         n: pq.read_table(out / f"{n}.parquet").to_pylist()
         for n in ("liveness", "client_liveness", "safety", "flagged", "rejected")
@@ -135,7 +157,7 @@ def result(spark: Any, aggregation: ModuleType, fixture_root: Path, tmp_path_fac
 
 def test_counts_match_the_hand_computed_fixture(result: Any) -> None:
     data, _, _ = result
-    assert data.rows_read == 18
+    assert data.rows_read == 17  # 900's export is refused: not read
     assert data.duplicates_removed == 1
     assert data.accepted == 10
     assert data.outcomes == {
@@ -143,8 +165,16 @@ def test_counts_match_the_hand_computed_fixture(result: Any) -> None:
         "forged": 1,
         "unverified_proof": 4,
         "malformed": 1,
-        "unknown_host": 1,
     }
+    assert list(data.refused_exports) == [str(fixture_root_of(data) / "node-900")]
+    assert (
+        "not the export of a node in the NodeRegistry"
+        in data.refused_exports[str(fixture_root_of(data) / "node-900")]
+    )
+
+
+def fixture_root_of(data: Any) -> Path:
+    return Path(data.inputs[0])
 
 
 def test_liveness_windows(result: Any) -> None:
@@ -158,6 +188,7 @@ def test_liveness_windows(result: Any) -> None:
     # The duplicate counted once; unknown host 900 not at all; 200's is a client's.
     assert first["report_count"] == 2
     assert first["reporters"] == [100, 300]
+    assert (first["enabled_nodes"], first["needed"]) == (5, 2)  # 700 is disabled
     assert first["flagged"] is True
     assert rows[(500, 1, 60)]["distinct_reporters"] == 1 and not rows[(500, 1, 60)]["flagged"]
     # Without the forged report, 700 has a single reporter: not flagged.
@@ -188,7 +219,6 @@ def test_forged_and_unverifiable_reports_are_rejected_with_reasons(result: Any) 
         (300, 3): "unverified_proof",
         (300, 4): "unverified_proof",
         (400, 1): "malformed",
-        (900, 1): "unknown_host",
     }
     assert "envelope 1: not signed by node 600's registry key" in rejected[(200, 4)]["reason"]
     assert "no two envelopes with one sequence id" in rejected[(300, 3)]["reason"]
@@ -232,23 +262,27 @@ def test_report_files_are_complete(result: Any) -> None:
     assert html.count("<svg") == 4  # nodes 300, 500, 600, 700
     assert "Node 600" in html and "FLAGGED" in html
     md = (out / "report.md").read_text()
-    assert "| Rejected | 7 |" in md and "## Node 500" in md
+    assert "| Rejected | 6 |" in md and "## Node 500" in md
+    assert "Refused exports (not read)" in md and "node-900" in md
 
 
-def test_threshold_is_respected(
+def test_judged_share_is_respected(
     spark: Any, aggregation: ModuleType, fixture_root: Path, result: Any, tmp_path: Path
 ) -> None:
-    at_two, _, _ = result  # the module's run, at threshold 2
-    at_three = aggregation.run(spark, [fixture_root], tmp_path / "out", threshold=3)
-    for data, flagged in ((at_two, True), (at_three, False)):
+    at_third, _, _ = result  # the module's run, at the default share: 2 of 5 needed
+    registry_file = registry_of(fixture_root)
+    at_half = aggregation.run(
+        spark, [fixture_root], tmp_path / "out", registry_file, Fraction(1, 2)
+    )
+    for data, flagged in ((at_third, True), (at_half, False)):
         liveness_flags = {
             r["misbehaving_node_id"] for r in data.flagged if r["basis"] == "liveness_threshold"
         }
-        assert (500 in liveness_flags) is flagged, data.threshold
+        assert (500 in liveness_flags) is flagged, data.judged_share
         safety_flags = {
             r["misbehaving_node_id"] for r in data.flagged if r["basis"] == "safety_proof"
         }
-        assert safety_flags == {600}, data.threshold
+        assert safety_flags == {600}, data.judged_share
 
 
 def test_one_duplicate_sequence_report_alone_flags_the_node(
@@ -259,7 +293,9 @@ def test_one_duplicate_sequence_report_alone_flags_the_node(
     host.add(g.safety_report(700, DUPLICATE, pair, T0))
     host.write(tmp_path / "export", KEYS)
 
-    data = aggregation.run(spark, [tmp_path / "export"], tmp_path / "out")
+    data = aggregation.run(
+        spark, [tmp_path / "export"], tmp_path / "out", registry(tmp_path / "export")
+    )
 
     assert [(r["misbehaving_node_id"], r["basis"]) for r in data.flagged] == [(700, "safety_proof")]
 
@@ -270,10 +306,14 @@ def test_exports_without_a_report_flag_nobody(
     """A quiet network files no report: the council's answer is that nobody is flagged."""
     for node_id in (100, 200):
         g.write_nodes(tmp_path / "export" / f"node-{node_id}", KEYS)
+        g.sign_export(tmp_path / "export" / f"node-{node_id}", node_id, KEYS[node_id])
 
-    data = aggregation.run(spark, [tmp_path / "export"], tmp_path / "out")
+    data = aggregation.run(
+        spark, [tmp_path / "export"], tmp_path / "out", registry(tmp_path / "export")
+    )
 
     assert (data.rows_read, data.flagged, data.flagged_by_basis()) == (0, [], {})
+    assert data.refused_exports == {}
     assert "Flagged nodes | none" in (tmp_path / "out" / "report.md").read_text()
 
 
@@ -281,13 +321,16 @@ def test_bad_input_writes_nothing(
     aggregation: ModuleType, inputs: ModuleType, tmp_path: Path, capsys: Any
 ) -> None:
     root = build_fixture(tmp_path / "export")
-    (root / "node-100" / "nodes.parquet").unlink()
+    out = tmp_path / "out"
+    args = ["--input", str(root), "--out", str(out), "--registry"]
+
+    assert aggregation.main([*args, str(tmp_path / "no-registry.json")]) == 2
+    assert "cannot read the registry snapshot" in capsys.readouterr().err
+    # Garbage the node itself signed: its export is read, and the job stops at the file.
     victim = next((root / "node-200" / "misbehavior_reports").rglob("*.parquet"))
     victim.write_bytes(b"garbage")
-    out = tmp_path / "out"
-
-    assert aggregation.main(["--input", str(root), "--out", str(out)]) == 2
-
+    g.sign_export(root / "node-200", 200, KEYS[200])
+    assert aggregation.main([*args, str(registry_of(root))]) == 2
     err = capsys.readouterr().err
     assert str(victim) in err and "not a readable Parquet file" in err
     assert not out.exists()
@@ -359,8 +402,9 @@ def test_no_honest_node_is_flagged_by_forged_or_misleading_reports(
     hosts[0].add(g.safety_report(600, DUPLICATE, fork, T0))
     for host in hosts:
         host.write(tmp_path / "export", KEYS)
+    registry_file = registry(tmp_path / "export")
 
-    data = aggregation.run(spark, [tmp_path / "export"], tmp_path / "out", threshold=2)
+    data = aggregation.run(spark, [tmp_path / "export"], tmp_path / "out", registry_file)
 
     assert [(r["misbehaving_node_id"], r["type"]) for r in data.flagged] == [(600, DUPLICATE)]
     assert data.outcomes["unverified_proof"] == 3 * len(misleading)
@@ -390,9 +434,12 @@ def test_causal_and_chain_proofs_flag_only_the_guilty(
         host.add(g.safety_report(accused, kind, envelopes, T0, submitted_by_node=True))
     host.write(tmp_path / "export", KEYS)
     chain = aggregation.chain_lookup(chain_env.url, str(chain_env.contracts_file))
+    registry_file = registry(tmp_path / "export")
 
-    checked = aggregation.run(spark, [tmp_path / "export"], tmp_path / "out", chain=chain)
-    unchecked = aggregation.run(spark, [tmp_path / "export"], tmp_path / "out2")
+    checked = aggregation.run(
+        spark, [tmp_path / "export"], tmp_path / "out", registry_file, chain=chain
+    )
+    unchecked = aggregation.run(spark, [tmp_path / "export"], tmp_path / "out2", registry_file)
 
     def flags(data: Any) -> list[tuple[int, int]]:
         return sorted((r["misbehaving_node_id"], r["type"]) for r in data.flagged)
@@ -407,25 +454,89 @@ def test_withholding_proofs_flag_the_withholder_and_accusations_need_a_threshold
     spark: Any, aggregation: ModuleType, tmp_path: Path
 ) -> None:
     """600 signs holdings that leave out a sequence id its checkpoint covers: one report
-    flags it. 500's honest holdings prove nothing. 700 is accused by two nodes (flagged at
-    threshold 2), 400 by one (not flagged)."""
+    flags it. 500's honest holdings prove nothing. 700 is accused by two nodes with its own
+    commitment (flagged: 2 of the 6 others needed at share 1/6); 400 by one with its
+    commitment and two with an empty one or another node's checkpoint, which do not count."""
     withholder = CommittedLog(KEYS[600], 600, 5, T0)
     honest = CommittedLog(KEYS[500], 500, 5, T0)
-    h100, h200 = Host(100, KEYS[100]), Host(200, KEYS[200])
+    h100, h200, h300 = Host(100, KEYS[100]), Host(200, KEYS[200]), Host(300, KEYS[300])
     lie = withholder.holdings(leaving_out(withholder, 3))
     h100.add(withholding_report(600, withholder.commitment(3), lie, T0))
     h100.add(withholding_report(500, honest.commitment(3), honest.holdings(), T0))
     for host, accused in ((h100, 700), (h200, 700), (h100, 400)):
         accused_log = CommittedLog(KEYS[accused], accused, 3, T0)
         host.add(accusation_report(accused, accused_log.commitment(2), "UNAVAILABLE", T0, T0))
-    for host in (h100, h200):
+    empty = type(honest.commitment(2))()
+    h200.add(accusation_report(400, empty, "UNAVAILABLE", T0, T0))
+    # 300 signs two logs of one size that differ at every id: a split view, proven alone;
+    # 500's one log twice proves nothing.
+    shown = [CommittedLog(KEYS[300], 300, 5, t) for t in (T0, T0 + 1)]
+    h200.add(split_view_report(300, shown[0].commitment(2), shown[1].commitment(2), T0))
+    h200.add(split_view_report(500, honest.commitment(2), honest.commitment(2), T0))
+    h300.add(accusation_report(400, honest.commitment(2), "UNAVAILABLE", T0, T0))
+    for host in (h100, h200, h300):
         host.write(tmp_path / "export", KEYS)
+    registry_file = registry(tmp_path / "export")
 
-    data = aggregation.run(spark, [tmp_path / "export"], tmp_path / "out", threshold=2)
+    data = aggregation.run(
+        spark, [tmp_path / "export"], tmp_path / "out", registry_file, Fraction(1, 6)
+    )
 
     flags = sorted((r["misbehaving_node_id"], r["type_name"], r["basis"]) for r in data.flagged)
     assert flags == [
+        (300, "SPLIT_VIEW", "safety_proof"),
         (600, "WITHHOLDING", "safety_proof"),
         (700, "WITHHOLDING_ACCUSATION", "liveness_threshold"),
     ]
-    assert data.outcomes == {"accepted": 4, "unverified_proof": 1}
+    assert data.outcomes == {"accepted": 5, "unverified_proof": 2, "unverified_commitment": 2}
+
+
+def test_exports_are_read_only_as_their_node_signed_them(
+    spark: Any, aggregation: ModuleType, tmp_path: Path
+) -> None:
+    """Node 100's operator adds a key for node 200 to its own registry snapshot and files a
+    "fork" of 200 signed with it: the export is its own, but the fork does not verify against
+    the contract's key. Invented hosts 1000-1300 report 200 unresponsive: refused, and they
+    shrink nothing. Exports changed after signing, unsigned or signed by another node are
+    refused by path; 200 is flagged by nothing."""
+    root = tmp_path / "export"
+    fake_200 = {**KEYS, 200: IMPOSTOR}
+    h100 = Host(100, KEYS[100])
+    fork = [g.signed_envelope(200, IMPOSTOR, 3, T0, data) for data in (b"a", b"b")]
+    h100.add(g.safety_report(200, DUPLICATE, fork, T0, submitted_by_node=True))
+    h100.write(root, fake_200)
+    for invented in (1000, 1100, 1200, 1300):
+        host = Host(invented, g.node_key(invented, seed=1))
+        host.add(g.liveness_report(200, UNRESPONSIVE, T0 + MIN))
+        host.write(root, {**KEYS, invented: host.key})
+    tampered = {}
+    for node_id in (300, 400, 500, 600):
+        host = Host(node_id, KEYS[node_id])
+        host.add(g.liveness_report(200, UNRESPONSIVE, T0 + MIN))
+        host.write(root, KEYS)
+        tampered[node_id] = g.node_dir(root, node_id)
+    reports = tampered[300] / "misbehavior_reports"
+    extra = Host(300, KEYS[300])
+    extra.add(g.liveness_report(200, SLOW, T0 + 2 * MIN))
+    g.write_reports(tmp_path / "extra", g.report_table(extra.rows))
+    added = next((tmp_path / "extra" / "misbehavior_reports").rglob("*.parquet"))
+    (reports / added.parent.name / "added.parquet").write_bytes(added.read_bytes())
+    changed = next((tampered[400] / "misbehavior_reports").rglob("*.parquet"))
+    changed.write_bytes(added.read_bytes())
+    (tampered[500] / "manifest.json").unlink()
+    g.sign_export(tampered[600], 600, KEYS[100])
+
+    data = aggregation.run(spark, [root], tmp_path / "out", registry(root))
+
+    assert data.flagged == []
+    assert data.outcomes == {"unverified_proof": 1}
+    why = {Path(path).name: reason for path, reason in data.refused_exports.items()}
+    assert sorted(why) == [
+        "node-1000", "node-1100", "node-1200", "node-1300", "node-300", "node-400", "node-500",
+        "node-600",
+    ]  # fmt: skip
+    assert "added.parquet: not in the node's signed manifest (added)" in why["node-300"]
+    assert f"{changed}: differs from the node's signed manifest" == why["node-400"]
+    assert "no signed manifest" in why["node-500"]
+    assert "not signed by the registry key of node 600" in why["node-600"]
+    assert why["node-1000"] == "not the export of a node in the NodeRegistry"

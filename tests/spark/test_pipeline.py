@@ -49,15 +49,18 @@ PUBLISHED = [
     Item(ID, group(4), b"9 identity"),
     Item(G, group(1), b"10 default"),
 ]
-SHORT = [1, 2, 3, 5, 7, 8]
 
 
 def old_rows(spec: NodeSpec) -> list[IndexedEnvelope]:
     """Received from originator 200: 1-3 originated 400 days ago (expired by the XIP's
-    default), 4 an identity update as old, 5 recent; and a chain identity update."""
+    default), 4 an identity update as old, 5 recent, 6-7 kept a day and originated two days
+    ago; and a chain identity update."""
     old = (int(time.time()) - 400 * DAY_S) * NS_PER_S
+    days_ago = (int(time.time()) - 2 * DAY_S) * NS_PER_S
     key = spec.keys[200]
     return [
+        received_row(200, key, 6, days_ago, Item(G, group(1), b"short 6", 1)),
+        received_row(200, key, 7, days_ago + 1, Item(K, group(3), b"short 7", 1)),
         received_row(200, key, 1, old, Item(G, group(1), b"old 1")),
         received_row(200, key, 2, old + 1, Item(G, group(1), b"old 2")),
         received_row(200, key, 3, old + 2, Item(W, group(2), b"old 3", 30)),
@@ -89,8 +92,8 @@ async def test_export_plan_prune_round_trip(
     await publish(node.address, 100, PUBLISHED)
     await store_received(database, old_rows(node_spec))
     everything = set(await table_rows(database))
-    # Before any plan or prune, queries already hide what has expired (200's old 1-3).
-    expired_now = {(200, 1), (200, 2), (200, 3)}
+    # Before any plan or prune, queries already hide what has expired (200's 1-3, 6-7).
+    expired_now = {(200, 1), (200, 2), (200, 3), (200, 6), (200, 7)}
     assert await query_keys(node.address) == everything - expired_now
 
     out = tmp_path / "export"
@@ -103,23 +106,31 @@ async def test_export_plan_prune_round_trip(
     assert exported[100, 1].payer_address == PAYER.address
     assert exported[1, 1].payer_address is None and exported[1, 1].expiry_unixtime == 0
 
-    as_of = int(time.time()) + 2 * DAY_S  # the 1-day envelopes have expired by then
+    # A plan for two days ahead (when node 100's 1-day envelopes will have expired) is made,
+    # but no node applies it before its time: it would delete what has not expired yet.
+    ahead_path = tmp_path / "ahead.json"
+    ahead = int(time.time()) + 2 * DAY_S
+    await asyncio.to_thread(retention.run, spark, [out], ahead_path, ahead)
+    refused = await run_cli_async("prune", "--plan", str(ahead_path), "--database-dsn", database)
+    assert refused.returncode == 2
+    assert f"as_of_unixtime {ahead} is ahead of this node's clock" in refused.stderr
+    assert set(await table_rows(database)) == everything
+
     plan_path = tmp_path / "plan.json"
-    plan = await asyncio.to_thread(retention.run, spark, [out], plan_path, as_of)
+    plan = await asyncio.to_thread(retention.run, spark, [out], plan_path)  # as of now
 
     assert [
         (r["originator_node_id"], r["first_sequence_id"], r["last_sequence_id"])
         for r in plan["ranges"]
-    ] == [(100, 1, 3), (100, 5, 5), (100, 7, 8), (200, 1, 3)]
-    assert plan["envelope_count"] == len(SHORT) + 3
+    ] == [(200, 1, 3), (200, 6, 7)]
+    assert plan["envelope_count"] == 5
 
     pruned = await run_cli_async(
         "prune", "--plan", str(plan_path), "--database-dsn", database, "--batch-size", "2"
     )
     assert pruned.returncode == 0, pruned.stderr
-    assert "originator 100: deleted 6" in pruned.stdout
-    assert "originator 200: deleted 3" in pruned.stdout
-    gone = {(100, s) for s in SHORT} | expired_now
+    assert "originator 200: deleted 5" in pruned.stdout
+    gone = expired_now
     assert set(await table_rows(database)) == everything - gone
     remaining = await query_keys(node.address)
     assert remaining == everything - gone

@@ -17,7 +17,7 @@ from tests.spark.jvm import run_job_cli
 AS_OF = 1_000_000_000
 DAY = 86_400
 OLD_NS = (AS_OF - 200 * DAY) * 1_000_000_000  # well inside the day partitions, any row
-DEFAULT_EDGE_S = AS_OF - 183 * DAY  # expiry 0 + originated here -> expires exactly at AS_OF
+DEFAULT_EDGE_S = AS_OF - 183 * DAY  # expiry 0 originated here: once the 183-day default
 
 
 def env(originator: int, seq: int, expiry: int, kind: int = 0, ns: int | None = None) -> g.Envelope:
@@ -27,7 +27,8 @@ def env(originator: int, seq: int, expiry: int, kind: int = 0, ns: int | None = 
 EXPIRED, LATER = AS_OF - 100, AS_OF + 1
 
 # Originator 100, as node 100 exported it. 4 is missing, 7 unexpired, 9 an identity update,
-# 11/12 straddle the default-retention edge, 13's copies disagree (see NODE_200).
+# 11/12 have expiry 0 (never: their leaves commit to it) on both sides of the edge the old
+# 183-day default would have drawn; 13's copies disagree (see NODE_200).
 NODE_100 = [
     env(100, 1, EXPIRED),
     env(100, 2, AS_OF),  # expiry == as_of counts as expired
@@ -67,7 +68,7 @@ NODE_200 = [
     env(200, 5, 0, kind=3),
     env(0, 2, EXPIRED),
 ]
-EXPECTED_RANGES = [(100, 1, 3), (100, 5, 6), (100, 8, 8), (100, 10, 11), (100, 14, 14), (200, 1, 5)]
+EXPECTED_RANGES = [(100, 1, 3), (100, 5, 6), (100, 8, 8), (100, 10, 10), (100, 14, 14), (200, 1, 4)]
 
 
 def write_fixture(root: Path) -> Path:
@@ -93,7 +94,7 @@ def test_plan_covers_exactly_the_expired_envelopes(
     assert plan["version"] == 1
     assert plan["as_of_unixtime"] == AS_OF
     assert ranges_of(plan) == EXPECTED_RANGES
-    assert plan["envelope_count"] == 14
+    assert plan["envelope_count"] == 12
     stats = {s["originator_node_id"]: s for s in plan["originators"]}
     assert stats[100]["present"] == 13 and stats[100]["conflicting_copies"] == 1
     assert stats[100]["identity_updates"] == 1
@@ -122,8 +123,7 @@ def reference_ranges(table: pa.Table, as_of: int) -> list[tuple[int, int, int]]:
             row["topic_kind"],
             row["expiry_unixtime"],
         )
-        effective = expiry or row["originator_ns"] // 10**9 + 183 * DAY
-        ok = o not in (0, 1) and kind != 2 and effective <= as_of
+        ok = o not in (0, 1) and kind != 2 and 0 < expiry <= as_of
         status[(o, seq)] = status.get((o, seq), True) and ok
     ranges: list[tuple[int, int, int]] = []
     for o, seq in sorted(k for k, ok in status.items() if ok):
@@ -230,7 +230,7 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
     done = run_job_cli("retention_expiry", *args, timeout_s=120)
     assert done.returncode == 0, done.stderr
     assert ranges_of(json.loads(out.read_text())) == EXPECTED_RANGES
-    assert "14 expired envelopes in 6 ranges" in done.stdout
+    assert "12 expired envelopes in 6 ranges" in done.stdout
 
 
 def test_file_vanishing_after_validation_is_an_input_error(

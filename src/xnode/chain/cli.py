@@ -1,4 +1,5 @@
-"""`xnode chain deploy | add-node | set-node-status | fund`: the registry owner's commands.
+"""`xnode chain deploy | add-node | set-node-status | fund`: the registry owner's commands;
+`xnode chain registry-snapshot`: the registry's history for the council's jobs (anyone).
 
 Web3 is imported only when one of them runs, so other commands start fast."""
 
@@ -71,6 +72,29 @@ def _cmd_fund(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_registry_snapshot(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from xnode.chain.registry_history import read_registry_history
+    from xnode.chain.rpc import ChainRpc
+
+    data = json.loads(Path(args.contracts_file).read_text())
+    address, first = str(data["node_registry"]), int(data.get("deployment_block", 0))
+
+    async def read() -> str:
+        rpc = ChainRpc(args.rpc_url)
+        try:
+            return (await read_registry_history(rpc, address, first)).to_json()
+        finally:
+            await rpc.close()
+
+    text = asyncio.run(read())
+    Path(args.out).write_text(text + "\n")
+    nodes = len(json.loads(text)["nodes"])
+    print(f"wrote {args.out}: {nodes} nodes of the NodeRegistry at {address}")
+    return 0
+
+
 def _with_settings(args: argparse.Namespace) -> None:
     """Flags not given come from the settings (XNODE_CHAIN_RPC_URL, XNODE_CHAIN_OWNER_KEY,
     XNODE_CONTRACTS_FILE), then the defaults for a local devnet."""
@@ -85,7 +109,7 @@ def _with_settings(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     _with_settings(args)
-    if not args.owner_key:
+    if not args.owner_key and args.chain_func is not _cmd_registry_snapshot:
         print("xnode chain: set --owner-key or XNODE_CHAIN_OWNER_KEY", file=sys.stderr)
         return 2
     try:
@@ -132,6 +156,14 @@ def add_chain_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     status.add_argument("--node-id", type=int, required=True)
     status.add_argument("status", choices=["enabled", "disabled"])
     status.set_defaults(chain_func=_cmd_set_status)
+
+    snapshot = commands.add_parser(
+        "registry-snapshot",
+        parents=[with_file],
+        help="write the registry's history (keys, enabled over time) for the council's jobs",
+    )
+    snapshot.add_argument("--out", required=True, help="registry snapshot JSON to write")
+    snapshot.set_defaults(chain_func=_cmd_registry_snapshot)
 
     fund = commands.add_parser("fund", parents=[common], help="send ETH to an account")
     fund.add_argument("--to", required=True, help="address")

@@ -6,6 +6,7 @@ xnode.chain)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,8 +27,16 @@ from xnode.chain.node import ChainConnection, connect_chain
 from xnode.chain.verify import ChainSetupError
 from xnode.commands.database import connection
 from xnode.config import Settings
+from xnode.core.crypto import SigningKey
 from xnode.core.registry import NodeEntry
-from xnode.export.writer import ExportError, ExportState, ExportWriter, LogSnapshotWriter
+from xnode.export.manifest import MANIFEST_FILE, sign_manifest
+from xnode.export.writer import (
+    ExportError,
+    ExportState,
+    ExportWriter,
+    LogSnapshotWriter,
+    write_text_atomic,
+)
 from xnode.server.bootstrap import StartupError, open_registry
 from xnode.store.export import ExportSource, ExportSourceError, Pending
 
@@ -43,6 +52,7 @@ class ExportSummary:
     reports: int
     files: int
     leftovers_removed: int
+    signed: bool = True
 
     def describe(self) -> str:
         text = (
@@ -52,6 +62,8 @@ class ExportSummary:
         )
         if self.leftovers_removed:
             text += f"; removed {self.leftovers_removed} files of an interrupted export"
+        if not self.signed:
+            text += "; UNSIGNED (no signer key configured): the council's jobs refuse it"
         return text
 
 
@@ -72,6 +84,23 @@ async def registry_entries(settings: Settings, node_id: int, public_key: bytes) 
     return list(source.current().nodes.values())
 
 
+def export_key(settings: Settings, public_key: bytes) -> SigningKey | None:
+    """The node's own signer key: it signs the export's manifest, so that the export reads as
+    the node's and nobody else's (docs/export-format.md). Without a configured key the export
+    is unsigned, and the council's jobs refuse it."""
+    if settings.signer_key is None and settings.signer_key_file is None:
+        return None
+    try:
+        key = settings.signing_key()
+    except (ValueError, OSError) as exc:
+        raise ExportError(f"cannot sign the export: {exc}") from None
+    if key.public_key != public_key:
+        raise ExportError(
+            "cannot sign the export: the configured signer key is not this database's node key"
+        )
+    return key
+
+
 async def export_node(
     settings: Settings,
     out: Path,
@@ -86,6 +115,7 @@ async def export_node(
             node_id, public_key = await source.node_identity()
         except ExportSourceError as exc:
             raise ExportError(str(exc)) from None
+        key = export_key(settings, public_key)
         entries = await registry_entries(settings, node_id, public_key)
         writer = ExportWriter(out, node_id)
         with writer.locked():
@@ -98,6 +128,11 @@ async def export_node(
             if with_logs:
                 files += await _copy_logs(source, writer, page_rows)
             writer.save_state(state)  # also when nothing was new: records when it ran
+            if key is not None:
+                manifest = sign_manifest(writer.directory, node_id, key, time.time_ns())
+                write_text_atomic(manifest, writer.directory / MANIFEST_FILE)
+            else:  # an older manifest would no longer match: it goes
+                (writer.directory / MANIFEST_FILE).unlink(missing_ok=True)
     return ExportSummary(
         node_id,
         writer.directory,
@@ -106,6 +141,7 @@ async def export_node(
         pending.report_count,
         files,
         removed,
+        signed=key is not None,
     )
 
 

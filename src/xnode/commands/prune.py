@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import asyncpg
@@ -10,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from xnode.commands.database import DATABASE_ERRORS, connection
 from xnode.config import Settings
-from xnode.core.prune_plan import Plan, PlanError, batch_count, load_plan
+from xnode.core.prune_plan import Plan, PlanError, batch_count, check_as_of, load_plan
 from xnode.store.prune import PLAN_BATCH_SIZE, PruneResult, prune
 
 DEFAULT_BATCH_SIZE = PLAN_BATCH_SIZE
@@ -31,6 +32,7 @@ async def apply_plan(
         raise PruneError(f"--batch-size must be at least 1, got {batch_size}")
     try:
         plan = load_plan(plan_path)  # all of it, before the first delete
+        check_as_of(plan, int(time.time()))
     except PlanError as exc:
         raise PruneError(f"refusing the plan, nothing deleted: {exc}") from None
     async with connection(settings.database_dsn, PruneError) as conn:

@@ -26,15 +26,18 @@ aggregation job (it counts only what this says is proven). What proves what:
   (xnode.core.chain_evidence); checked against `chain`, the looked-up transactions;
 - WITHHOLDING (xnode's extension): the accused's signed checkpoint covering a sequence id and
   its signed account of its own log leaving that id out, or calling it expired before its
-  committed expiry (xnode.core.withholding).
+  committed expiry (xnode.core.withholding);
+- SPLIT_VIEW (xnode's extension): two of the accused's signed checkpoints committing to two
+  different opened format 2 leaves at one sequence id (xnode.core.withholding.why_not_split).
 Every envelope in a safety report must be signed by the accused: a report padded with
 someone else's envelopes is not clean evidence."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from itertools import combinations
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -50,11 +53,12 @@ from xnode.core.misbehavior import (
     DUPLICATE_SEQUENCE_ID,
     OUT_OF_ORDER,
     SAFETY_TYPES,
+    SPLIT_VIEW,
     WITHHOLDING,
     type_name,
 )
 from xnode.core.registry import RegistryKeys
-from xnode.core.withholding import extended, why_not_withheld
+from xnode.core.withholding import extended, why_not_split, why_not_withheld
 
 PAYER_ENVELOPE_RULE = "payer-envelope rule (XIP-49 3.3.4)"
 
@@ -169,14 +173,25 @@ def _causal_ordering(signed: Sequence[SignedEnvelope], node_id: int) -> None:
     )
 
 
-def _withholding(report: mb.UnsignedMisbehaviorReport, node_id: int, keys: RegistryKeys) -> None:
+# xnode's extension kinds: the field of ExtendedMisbehaviorReport holding the proof, and
+# what says why it proves nothing (None: it proves the claim).
+_EXTENSION_PROOFS: dict[int, tuple[str, Callable[[Any, int, Collection[bytes]], str | None]]] = {
+    WITHHOLDING: ("withholding", why_not_withheld),
+    SPLIT_VIEW: ("split_view", why_not_split),
+}
+
+
+def _extension_proof(report: mb.UnsignedMisbehaviorReport, keys: RegistryKeys) -> None:
+    node_id, kind = report.misbehaving_node_id, int(report.type)
+    field, why_not = _EXTENSION_PROOFS[kind]
+    what = field.replace("_", " ")
     try:
         proof = extended(report)
     except DecodeError as exc:
-        raise Unproven(f"the withholding proof does not decode ({exc})") from None
-    if not proof.HasField("withholding"):
-        raise Unproven("a WITHHOLDING report carries no withholding proof")
-    failure = why_not_withheld(proof.withholding, node_id, keys.get(node_id, ()))
+        raise Unproven(f"the {what} proof does not decode ({exc})") from None
+    if not proof.HasField(field):
+        raise Unproven(f"a {type_name(kind)} report carries no {what} proof")
+    failure = why_not(getattr(proof, field), node_id, keys.get(node_id, ()))
     if failure is not None:
         raise Unproven(failure)
 
@@ -188,8 +203,8 @@ def check_claim(
     misbehaving node did what its type says. `chain`: the transactions a
     BLOCKCHAIN_INCONSISTENCY report names, as the chain has them (None: not looked up)."""
     kind, node_id = int(report.type), report.misbehaving_node_id
-    if kind == WITHHOLDING:
-        _withholding(report, node_id, keys)
+    if kind in _EXTENSION_PROOFS:
+        _extension_proof(report, keys)
         return
     if kind not in SAFETY_TYPES or report.WhichOneof("failure") != "safety":
         raise Unproven(f"a {type_name(kind)} report carries no proof: only safety reports do")

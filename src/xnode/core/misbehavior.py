@@ -29,6 +29,7 @@ BLOCKCHAIN_INCONSISTENCY = mb.MISBEHAVIOR_BLOCKCHAIN_INCONSISTENCY
 
 WITHHOLDING = ExtendedMisbehavior.MISBEHAVIOR_WITHHOLDING
 WITHHOLDING_ACCUSATION = ExtendedMisbehavior.MISBEHAVIOR_WITHHOLDING_ACCUSATION
+SPLIT_VIEW = ExtendedMisbehavior.MISBEHAVIOR_SPLIT_VIEW
 
 LIVENESS_TYPES = frozenset({UNRESPONSIVE_NODE, SLOW_NODE, FAILED_REQUEST})
 # Judged like liveness (a threshold of distinct reporting nodes), proven like safety.
@@ -42,7 +43,9 @@ SAFETY_TYPES = frozenset(
         BLOCKCHAIN_INCONSISTENCY,
     }
 )
-PROVEN_TYPES = SAFETY_TYPES | {WITHHOLDING}
+# Proven by xnode's extension fields (xnode.withholding.v1), not by envelopes.
+EXTENDED_PROOF_TYPES = frozenset({WITHHOLDING, SPLIT_VIEW})
+PROVEN_TYPES = SAFETY_TYPES | EXTENDED_PROOF_TYPES
 # response_time_ns is a uint32 on the wire: about 4.29 s. Longer waits are reported as this.
 MAX_RESPONSE_TIME_NS = 2**32 - 1
 MAX_REPORT_ENVELOPES = 16
@@ -133,7 +136,7 @@ def check_client_report(report: mb.UnsignedMisbehaviorReport) -> None:
         raise Rejected(
             Reason.MALFORMED, "a WITHHOLDING_ACCUSATION proves nothing: only nodes file one"
         )
-    if kind == WITHHOLDING:
+    if kind in EXTENDED_PROOF_TYPES:
         return  # its proof is in xnode's extension fields, checked as evidence
     if kind in SAFETY_TYPES and failure != "safety":
         raise Rejected(Reason.MALFORMED, f"a {type_name(kind)} report needs a safety failure")

@@ -96,6 +96,18 @@ def parse_plan(document: Any) -> Plan:
     )
 
 
+def check_as_of(plan: Plan, now_unix: int) -> None:
+    """A plan judges expiry at its `as_of`; one ahead of this node's clock would delete
+    envelopes before they expire (their leaves then read as lost and their originators are
+    accused of withholding), so it is refused."""
+    if plan.as_of_unixtime > now_unix:
+        raise PlanError(
+            f"as_of_unixtime {plan.as_of_unixtime} is ahead of this node's clock ({now_unix}): "
+            "a plan may only delete what has expired by now; make it again without --as-of "
+            "or with a past one"
+        )
+
+
 def load_plan(path: Path) -> Plan:
     try:
         text = path.read_text(encoding="utf-8")

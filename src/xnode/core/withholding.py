@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -36,6 +37,7 @@ from xnode_api.withholding.v1 import withholding_pb2 as wh
 
 WITHHOLDING = wh.MISBEHAVIOR_WITHHOLDING
 WITHHOLDING_ACCUSATION = wh.MISBEHAVIOR_WITHHOLDING_ACCUSATION
+SPLIT_VIEW = wh.MISBEHAVIOR_SPLIT_VIEW
 MAX_HOLDINGS_SPAN = 256  # sequence ids one signed account may cover
 # How long an originator may leave a committed id unaccounted for before its silence is an
 # accusation (the default of the `withholding_patience_seconds` setting): an honest node
@@ -208,6 +210,21 @@ def _upstream(report: wh.ExtendedMisbehaviorReport) -> mb.UnsignedMisbehaviorRep
     return mb.UnsignedMisbehaviorReport.FromString(report.SerializeToString(deterministic=True))
 
 
+def _own_report(
+    node_id: int, kind: wh.ExtendedMisbehavior, reporter_time_ns: int, **proof: Any
+) -> mb.UnsignedMisbehaviorReport:
+    """A node's own report of one of xnode's extension kinds, `proof` in its field."""
+    return _upstream(
+        wh.ExtendedMisbehaviorReport(
+            reporter_time_ns=reporter_time_ns,
+            misbehaving_node_id=node_id,
+            type=kind,
+            submitted_by_node=True,
+            **proof,
+        )
+    )
+
+
 def withholding_report(
     node_id: int,
     commitment: wh.Commitment,
@@ -215,29 +232,66 @@ def withholding_report(
     reporter_time_ns: int,
 ) -> mb.UnsignedMisbehaviorReport:
     """A node's own WITHHOLDING report, as the upstream message it is stored and signed as."""
-    return _upstream(
-        wh.ExtendedMisbehaviorReport(
-            reporter_time_ns=reporter_time_ns,
-            misbehaving_node_id=node_id,
-            type=WITHHOLDING,
-            submitted_by_node=True,
-            withholding=wh.WithholdingProof(commitment=commitment, holdings=holdings),
-        )
-    )
+    proof = wh.WithholdingProof(commitment=commitment, holdings=holdings)
+    return _own_report(node_id, WITHHOLDING, reporter_time_ns, withholding=proof)
 
 
 def accusation_report(
     node_id: int, commitment: wh.Commitment, answer: str, asked_ns: int, reporter_time_ns: int
 ) -> mb.UnsignedMisbehaviorReport:
     """A node's own WITHHOLDING_ACCUSATION: the commitment and how the accused answered."""
-    return _upstream(
-        wh.ExtendedMisbehaviorReport(
-            reporter_time_ns=reporter_time_ns,
-            misbehaving_node_id=node_id,
-            type=WITHHOLDING_ACCUSATION,
-            submitted_by_node=True,
-            withholding_accusation=wh.WithholdingAccusation(
-                commitment=commitment, answer=answer, asked_ns=asked_ns
-            ),
-        )
+    accusation = wh.WithholdingAccusation(commitment=commitment, answer=answer, asked_ns=asked_ns)
+    return _own_report(
+        node_id, WITHHOLDING_ACCUSATION, reporter_time_ns, withholding_accusation=accusation
     )
+
+
+def why_not_committed(
+    report: mb.UnsignedMisbehaviorReport, node_id: int, keys: Collection[bytes]
+) -> str | None:
+    """None when a WITHHOLDING_ACCUSATION carries the accused's own verified commitment to the
+    sequence id it says went unserved, else what failed: an accusation without one (empty,
+    another node's checkpoint, a leaf the checkpoint does not hold) accuses nothing."""
+    try:
+        proof = extended(report)
+    except DecodeError as exc:
+        return f"the accusation does not decode ({exc})"
+    if not proof.HasField("withholding_accusation"):
+        return "a WITHHOLDING_ACCUSATION report carries no accusation"
+    try:
+        check_commitment(proof.withholding_accusation.commitment, node_id, keys)
+    except ValueError as exc:
+        return f"commitment: {exc}"
+    return None
+
+
+def why_not_split(proof: wh.SplitView, node_id: int, keys: Collection[bytes]) -> str | None:
+    """None when two of the accused's own checkpoints commit to two different format 2 leaves,
+    both opened, at one sequence id: two contents (or expiries) signed for one id, so the
+    log it shows some is not the one it shows others. Else what failed.
+
+    Both leaves must be opened: a format 2 leaf is computed from the envelope alone, so an
+    honest originator has one per sequence id, whatever it held when it migrated or was
+    restored; a format 1 leaf (left by migration 0008 where the envelope was gone) has no
+    format 2 opening, so the honest difference between a migrated mixed tree and a pure one
+    never proves anything."""
+    try:
+        first = check_commitment(proof.first, node_id, keys)
+        second = check_commitment(proof.second, node_id, keys)
+    except ValueError as exc:
+        return str(exc)
+    if first.sequence_id != second.sequence_id:
+        return f"the commitments are to sequence ids {first.sequence_id} and {second.sequence_id}"
+    if first.expiry is None or second.expiry is None:
+        return "both leaves must be opened: an unopened leaf may be format 1"
+    if first.leaf == second.leaf:
+        return f"both checkpoints commit to the same leaf of sequence id {first.sequence_id}"
+    return None
+
+
+def split_view_report(
+    node_id: int, first: wh.Commitment, second: wh.Commitment, reporter_time_ns: int
+) -> mb.UnsignedMisbehaviorReport:
+    """A node's own SPLIT_VIEW report, as the upstream message it is stored and signed as."""
+    split = wh.SplitView(first=first, second=second)
+    return _own_report(node_id, SPLIT_VIEW, reporter_time_ns, split_view=split)

@@ -2,22 +2,23 @@
 
 Only rows inside the plan's ranges are touched, and among those only rows that are, by the
 store's own columns, expired at the plan's `as_of` and not identity updates: a plan made from
-another node's export, or a stale one, can only delete less, never more. Deleting again what
-is already gone deletes nothing, so applying a plan twice is harmless. The vector clock is left
-alone: a pruned range stays "seen", so replication does not fetch it back.
+another node's export, or a stale one, can only delete less, never more. A row that never
+expires (expiry 0 in the envelope, NULL here: its leaf commits to "never") is never deleted,
+and a plan whose `as_of` is ahead of this node's clock is refused (core.prune_plan.check_as_of).
+Deleting again what is already gone deletes nothing, so applying a plan twice is harmless. The
+vector clock is left alone: a pruned range stays "seen", so replication does not fetch it back.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 
-from xnode.core.constants import NS_PER_SECOND
-from xnode.core.prune_plan import Plan, PlanRange, batches, load_plan
-from xnode.core.retention import DEFAULT_RETENTION_SECONDS
+from xnode.core.prune_plan import Plan, PlanRange, batches, check_as_of, load_plan
 from xnode.core.topics import TopicKind
 
 _IDENTITY_KIND = bytes([TopicKind.IDENTITY_UPDATES])
@@ -36,10 +37,10 @@ CROSS JOIN LATERAL (
     OFFSET 0
 ) AS e
 """
-# An envelope's topic starts with its kind byte. NULL or 0 expiry falls back to the XIP's
-# default retention from the originator time, as spark_jobs.retention_expiry does.
+# An envelope's topic starts with its kind byte. NULL (or 0) expiry is never: the leaf commits
+# to the envelope's own expiry, and 0 there is "never" (spark_jobs.retention_expiry agrees).
 _IDENTITY = "substring(e.topic FROM 1 FOR 1) = $4"
-_EXPIRED = f"coalesce(nullif(e.expiry_unixtime, 0), e.originator_ns / {NS_PER_SECOND} + $6) <= $5"
+_EXPIRED = "coalesce(e.expiry_unixtime <> 0 AND e.expiry_unixtime <= $5, false)"
 
 # Deleting by the row ids found above is a TID scan, whatever the planner thinks of the ranges.
 # A row id is a place within one partition (migration 0009): the partition must match too.
@@ -83,7 +84,6 @@ def _arguments(batch: list[PlanRange], plan: Plan) -> list[object]:
         [r.last_sequence_id for r in batch],
         _IDENTITY_KIND,
         plan.as_of_unixtime,
-        DEFAULT_RETENTION_SECONDS,
     ]
 
 
@@ -109,7 +109,9 @@ async def prune(
     dry_run: bool = False,
     on_batch: Callable[[], None] | None = None,
 ) -> PruneResult:
-    """Per originator: what was deleted and what the plan named but was kept."""
+    """Per originator: what was deleted and what the plan named but was kept. Raises
+    PlanError, deleting nothing, when the plan's `as_of` is ahead of this node's clock."""
+    check_as_of(plan, int(time.time()))
     result: PruneResult = {r.originator_node_id: PruneCounts() for r in plan.ranges}
     # Each batch is small; JIT compiling its plan (costed high for unknown arrays) took longer
     # than running it.

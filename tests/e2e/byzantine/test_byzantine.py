@@ -29,7 +29,10 @@ def harness(pg_cluster: PgCluster) -> Iterator[tuple[Network, Council]]:
     spark = local_session("xnode-byzantine")
     try:
         network = Network.register(directory, pg_cluster, chain)
-        yield network, council_on(spark, chain.url, str(chain.contracts_file))
+        yield (
+            network,
+            council_on(spark, network.registry_file, chain.url, str(chain.contracts_file)),
+        )
     finally:
         spark.stop()
         chain.stop()

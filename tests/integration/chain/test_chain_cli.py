@@ -1,4 +1,5 @@
-"""`xnode chain deploy | add-node | set-node-status` as an operator runs them."""
+"""`xnode chain deploy | add-node | set-node-status | registry-snapshot` as an operator runs
+them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tests.conftest import ChainEnv
 from xnode.chain import abi
 from xnode.chain.anvil import rpc_call
 from xnode.core.crypto import SigningKey
+from xnode.core.registry_history import RegistryHistory
 
 
 def _xnode(chain: ChainEnv, *args: str) -> subprocess.CompletedProcess[str]:
@@ -75,6 +77,27 @@ def test_deploy_add_node_and_set_status(chain_env: ChainEnv, tmp_path: Path) -> 
     ]
     balance = rpc_call(chain_env.url, "eth_getBalance", ["0x" + key.address.hex(), "latest"])
     assert int(str(balance), 16) == 2 * 10**18
+
+    # The council's registry: the contract's history, with block times (no owner key needed).
+    snapshot = tmp_path / "registry.json"
+    env = {k: v for k, v in os.environ.items() if k != "XNODE_CHAIN_OWNER_KEY"}
+    taken = subprocess.run(
+        [sys.executable, "-m", "xnode.cli", "chain", "registry-snapshot", "--rpc-url",
+         chain_env.url, "--contracts-file", str(contracts), "--out", str(snapshot)],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert taken.returncode == 0, taken.stderr
+    assert f"wrote {snapshot}: 1 nodes" in taken.stdout
+    history = RegistryHistory.from_json(snapshot.read_text())
+    [(node_id, node)] = history.nodes.items()
+    assert (node_id, node.public_key, history.node_registry) == (
+        100,
+        key.public_key,
+        written["node_registry"],
+    )
+    [(disabled_s, enabled)] = node.status_changes
+    assert not enabled and node.added_s <= disabled_s <= history.block_time_s
+    assert not node.enabled_at(history.block_time_s * 10**9)
 
 
 def test_errors_are_one_line(chain_env: ChainEnv, tmp_path: Path) -> None:

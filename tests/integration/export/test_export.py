@@ -32,6 +32,7 @@ from xnode.commands.export import export_node
 from xnode.config import Settings
 from xnode.core.topics import TopicKind
 from xnode.devtools.postgres import free_port
+from xnode.export.manifest import read_manifest, verify_export
 from xnode.export.writer import ExportError, ExportWriter
 
 # docs/export-format.md, written out here rather than imported: this is the contract.
@@ -106,8 +107,11 @@ def read_state(node_dir: Path) -> dict[str, Any]:
     return state
 
 
-async def export(dsn: str, out: Path, spec: NodeSpec | None = None, **kwargs: Any) -> Any:
-    settings = Settings(**node_settings(dsn, spec)) if spec else Settings(database_dsn=dsn)
+async def export(
+    dsn: str, out: Path, spec: NodeSpec | None = None, node_id: int = 100, **kwargs: Any
+) -> Any:
+    """`xnode export` of node `node_id`'s database, signed with its key when `spec` is given."""
+    settings = Settings(**node_settings(dsn, spec, node_id)) if spec else Settings(database_dsn=dsn)
     return await export_node(settings, out, show_progress=False, **kwargs)
 
 
@@ -131,9 +135,19 @@ async def test_layout_schema_and_values_follow_the_contract(
     assert listing(node_dir) == [
         "_export_state.json",
         "envelopes",
+        "manifest.json",
         "misbehavior_reports",
         "nodes.parquet",
     ]
+    # Signed by the node's key, over every file it wrote (docs/export-format.md).
+    manifest = read_manifest(node_dir, [node_spec.keys[100].public_key])
+    assert manifest.node_id == 100
+    assert sorted(manifest.files) == sorted(
+        p.relative_to(node_dir).as_posix()
+        for p in node_dir.rglob("*")
+        if p.is_file() and p.name not in ("manifest.json", ".export.lock")
+    )
+    verify_export(node_dir, 100, [node_spec.keys[100].public_key], [""])
     stored = await table_rows(database)
     exported = read_envelopes(node_dir)
     assert sorted((r["originator_node_id"], r["originator_sequence_id"]) for r in exported) == (
@@ -213,10 +227,10 @@ async def test_exports_of_two_nodes_sit_side_by_side(
         node = await start_node(**node_settings(dsn, node_spec, node_id))
         await publish(node.address, node_id, [Item(TopicKind.GROUP_MESSAGES, group(node_id))] * 2)
     out = tmp_path / "export"
-    for dsn in dsns.values():
-        await export(dsn, out, node_spec)
+    for node_id, dsn in dsns.items():
+        await export(dsn, out, node_spec, node_id)
     await publish(node.address, 200, [Item(TopicKind.GROUP_MESSAGES, group(7))])
-    await export(dsns[200], out, node_spec)  # one node's export leaves the other's alone
+    await export(dsns[200], out, node_spec, 200)  # one node's export leaves the other's alone
 
     assert listing(out) == ["node-100", "node-200"]
     for node_id, count in ((100, 2), (200, 3)):
@@ -230,6 +244,7 @@ async def test_exports_of_two_nodes_sit_side_by_side(
             "reports": 0,
             "exported_at_ns": 0,
         }
+        verify_export(node_dir, node_id, [node_spec.keys[node_id].public_key], [""])
     # Spark reads both at once as one hive-partitioned dataset per node directory.
     assert pq.ParquetDataset(out / "node-200" / "envelopes").read().num_rows == 3
 
@@ -290,11 +305,23 @@ async def test_registry_snapshot_without_a_registry_is_this_node(
     start_node: Any, database: str, node_spec: NodeSpec, tmp_path: Path
 ) -> None:
     await start_node(**node_settings(database, node_spec))
-    await export(database, tmp_path)  # no nodes file: only node_info is known
+    summary = await export(database, tmp_path)  # no nodes file: only node_info is known
     nodes = pq.read_table(tmp_path / "node-100" / "nodes.parquet").to_pylist()
     assert nodes == [
         {"node_id": 100, "public_key": node_spec.keys[100].public_key, "enabled": True}
     ]
+    # Nor a signer key: the export is unsigned, says so, and holds no manifest.
+    assert "UNSIGNED (no signer key configured)" in summary.describe()
+    assert not (tmp_path / "node-100" / "manifest.json").exists()
+
+
+async def test_an_export_is_signed_only_with_its_own_node_key(
+    start_node: Any, database: str, node_spec: NodeSpec, tmp_path: Path
+) -> None:
+    await start_node(**node_settings(database, node_spec))
+    other = Settings(**node_settings(database, node_spec, signer_key=node_spec.keys[200].hex()))
+    with pytest.raises(ExportError, match="the configured signer key is not this database's"):
+        await export_node(other, tmp_path, show_progress=False)
 
 
 async def test_refusals_are_clear(

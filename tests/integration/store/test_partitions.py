@@ -35,7 +35,7 @@ from xnode.core.cursors import Cursor
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.forks import newcomer_wins
 from xnode.core.partitions import DEFAULT_PERIOD_DAYS, EXPIRED, LATER, NEVER, period_name
-from xnode.core.prune_plan import Plan, PlanRange
+from xnode.core.prune_plan import Plan, PlanError, PlanRange
 from xnode.core.query import EnvelopeQuery
 from xnode.core.topics import Topic, TopicKind
 from xnode.store.envelopes import EnvelopeStore
@@ -246,12 +246,23 @@ def test_xnode_partitions_by_hand(database: str) -> None:
 async def test_a_plan_file_is_applied_once_per_version(pool: asyncpg.Pool, tmp_path: Path) -> None:
     """The node applies the Spark job's plan when it changes (`retention_plan_file`): rows
     that expired in a partition still kept go before the partition does."""
-    rows = month()[:12]  # two days, expired by START + 3 days
+    # Two days of messages kept a day, from three days ago: all expired by START.
+    first_ns = (START - 3 * DAY_S) * NS_PER_S
+    rows = [
+        received_row(ORIGINATOR, KEY, i, first_ns + (i - 1) * 4 * HOUR_NS, MESSAGE)
+        for i in range(1, 13)
+    ]
     await ReplicationStore(pool).insert_received(rows, "t")
     path = tmp_path / "plan.json"
     scheduled = ScheduledPlan(pool, path)
     assert await scheduled.apply_if_new() is None  # no plan yet
-    write_plan(path, [(ORIGINATOR, 1, 12)], START + 3 * DAY_S)
+    # A plan judged a day from now is refused, deleting nothing (core.prune_plan.check_as_of).
+    write_plan(path, [(ORIGINATOR, 1, 12)], int(time.time()) + DAY_S)
+    with pytest.raises(PlanError, match="ahead of this node's clock"):
+        await scheduled.apply_if_new()
+    assert await count(pool, "SELECT count(*) FROM originator_envelopes") == 12
+    write_plan(path, [(ORIGINATOR, 1, 12)], int(time.time()))
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 1))  # a new version of the file
     assert await scheduled.apply_if_new() == 12
     assert await scheduled.apply_if_new() is None  # the same file: not again
     assert await count(pool, "SELECT count(*) FROM originator_envelopes") == 0

@@ -1,5 +1,5 @@
 """What a run ends with: the council's Spark job over every node's export, and a check of
-its flags made from the exports alone (the reports and the registry keys they hold), as
+its flags made from the exports' reports and the chain alone (the NodeRegistry's keys), as
 anyone holding them could make it on any later day."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from xnode.core.chain_evidence import ChainFacts
 from xnode.core.crypto import SignatureError, misbehavior_digest, recover_public_key
 from xnode.core.evidence import why_unproven
 from xnode.core.misbehavior import JUDGED_TYPES, PROVEN_TYPES
-
-LIVENESS_THRESHOLD = 2  # the job's default: distinct registered reporters in one window
+from xnode.core.registry import RegistryKeys
+from xnode.core.registry_history import RegistryHistory, reporters_needed
 
 # The council's job over these exports, writing its outputs under the second path: each
 # flagged node and the bases of its flags ("safety_proof", "liveness_threshold"). The job
@@ -36,22 +36,23 @@ def named_transactions(report: mb.UnsignedMisbehaviorReport) -> list[bytes]:
 
 @dataclass(frozen=True)
 class Exported:
-    """Every node's exported reports, signed, and the registry keys the exports hold."""
+    """Every node's exported reports, signed, and the NodeRegistry's keys (from the chain,
+    never from an export)."""
 
     reports: list[mb.MisbehaviorReport]
-    keys: dict[int, set[bytes]]
+    keys: RegistryKeys
+    enabled: int  # nodes the registry holds enabled now
 
     @classmethod
-    def read(cls, exports: Iterable[Path]) -> Exported:
+    def read(cls, exports: Iterable[Path], registry: RegistryHistory) -> Exported:
         reports: dict[bytes, mb.MisbehaviorReport] = {}
-        keys: dict[int, set[bytes]] = {}
         for directory in exports:
-            for row in pq.read_table(directory / "nodes.parquet").to_pylist():
-                keys.setdefault(int(row["node_id"]), set()).add(bytes(row["public_key"]))
             for path in sorted((directory / "misbehavior_reports").rglob("*.parquet")):
                 for raw in pq.read_table(path, columns=["report"]).column("report").to_pylist():
                     reports[bytes(raw)] = mb.MisbehaviorReport.FromString(bytes(raw))
-        return cls(list(reports.values()), keys)
+        now = registry.block_time_s * 10**9
+        enabled = len(registry.enabled_during(now, now + 1))
+        return cls(list(reports.values()), registry.keys(), enabled)
 
     def unsigned(self, report: mb.MisbehaviorReport) -> mb.UnsignedMisbehaviorReport:
         return mb.UnsignedMisbehaviorReport.FromString(report.unsigned_misbehavior_report)
@@ -71,8 +72,8 @@ class Exported:
     def proves(self, node_id: int, chain: ChainLookup | None = None) -> bool:
         """A signed safety or WITHHOLDING report whose evidence proves its claim against
         `node_id` (chain payloads against `chain`), or liveness reports (and withholding
-        accusations, judged alike) filed as their own by LIVENESS_THRESHOLD distinct
-        registered nodes."""
+        accusations, judged alike) filed as their own by more than the judged share of the
+        other enabled nodes (at least two)."""
         reporters: set[int] = set()
         for report in self.reports:
             unsigned, host = self.unsigned(report), self.host(report)
@@ -85,4 +86,4 @@ class Exported:
                     return True
             if unsigned.type in JUDGED_TYPES and unsigned.submitted_by_node:
                 reporters.add(host)
-        return len(reporters) >= LIVENESS_THRESHOLD
+        return len(reporters) >= reporters_needed(self.enabled - 1)

@@ -58,7 +58,9 @@ class Network:
         addresses = {n: f"127.0.0.1:{free_port()}" for n in NODE_IDS}
         planned = [(n, keys[n].public_key, f"http://{addresses[n]}") for n in NODE_IDS]
         chain.register(planned, FUND_WEI)
-        return cls(directory, cluster, chain, keys, addresses)
+        network = cls(directory, cluster, chain, keys, addresses)
+        network.registry_snapshot()
+        return network
 
     def new_run(self, name: str) -> Path:
         """Fresh databases for every node and a directory for the run's logs and exports."""
@@ -149,6 +151,35 @@ class Network:
             capture_output=True,
         )
         self.dsns[node_id] = restored
+
+    @property
+    def registry_file(self) -> Path:
+        return self.directory / "registry.json"
+
+    def registry_snapshot(self) -> Path:
+        """`xnode chain registry-snapshot` to `registry_file`: the NodeRegistry's history the
+        council judges against, as its operator would take it from the chain."""
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "xnode.cli",
+                "chain",
+                "registry-snapshot",
+                "--rpc-url",
+                self.chain.url,
+                "--contracts-file",
+                str(self.chain.contracts_file),
+                "--out",
+                str(self.registry_file),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise HarnessError(f"xnode chain registry-snapshot failed: {done.stderr[-2000:]}")
+        return self.registry_file
 
     def export(self, node_id: int, out: Path) -> Path:
         """`xnode export` of the node's database, as its operator would run it."""

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 
 from xnode.core import misbehavior
+from xnode.core.registry_history import RegistryHistory
 from xnode.devtools.byzantine import peer
 from xnode.devtools.byzantine.council import ChainLookup, Council, Exported
 from xnode.devtools.byzantine.network import NODE_IDS, SLOW_S, Network
@@ -122,7 +123,8 @@ async def run(
     )
     exported_at = time.monotonic()
     flags = await asyncio.to_thread(council, exports, directory / "council")
-    exported = Exported.read(exports)
+    registry = RegistryHistory.from_json(network.registry_file.read_text())
+    exported = Exported.read(exports, registry)
     ended = time.monotonic()
     return Outcome(
         kind,

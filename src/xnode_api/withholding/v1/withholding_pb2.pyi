@@ -12,9 +12,11 @@ class ExtendedMisbehavior(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXTENDED_MISBEHAVIOR_UNSPECIFIED: _ClassVar[ExtendedMisbehavior]
     MISBEHAVIOR_WITHHOLDING: _ClassVar[ExtendedMisbehavior]
     MISBEHAVIOR_WITHHOLDING_ACCUSATION: _ClassVar[ExtendedMisbehavior]
+    MISBEHAVIOR_SPLIT_VIEW: _ClassVar[ExtendedMisbehavior]
 EXTENDED_MISBEHAVIOR_UNSPECIFIED: ExtendedMisbehavior
 MISBEHAVIOR_WITHHOLDING: ExtendedMisbehavior
 MISBEHAVIOR_WITHHOLDING_ACCUSATION: ExtendedMisbehavior
+MISBEHAVIOR_SPLIT_VIEW: ExtendedMisbehavior
 
 class ExpiredLeaf(_message.Message):
     __slots__ = ("sequence_id", "expiry_unixtime")
@@ -108,18 +110,28 @@ class WithholdingAccusation(_message.Message):
     asked_ns: int
     def __init__(self, commitment: _Optional[_Union[Commitment, _Mapping]] = ..., answer: _Optional[str] = ..., asked_ns: _Optional[int] = ...) -> None: ...
 
+class SplitView(_message.Message):
+    __slots__ = ("first", "second")
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    SECOND_FIELD_NUMBER: _ClassVar[int]
+    first: Commitment
+    second: Commitment
+    def __init__(self, first: _Optional[_Union[Commitment, _Mapping]] = ..., second: _Optional[_Union[Commitment, _Mapping]] = ...) -> None: ...
+
 class ExtendedMisbehaviorReport(_message.Message):
-    __slots__ = ("reporter_time_ns", "misbehaving_node_id", "type", "submitted_by_node", "withholding", "withholding_accusation")
+    __slots__ = ("reporter_time_ns", "misbehaving_node_id", "type", "submitted_by_node", "withholding", "withholding_accusation", "split_view")
     REPORTER_TIME_NS_FIELD_NUMBER: _ClassVar[int]
     MISBEHAVING_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     SUBMITTED_BY_NODE_FIELD_NUMBER: _ClassVar[int]
     WITHHOLDING_FIELD_NUMBER: _ClassVar[int]
     WITHHOLDING_ACCUSATION_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_VIEW_FIELD_NUMBER: _ClassVar[int]
     reporter_time_ns: int
     misbehaving_node_id: int
     type: ExtendedMisbehavior
     submitted_by_node: bool
     withholding: WithholdingProof
     withholding_accusation: WithholdingAccusation
-    def __init__(self, reporter_time_ns: _Optional[int] = ..., misbehaving_node_id: _Optional[int] = ..., type: _Optional[_Union[ExtendedMisbehavior, str]] = ..., submitted_by_node: _Optional[bool] = ..., withholding: _Optional[_Union[WithholdingProof, _Mapping]] = ..., withholding_accusation: _Optional[_Union[WithholdingAccusation, _Mapping]] = ...) -> None: ...
+    split_view: SplitView
+    def __init__(self, reporter_time_ns: _Optional[int] = ..., misbehaving_node_id: _Optional[int] = ..., type: _Optional[_Union[ExtendedMisbehavior, str]] = ..., submitted_by_node: _Optional[bool] = ..., withholding: _Optional[_Union[WithholdingProof, _Mapping]] = ..., withholding_accusation: _Optional[_Union[WithholdingAccusation, _Mapping]] = ..., split_view: _Optional[_Union[SplitView, _Mapping]] = ...) -> None: ...
