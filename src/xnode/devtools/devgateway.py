@@ -30,12 +30,12 @@ def spawn_gateway(
         f"{ENV_PREFIX}LISTEN_ADDRESS": address,
         f"{ENV_PREFIX}PAYER_KEY_FILE": str(key_file),
     }
-    log = (state / "gateway.log").open("ab")
     # Its own session, like the nodes: Ctrl-C reaches only the devnet, which stops it.
-    return subprocess.Popen(
-        [sys.executable, "-m", "xnode.cli", "gateway"],
-        env=env,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-    )
+    with (state / "gateway.log").open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "xnode.cli", "gateway"],
+            env=env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
