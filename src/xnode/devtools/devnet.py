@@ -41,7 +41,7 @@ from xnode.devtools.certs import devnet_ca
 from xnode.devtools.devgateway import GATEWAY_HTTP_PORT, GATEWAY_PORT, spawn_gateway
 from xnode.devtools.patroni import HaCluster, start_ha_cluster
 from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_cluster
-from xnode.devtools.processes import log_tail
+from xnode.devtools.processes import log_tail, spawn_xnode
 from xnode.devtools.supervisor import Supervisor
 from xnode.tls import ClientTls, open_blocking_channel, target_of
 
@@ -280,16 +280,7 @@ def _spawn(
         **{f"XNODE_{k.upper()}": v for k, v in GATEWAY_READ_LIMITS.items()},
         "XNODE_TRUSTED_PROXIES": GATEWAY_ADDRESS,
     }
-    # Its own session: Ctrl-C reaches only the devnet, which stops nodes in order. The log
-    # is appended to, so a restarted node's lines follow the ones it wrote before.
-    with (state / f"{node.name}.log").open("ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "xnode.cli", "run"],
-            env=env,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
+    return spawn_xnode("run", env, state / f"{node.name}.log")
 
 
 def wait_serving(
