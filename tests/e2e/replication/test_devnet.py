@@ -270,6 +270,17 @@ def node_pid(devnet: subprocess.Popen[bytes], name: str) -> int | None:
     return None
 
 
+async def publish_through(gateway: NodeClient, group: bytes, message: bytes) -> None:
+    """One group message published through the gateway's PayerApi, which signs it as payer."""
+    publish = gateway.channel.unary_unary(
+        "/xmtp.xmtpv4.payer_api.PayerApi/PublishClientEnvelopes",
+        request_serializer=payer_api_pb2.PublishClientEnvelopesRequest.SerializeToString,
+        response_deserializer=payer_api_pb2.PublishClientEnvelopesResponse.FromString,
+    )
+    envelope = group_message_envelope(group, message)
+    await publish(payer_api_pb2.PublishClientEnvelopesRequest(envelopes=[envelope]), timeout=30)
+
+
 def group_preferring(node_id: int, nodes: list[dict[str, Any]]) -> bytes:
     """A group whose topic prefers `node_id` (XIP-49 3.3.6): the gateway would send its
     publishes there first."""
@@ -285,7 +296,8 @@ async def test_a_killed_node_comes_back_while_the_others_serve_through_the_gatew
     state: Path,
 ) -> None:
     """Issue 36, part 6: SIGKILL node 200; publishes and reads through the gateway go on
-    succeeding until the devnet has started it again, and then it serves and has caught up."""
+    succeeding until the devnet has started it again, and then it serves and has caught up.
+    The gateway, killed, is started again too."""
     proc, described = start_devnet(state, free_port())
     try:
         node_200 = next(n for n in described["nodes"] if n["node_id"] == 200)
@@ -297,19 +309,12 @@ async def test_a_killed_node_comes_back_while_the_others_serve_through_the_gatew
 
         published = 0
         async with NodeClient(described["gateway"]["address"]) as gateway:
-            publish_through = gateway.channel.unary_unary(
-                "/xmtp.xmtpv4.payer_api.PayerApi/PublishClientEnvelopes",
-                request_serializer=payer_api_pb2.PublishClientEnvelopesRequest.SerializeToString,
-                response_deserializer=payer_api_pb2.PublishClientEnvelopesResponse.FromString,
-            )
 
             async def back() -> bool:
                 """One publish and one read through the gateway, both succeeding, then
                 whether node 200 is serving again from a new process."""
                 nonlocal published
-                envelope = group_message_envelope(group, f"while down {published}".encode())
-                request = payer_api_pb2.PublishClientEnvelopesRequest(envelopes=[envelope])
-                await publish_through(request, timeout=30)
+                await publish_through(gateway, group, f"while down {published}".encode())
                 published += 1
                 read = len(await gateway.query(topics=[topic]))
                 if node_pid(proc, "node-200") in (None, killed):
@@ -328,9 +333,24 @@ async def test_a_killed_node_comes_back_while_the_others_serve_through_the_gatew
                 return len(await client.query(topics=[topic])) == published
 
         await eventually(caught_up, what="node 200 holding what was published while it was down")
+
+        # The gateway too: killed, it is started again on its address and takes publishes.
+        gateway_pid = node_pid(proc, "gateway")
+        assert gateway_pid is not None
+        os.kill(gateway_pid, signal.SIGKILL)
+
+        async def gateway_back() -> bool:
+            if node_pid(proc, "gateway") in (None, gateway_pid):
+                return False
+            return await asyncio.to_thread(wait_serving, described["gateway"]["address"], 0.5)
+
+        await eventually(gateway_back, 120, "the gateway serving again")
+        async with NodeClient(described["gateway"]["address"]) as gateway:
+            await publish_through(gateway, group, b"after the gateway came back")
+            assert len(await gateway.query(topics=[topic])) == published + 1
     finally:
         assert interrupt(proc) == 0
-    out = state.parent / "devnet.out"
-    said = out.read_text()
+    said = (state.parent / "devnet.out").read_text()
     assert f"node-200 killed by SIGKILL; its log: {state / 'node-200.log'}" in said
     assert "node-200 started again" in said
+    assert f"gateway killed by SIGKILL; its log: {state / 'gateway.log'}" in said
