@@ -195,8 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="restart",
         action="store_false",
         help="leave a node or the gateway that exits down; by default it is started again "
-        "after a backoff (1 s, doubling up to 30 s while it keeps failing) and the others "
-        "keep serving meanwhile",
+        "after a backoff (at most 1 s, doubling up to 30 s while it keeps failing, 1 s again "
+        "once it stayed up 30 s) and the others keep serving meanwhile",
     )
     devnet.set_defaults(func=_cmd_devnet)
     add_chain_parser(sub)
