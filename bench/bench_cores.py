@@ -220,8 +220,17 @@ class NodeRun:
                 print(f"    {line}")
 
 
-def start_node(cluster: PgCluster, work: Path, key: SigningKey, workers: int) -> NodeRun:
-    database = f"bench_w{workers}"
+def start_node(
+    cluster: PgCluster,
+    work: Path,
+    key: SigningKey,
+    workers: int,
+    command: Sequence[str] = ("-m", "xnode.cli", "run"),
+    database: str = "",
+) -> NodeRun:
+    """`xnode run` (or `command`, run by this Python, which starts it its own way) on its
+    own `database` (default bench_w<workers>), logging to <database>.log."""
+    database = database or f"bench_w{workers}"
     cluster.create_database(database)
     upgrade_to_head(cluster.dsn(database))
     nodes = work / "nodes.json"
@@ -238,11 +247,9 @@ def start_node(cluster: PgCluster, work: Path, key: SigningKey, workers: int) ->
         "XNODE_WORKERS": str(workers),
         **LIMITS_NEVER_REACHED,
     }
-    log = work / f"node-w{workers}.log"
+    log = work / f"{database}.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "xnode.cli", "run"], env=env, stdout=out, stderr=out
-        )
+        proc = subprocess.Popen([sys.executable, *command], env=env, stdout=out, stderr=out)
     postmaster = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
     run = NodeRun(proc, address, cluster.dsn(database), log, postmaster, workers)
     deadline = time.monotonic() + 120

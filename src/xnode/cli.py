@@ -220,6 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="node 100's database on Patroni and etcd: a primary and a synchronous standby "
         "it follows across failovers (docs/ha.md)",
     )
+    devnet.add_argument(
+        "--no-restart",
+        dest="restart",
+        action="store_false",
+        help="leave a node or the gateway that exits down; by default it is started again "
+        "after a backoff (at most 1 s, doubling up to 30 s while it keeps failing, 1 s again "
+        "once it stayed up 30 s) and the others keep serving meanwhile",
+    )
     devnet.set_defaults(func=_cmd_devnet)
     add_chain_parser(sub)
     add_export_parsers(sub)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
+from xnode.devtools.processes import spawn_xnode
 from xnode.gateway.settings import ENV_PREFIX
 
 GATEWAY_PORT = 5040  # below the nodes' 5050, 5051, ...
@@ -30,12 +30,4 @@ def spawn_gateway(
         f"{ENV_PREFIX}LISTEN_ADDRESS": address,
         f"{ENV_PREFIX}PAYER_KEY_FILE": str(key_file),
     }
-    log = (state / "gateway.log").open("ab")
-    # Its own session, like the nodes: Ctrl-C reaches only the devnet, which stops it.
-    return subprocess.Popen(
-        [sys.executable, "-m", "xnode.cli", "gateway"],
-        env=env,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-    )
+    return spawn_xnode("gateway", env, state / "gateway.log")

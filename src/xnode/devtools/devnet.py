@@ -7,7 +7,9 @@ they replicate and serve, and refuse publishes); `--two-chains` puts the NodeReg
 second anvil apart from the payload contracts' (the XIP's L1 and app chain); `--ha` puts
 node 100's database on Patroni (a primary and a synchronous standby, devtools.patroni).
 Prints a table of endpoints and writes them, with node ids, keys, DSNs and contract addresses,
-to `<dir>/devnet.json`. Ctrl-C stops everything and loses nothing: nodes drain, anvil dumps its
+to `<dir>/devnet.json`. A node or the gateway that exits is reported and started again after a
+backoff while the rest go on serving (devtools.supervisor; `--no-restart` leaves it down).
+Ctrl-C stops everything and loses nothing: nodes drain, anvil dumps its
 state to `<dir>/anvil-state.json` (loaded next time) and Postgres shuts down cleanly, so the
 next run carries on where this one stopped.
 """
@@ -15,6 +17,7 @@ next run carries on where this one stopped.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -38,7 +41,8 @@ from xnode.devtools.certs import devnet_ca
 from xnode.devtools.devgateway import GATEWAY_HTTP_PORT, GATEWAY_PORT, spawn_gateway
 from xnode.devtools.patroni import HaCluster, start_ha_cluster
 from xnode.devtools.postgres import PgCluster, PostgresError, free_port, start_cluster
-from xnode.devtools.processes import log_tail
+from xnode.devtools.processes import log_tail, spawn_xnode
+from xnode.devtools.supervisor import Supervisor
 from xnode.tls import ClientTls, open_blocking_channel, target_of
 
 if TYPE_CHECKING:
@@ -276,15 +280,7 @@ def _spawn(
         **{f"XNODE_{k.upper()}": v for k, v in GATEWAY_READ_LIMITS.items()},
         "XNODE_TRUSTED_PROXIES": GATEWAY_ADDRESS,
     }
-    log = (state / f"{node.name}.log").open("ab")
-    # Its own session: Ctrl-C reaches only the devnet, which stops nodes in order.
-    return subprocess.Popen(
-        [sys.executable, "-m", "xnode.cli", "run"],
-        env=env,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-    )
+    return spawn_xnode("run", env, state / f"{node.name}.log")
 
 
 def wait_serving(
@@ -352,17 +348,6 @@ def _print_table(
     console.print("Ctrl-C stops the network.")
 
 
-def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
-    for proc in processes:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in processes:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
 def _describe(
     nodes: list[DevNode], cluster: PgCluster, chain: dict[str, object], ca_file: Path | None
 ) -> str:
@@ -410,7 +395,7 @@ def run_devnet(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    processes: list[subprocess.Popen[bytes]] = []
+    supervisor = Supervisor(console.print, restart=args.restart)
     ha: HaCluster | None = None
     chain: DevChain | None = None
     registry_chain: DevChain | None = None
@@ -457,8 +442,18 @@ def run_devnet(args: argparse.Namespace) -> int:
         nodes += plan_read_only(state, cluster, args.read_only_nodes)
         # Read-only nodes serve plaintext (no certificate of theirs) but check their peers'.
         peer_ca = {"XNODE_TLS_PEER_CA_FILE": str(ca_file)} if ca_file else {}
-        processes = [
-            _spawn(n, registry_env, state, peer_ca if n.read_only else certs.get(n.node_id, {}))
+        started = [
+            supervisor.start(
+                n.name,
+                state / f"{n.name}.log",
+                functools.partial(
+                    _spawn,
+                    n,
+                    registry_env,
+                    state,
+                    peer_ca if n.read_only else certs.get(n.node_id, {}),
+                ),
+            )
             for n in nodes
         ]
         gateway = f"127.0.0.1:{_port_or_free(GATEWAY_PORT)}"
@@ -474,20 +469,28 @@ def run_devnet(args: argparse.Namespace) -> int:
                 f"{n.node_id}={scheme}://{n.http}" for n in nodes if not n.read_only
             ),
         }
-        processes.append(
-            spawn_gateway(state, gateway, gateway_key_file(state), gateway_registry_env | http_env)
+        gateway_key = gateway_key_file(state)
+        started.append(
+            supervisor.start(
+                "gateway",
+                state / "gateway.log",
+                functools.partial(
+                    spawn_gateway, state, gateway, gateway_key, gateway_registry_env | http_env
+                ),
+            )
         )
         with console.status(f"starting {len(nodes)} node(s) and the gateway"):
-            for name, log, address, tls, proc in [
+            for address, tls, member in [
                 *(
-                    (n.name, n.name, n.address if n.read_only else n.url, _tls_of(n, client_tls), p)
-                    for n, p in zip(nodes, processes, strict=False)
+                    (n.address if n.read_only else n.url, _tls_of(n, client_tls), m)
+                    for n, m in zip(nodes, started, strict=False)
                 ),
-                ("the gateway", "gateway", f"{scheme}://{gateway}", client_tls, processes[-1]),
+                (f"{scheme}://{gateway}", client_tls, started[-1]),
             ]:
+                proc = member.process
                 if not wait_serving(address, tls=tls, process=proc) or proc.poll() is not None:
-                    console.print(f"[red]{name} did not start; see its log in {state}")
-                    tail = log_tail(state / f"{log}.log", 15)
+                    console.print(f"[red]{member.name} did not start; see its log {member.log}")
+                    tail = log_tail(member.log, 15)
                     console.print(tail, markup=False, highlight=False)
                     return 1
         described_chain = chain.describe()
@@ -504,14 +507,12 @@ def run_devnet(args: argparse.Namespace) -> int:
         (state / "devnet.json").write_text(json.dumps(description, indent=2))
         _print_table(nodes, cluster, chain.url, state, (gateway, gateway_http), ca_file)
         while not stop_requested:
-            if any(p.poll() is not None for p in processes):
-                console.print("[red]a node exited; stopping the network (see its log)")
-                return 1
+            supervisor.watch()  # a node or the gateway that exits is started again
             time.sleep(0.5)
         return 0
     finally:
         console.print("stopping nodes, anvil and Postgres")
-        _stop(processes)
+        supervisor.stop()
         if chain is not None:
             chain.stop()
         if registry_chain is not None:

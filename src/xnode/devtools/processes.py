@@ -1,8 +1,10 @@
 """A process's children and descendants, from /proc (Linux), and the end of its log, for
-benchmarks, devnet and tests."""
+benchmarks, devnet and tests; the devnet's way to start an xnode process."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -29,3 +31,17 @@ def log_tail(log: Path, lines: int) -> str:
     if not log.exists():
         return f"({log} does not exist)"
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def spawn_xnode(command: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """`xnode <command>` in its own session, so Ctrl-C reaches only whoever started it (the
+    devnet, which stops its processes in order), appending its output to `log`: a process
+    started again writes after what it wrote before."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "xnode.cli", command],
+            env=env,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )

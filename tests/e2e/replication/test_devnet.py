@@ -38,9 +38,14 @@ from xmtp.xmtpv4.payer_api import payer_api_pb2, payer_api_pb2_grpc
 from xnode.chain import abi
 from xnode.chain.contracts import NODE_REGISTRY, contract_at
 from xnode.chain.deployment import load_contracts_file
-from xnode.client.node import NodeClient
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
+from xnode.core.originator_selection import failover_order
+from xnode.core.registry import NodeEntry
+from xnode.core.topics import Topic, TopicKind
+from xnode.devtools.devnet import wait_serving
 from xnode.devtools.postgres import free_port
+from xnode.devtools.processes import child_pids
 
 GROUP = bytes([9]) * 16
 ALICES_INBOX = Inbox()
@@ -251,3 +256,101 @@ async def test_a_read_only_node_converges_and_the_registry_lives_on_its_own_chai
         assert "misbehavior_reported" not in log  # it files no reports of its own
     finally:
         assert interrupt(proc) == 0
+
+
+def node_pid(devnet: subprocess.Popen[bytes], name: str) -> int | None:
+    """The pid of the devnet's process for `name` (node-200), found by its key file."""
+    for pid in child_pids(devnet.pid):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue  # ended meanwhile
+        if any(v.endswith(f"/{name}.key".encode()) for v in environ):
+            return pid
+    return None
+
+
+async def publish_through(gateway: NodeClient, group: bytes, message: bytes) -> None:
+    """One group message published through the gateway's PayerApi, which signs it as payer."""
+    publish = gateway.channel.unary_unary(
+        "/xmtp.xmtpv4.payer_api.PayerApi/PublishClientEnvelopes",
+        request_serializer=payer_api_pb2.PublishClientEnvelopesRequest.SerializeToString,
+        response_deserializer=payer_api_pb2.PublishClientEnvelopesResponse.FromString,
+    )
+    envelope = group_message_envelope(group, message)
+    await publish(payer_api_pb2.PublishClientEnvelopesRequest(envelopes=[envelope]), timeout=30)
+
+
+def group_preferring(node_id: int, nodes: list[dict[str, Any]]) -> bytes:
+    """A group whose topic prefers `node_id` (XIP-49 3.3.6): the gateway would send its
+    publishes there first."""
+    entries = [NodeEntry(n["node_id"], bytes.fromhex(n["public_key"][2:]), n["url"]) for n in nodes]
+    for i in range(1000):
+        group = i.to_bytes(16, "big")
+        if failover_order(Topic(TopicKind.GROUP_MESSAGES, group).raw, entries)[0] == node_id:
+            return group
+    raise AssertionError(f"no group prefers node {node_id}")
+
+
+async def test_a_killed_node_comes_back_while_the_others_serve_through_the_gateway(
+    state: Path,
+) -> None:
+    """Issue 36, part 6: SIGKILL node 200; publishes and reads through the gateway go on
+    succeeding until the devnet has started it again, and then it serves and has caught up.
+    The gateway, killed, is started again too."""
+    proc, described = start_devnet(state, free_port())
+    try:
+        node_200 = next(n for n in described["nodes"] if n["node_id"] == 200)
+        group = group_preferring(200, described["nodes"])
+        topic = Topic(TopicKind.GROUP_MESSAGES, group).raw
+        killed = node_pid(proc, "node-200")
+        assert killed is not None
+        os.kill(killed, signal.SIGKILL)
+
+        published = 0
+        async with NodeClient(described["gateway"]["address"]) as gateway:
+
+            async def back() -> bool:
+                """One publish and one read through the gateway, both succeeding, then
+                whether node 200 is serving again from a new process."""
+                nonlocal published
+                await publish_through(gateway, group, f"while down {published}".encode())
+                published += 1
+                read = len(await gateway.query(topics=[topic]))
+                if node_pid(proc, "node-200") in (None, killed):
+                    # Node 200 was down throughout: node 100 stored and served them all.
+                    assert read == published
+                    reads_while_down.append(read)
+                    return False
+                return await asyncio.to_thread(wait_serving, node_200["address"], 0.5)
+
+            reads_while_down: list[int] = []
+            await eventually(back, 120, "node 200 serving again")
+        assert reads_while_down, "the gateway served while node 200 was down"
+
+        async def caught_up() -> bool:
+            async with NodeClient(node_200["address"]) as client:
+                return len(await client.query(topics=[topic])) == published
+
+        await eventually(caught_up, what="node 200 holding what was published while it was down")
+
+        # The gateway too: killed, it is started again on its address and takes publishes.
+        gateway_pid = node_pid(proc, "gateway")
+        assert gateway_pid is not None
+        os.kill(gateway_pid, signal.SIGKILL)
+
+        async def gateway_back() -> bool:
+            if node_pid(proc, "gateway") in (None, gateway_pid):
+                return False
+            return await asyncio.to_thread(wait_serving, described["gateway"]["address"], 0.5)
+
+        await eventually(gateway_back, 120, "the gateway serving again")
+        async with NodeClient(described["gateway"]["address"]) as gateway:
+            await publish_through(gateway, group, b"after the gateway came back")
+            assert len(await gateway.query(topics=[topic])) == published + 1
+    finally:
+        assert interrupt(proc) == 0
+    said = (state.parent / "devnet.out").read_text()
+    assert f"node-200 killed by SIGKILL; its log: {state / 'node-200.log'}" in said
+    assert "node-200 started again" in said
+    assert f"gateway killed by SIGKILL; its log: {state / 'gateway.log'}" in said
