@@ -475,12 +475,6 @@ class LimitsGroup(TrustedProxiesGroup):
     limit_peer_multiplier: float = Field(
         20.0, description="Callers with a valid node token get limits this many times higher", ge=1
     )
-    limit_read_only_multiplier: float = Field(
-        2.0,
-        description="Callers with a valid read-only node token get a client IP's limits times "
-        "this, in buckets of their own (registered peers: limit_peer_multiplier)",
-        ge=1,
-    )
     limit_reports_per_minute: float = Field(
         10.0, description="Misbehavior reports per minute per reporter (client IP or node)", gt=0
     )
@@ -517,7 +511,6 @@ class LimitsGroup(TrustedProxiesGroup):
             # a minute's worth of reports at once, then the rate
             reports=Limit(self.limit_reports_per_minute / 60, self.limit_reports_per_minute),
             peer_multiplier=self.limit_peer_multiplier,
-            read_only_multiplier=self.limit_read_only_multiplier,
             allowed_payers=self.payers_allowed(),
             denied_payers=self.payers_denied(),
             enabled=self.limits_enabled,

@@ -1,14 +1,15 @@
 """Per-client limits on PublishClientEnvelopes (XIP-49 3.3.1: the gateway is the payer's first
 line of defense): envelopes and bytes per second for each client, on the node's token-bucket
 rules (core.limits) in this process's memory (usecases.limits.LocalBuckets). A request is
-admitted whole or refused whole, before anything is signed or sent."""
+admitted whole or refused whole, before anything is signed or sent; one costing more than a
+bucket holds is refused as one that never fits."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from xnode.core.limits import Charge, Kind, Limit
+from xnode.core.limits import Charge, Kind, Limit, never_fits
 from xnode.usecases.ports import LimitBuckets
 
 
@@ -29,11 +30,10 @@ class ClientLimits:
         if not self.policy.enabled or not raws:
             return
         name = f"gateway:client:{client}"
-        refused = await self._buckets.take(
-            [
-                Charge(f"{name}:envelopes", Kind.ENVELOPES, len(raws), self.policy.envelopes),
-                Charge(f"{name}:bytes", Kind.BYTES, sum(map(len, raws)), self.policy.bytes),
-            ]
-        )
+        charges = [
+            Charge(f"{name}:envelopes", Kind.ENVELOPES, len(raws), self.policy.envelopes),
+            Charge(f"{name}:bytes", Kind.BYTES, sum(map(len, raws)), self.policy.bytes),
+        ]
+        refused = never_fits(charges) or await self._buckets.take(charges)
         if refused is not None:
             raise refused

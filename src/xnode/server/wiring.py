@@ -19,6 +19,7 @@ from xnode.api.forks import SERVICE_NAME as FORK_SERVICE
 from xnode.api.forks import ForkService, add_fork_service
 from xnode.api.health import GrpcHealthBoard, health_dependencies
 from xnode.api.http import NODE_JSON_ROUTES, HttpApi, health_handler, methods_of
+from xnode.api.limited import LimitsInterceptor
 from xnode.api.logs import SERVICE_NAME as LOG_SERVICE
 from xnode.api.logs import LogService, add_log_service
 from xnode.api.misbehavior import MisbehaviorService
@@ -396,7 +397,9 @@ async def _serve(
     misbehavior = MisbehaviorService(
         parts.reports, lambda: current_registry().keys(), limits, auth.caller, transactions
     )
-    server = grpc_server(settings.max_message_mib, [auth], role.shares_ports)
+    extensions = [LOG_SERVICE, HOLDINGS_SERVICE, FORK_SERVICE, FEES_SERVICE]
+    limited = LimitsInterceptor(limits, auth.caller, extensions)
+    server = grpc_server(settings.max_message_mib, [auth, limited], role.shares_ports)
     fees = FeesService(node_id, settings.fee_schedule())
     health_servicer = _add_node_services(server, service, misbehavior, fees, logs, parts)
     address = bind(server, settings.listen_address, tls)

@@ -1,0 +1,91 @@
+"""Per-caller limits on the APIs whose use cases charge none of their own: the extensions
+(LogApi, HoldingsApi, ForkApi, FeesApi). Without them a stranger could ask for 700 signed
+holdings answers a second, or follow checkpoints outside the subscription limits.
+
+Each unary call is charged as a query (the caller's query buckets: a proof, a fingerprint
+round or a signed answer costs what a query does), each server stream (SubscribeCheckpoints)
+as a subscription, held like SubscribeTopics' for as long as it is open. Refusals are the
+limits' RESOURCE_EXHAUSTED (api.errors)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from xnode.api.errors import abort_limited
+from xnode.core.limits import LimitExceeded
+from xnode.usecases.limits import ApiLimits, Caller
+
+Context = grpc.aio.ServicerContext[Any, Any]
+Unary = Callable[[Any, Context], Awaitable[Any]]
+Stream = Callable[[Any, Context], AsyncIterator[Any]]
+
+if TYPE_CHECKING:
+    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
+else:
+    _Interceptor = grpc.aio.ServerInterceptor
+
+
+class LimitsInterceptor(_Interceptor):
+    """`services`: full service names (xnode.logs.v1.LogApi, ...) to charge."""
+
+    def __init__(
+        self, limits: ApiLimits, caller: Callable[[Context], Caller], services: Iterable[str]
+    ) -> None:
+        self._limits = limits
+        self._caller = caller
+        self._services = frozenset(services)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler = await continuation(handler_call_details)
+        service = handler_call_details.method.lstrip("/").rpartition("/")[0]
+        if handler is None or service not in self._services:
+            return handler
+        api = service.rpartition(".")[2]
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._queried(handler.unary_unary, api),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._subscribed(handler.unary_stream, api),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler  # client streams: none on these services
+
+    def _queried(self, behavior: Any, api: str) -> Unary:
+        async def limited(request: Any, context: Context) -> Any:
+            try:
+                await self._limits.query(self._caller(context))
+            except LimitExceeded as exc:
+                await abort_limited(context, exc, api)
+            return await behavior(request, context)
+
+        return limited
+
+    def _subscribed(self, behavior: Any, api: str) -> Stream:
+        async def limited(request: Any, context: Context) -> AsyncIterator[Any]:
+            caller = self._caller(context)
+            async with AsyncExitStack() as held:
+                try:
+                    await self._limits.subscribe(caller)
+                    await held.enter_async_context(self._limits.subscription(caller))
+                except LimitExceeded as exc:
+                    await abort_limited(context, exc, api)
+                    return
+                async for item in behavior(request, context):
+                    yield item
+
+        return limited
