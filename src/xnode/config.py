@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -37,6 +38,18 @@ def host_port(value: str) -> str:
     return value
 
 
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What a connection may cost a listener before it is closed (ServingGroup)."""
+
+    handshake_s: float = 10.0
+    idle_s: float = 120.0
+    http_per_ip: int = 256
+
+
+DEFAULT_CONNECTIONS = ConnectionLimits()
+
+
 class ServingGroup(BaseModel):
     """The listeners, shared by node and gateway (each has its own listen_address and
     metrics_address)."""
@@ -59,6 +72,24 @@ class ServingGroup(BaseModel):
         "is forced (logged as node_stop_step_overran with the pending tasks' stacks)",
         gt=0,
     )
+    connection_handshake_seconds: float = Field(
+        10.0,
+        description="A new connection is closed unless it completes its handshake (gRPC: TLS "
+        "and HTTP/2 settings; HTTP port: a request's headers) within this",
+        gt=0,
+    )
+    connection_idle_seconds: float = Field(
+        120.0,
+        description="A connection with no call in progress for this long is closed (gRPC: "
+        "GOAWAY, clients reconnect on their next call; HTTP port: between requests)",
+        gt=0,
+    )
+    http_connections_per_ip: int = Field(
+        256,
+        description="Open connections one client IP may hold on the HTTP port; more are "
+        "closed at once (the gRPC port: see docs/operations.md#hostile-clients)",
+        ge=1,
+    )
 
     @field_validator("http_listen_address")
     @classmethod
@@ -68,6 +99,13 @@ class ServingGroup(BaseModel):
     @property
     def cors_origins(self) -> list[str]:
         return cors_origins(self.http_cors_origins)
+
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            self.connection_handshake_seconds,
+            self.connection_idle_seconds,
+            self.http_connections_per_ip,
+        )
 
 
 class LoggingGroup(BaseModel):

@@ -399,7 +399,8 @@ async def _serve(
     )
     extensions = [LOG_SERVICE, HOLDINGS_SERVICE, FORK_SERVICE, FEES_SERVICE]
     limited = LimitsInterceptor(limits, auth.caller, extensions)
-    server = grpc_server(settings.max_message_mib, [auth, limited], role.shares_ports)
+    connections = settings.connection_limits()
+    server = grpc_server(settings.max_message_mib, [auth, limited], role.shares_ports, connections)
     fees = FeesService(node_id, settings.fee_schedule())
     health_servicer = _add_node_services(server, service, misbehavior, fees, logs, parts)
     address = bind(server, settings.listen_address, tls)
@@ -417,7 +418,9 @@ async def _serve(
     )
     grace_s = settings.shutdown_grace_seconds
     listen = settings.http_listen_address
-    http_address = await serve_http_on(listen, api, grace_s, tls, stops, role.shares_ports)
+    http_address = await serve_http_on(
+        listen, api, grace_s, tls, stops, role.shares_ports, connections
+    )
     probe = PostgresProbe(parts.database.connect)
     stops.add_sync(Phase.HEALTH, probe.close)
     dependencies = health_dependencies(chain is not None)
