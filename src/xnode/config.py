@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import structlog
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -26,6 +27,8 @@ from xnode.core.proxies import TrustedProxies, parse_networks
 from xnode.core.withholding import PATIENCE_S
 from xnode.runtime.crypto_threads import share
 from xnode.usecases.limits import LimitPolicy
+
+log = structlog.get_logger(__name__)
 
 # `workers = 0` starts one serving process per core, but no more than this many.
 MAX_AUTO_WORKERS = 4
@@ -686,8 +689,34 @@ def key_from(secret: SecretStr | None, path: Path | None) -> SigningKey | None:
     if secret is not None:
         return SigningKey.from_hex(secret.get_secret_value())
     if path is not None:
+        warn_if_readable_by_others(path)
         return SigningKey.from_hex(path.read_text())
     return None
+
+
+def warn_if_readable_by_others(path: Path) -> bool:
+    """Warns (once per start, logged) when a private key file can be read by its group or
+    by anyone. A warning, not ssh's refusal: container and Kubernetes secret mounts are
+    0644 by default, readable only inside their container, and refusing them would stop
+    nodes that are safe. True when it warned."""
+    mode = path.stat().st_mode
+    if not mode & 0o077:
+        return False
+    log.warning(
+        "key_file_readable_by_others",
+        path=str(path),
+        mode=oct(mode & 0o777),
+        detail=f"anyone who can read it can sign as this node or payer: chmod 600 {path}",
+    )
+    return True
+
+
+def write_private(path: Path, text: str) -> None:
+    """Writes a file only its owner can read (keys, files listing keys), from its creation."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
 
 
 # The node's settings by group, in the order docs/configuration.md lists them.
