@@ -173,6 +173,7 @@ async def _start(settings: GatewaySettings, credentials: _Credentials, stops: St
         settings.read_timeout_seconds,
         settings.read_failover_seconds,
         addresses,
+        auth=None if settings.anonymous_reads or not clients.auth.required else clients.auth,
     )
     server = grpc_server(settings.max_message_mib, connections=settings.connection_limits())
     address = bind(server, settings.listen_address, credentials.served)
