@@ -87,11 +87,12 @@ def test_stock_sha256_es256k_and_other_algorithms_are_refused() -> None:
         verify_token(hs, REGISTRY, 200, NOW)
 
 
-def signed_token(claims: dict[str, object]) -> str:
+def signed_token(claims: dict[str, object], key: SigningKey = KEYS[100]) -> str:
+    """A token with any claims, signed as the network signs (what anyone can make)."""
     header = base64.urlsafe_b64encode(b'{"alg":"ES256K","typ":"JWT"}').rstrip(b"=")
     body = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=")
     signing_input = header + b"." + body
-    sig = base64.urlsafe_b64encode(KEYS[100].sign(jwt_digest(signing_input))).rstrip(b"=")
+    sig = base64.urlsafe_b64encode(key.sign(jwt_digest(signing_input))).rstrip(b"=")
     return (signing_input + b"." + sig).decode()
 
 
