@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import shutil
 import sys
 import tempfile
@@ -101,15 +102,14 @@ class Honest:
             NodeClient(self.nodes.addresses[A]) as a,
             NodeClient(self.nodes.addresses[B]) as b,
         ):
-            i = 0
             while not self.stop.is_set():
+                group = os.urandom(16)  # a topic of its own: B's answer is this envelope
                 started = time.monotonic()
-                [sent] = await a.publish_group_messages(PAYER, A, GROUP, [b"honest %d" % i])
-                i += 1
+                [sent] = await a.publish_group_messages(PAYER, A, group, [b"honest"])
                 wanted = sent.SerializeToString()
                 while time.monotonic() - started < 30:
-                    got = await b.query(topics=[b"\x00" + GROUP], limit=0)
-                    if any(e.SerializeToString() == wanted for e in got[-20:]):
+                    got = await b.query(topics=[b"\x00" + group])
+                    if any(e.SerializeToString() == wanted for e in got):
                         self.lags.append(time.monotonic() - started)
                         break
                     await asyncio.sleep(0.05)
@@ -163,8 +163,26 @@ async def open_until_closed(address: str, count: int, slow: bool) -> float:
     return max(await asyncio.gather(*(held(r, w) for r, w in opened)))
 
 
+async def filed(nodes: Nodes) -> list[tuple[int, str, int, int]]:
+    """Every report A and B hold: (accused, type, filed at, reporter's time)."""
+    reports: list[tuple[int, str, int, int]] = []
+    for node_id in (A, B):
+        async with NodeClient(nodes.addresses[node_id]) as client:
+            answer = await client.misbehavior.QueryMisbehaviorReports(
+                mb.QueryMisbehaviorReportsRequest()
+            )
+        for r in answer.reports:
+            unsigned = mb.UnsignedMisbehaviorReport.FromString(r.unsigned_misbehavior_report)
+            kind = mb.Misbehavior.Name(unsigned.type)
+            reports.append((unsigned.misbehaving_node_id, kind, node_id, unsigned.reporter_time_ns))
+    return reports
+
+
 async def attack(nodes: Nodes, http: str, metrics: str, args: argparse.Namespace) -> None:
     pid = nodes.processes[A].pid
+    # A starts before B, and may report B unreachable meanwhile: only what the attacks
+    # bring counts.
+    before_attacks = await filed(nodes)
     baseline = rss_mib(pid)
     peak = [baseline]
     honest = Honest(nodes)
@@ -235,16 +253,7 @@ async def attack(nodes: Nodes, http: str, metrics: str, args: argparse.Namespace
     await honest_task
     await rss_task
 
-    reports: list[tuple[int, str, int]] = []  # (accused, type, filed at)
-    for node_id in (A, B):
-        async with NodeClient(nodes.addresses[node_id]) as client:
-            answer = await client.misbehavior.QueryMisbehaviorReports(
-                mb.QueryMisbehaviorReportsRequest()
-            )
-        for r in answer.reports:
-            unsigned = mb.UnsignedMisbehaviorReport.FromString(r.unsigned_misbehavior_report)
-            kind = mb.Misbehavior.Name(unsigned.type)
-            reports.append((unsigned.misbehaving_node_id, kind, node_id))
+    reports = [r for r in await filed(nodes) if r not in before_attacks]
 
     lag = max(honest.lags, default=float("inf"))
     print(
@@ -281,6 +290,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--flood", type=int, default=20_000, help="requests per h2load flood")
     parser.add_argument("--connections", type=int, default=500)
+    parser.add_argument("--keep", action="store_true", help="keep the nodes' logs and Postgres")
     args = parser.parse_args()
     require_h2load()
     work = Path(tempfile.mkdtemp(prefix="xnode-hostile-bench-"))
@@ -290,13 +300,18 @@ async def main() -> None:
     http, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     try:
         extra = {"XNODE_HTTP_LISTEN_ADDRESS": http, "XNODE_METRICS_ADDRESS": metrics}
+        if args.keep:
+            extra["XNODE_LOG_LEVEL"] = "info"
         nodes.start(A, await asyncio.to_thread(fresh_database, cluster, "hostile_a"), extra)
         nodes.start(B, await asyncio.to_thread(fresh_database, cluster, "hostile_b"))
         await attack(nodes, http, metrics, args)
     finally:
         nodes.stop()
         cluster.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

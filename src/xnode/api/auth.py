@@ -55,13 +55,14 @@ PROTECTED_METHODS = frozenset({"/xmtp.xmtpv4.message_api.ReplicationApi/Subscrib
 Context = grpc.aio.ServicerContext[Any, Any]
 StreamBehavior = Callable[[Any, Context], AsyncIterator[Any]]
 
+# The servers' interceptors' base (generic only to the type checker).
 if TYPE_CHECKING:
-    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
+    Interceptor = grpc.aio.ServerInterceptor[Any, Any]
 else:
-    _Interceptor = grpc.aio.ServerInterceptor
+    Interceptor = grpc.aio.ServerInterceptor
 
 
-class NodeAuthInterceptor(_Interceptor):
+class NodeAuthInterceptor(Interceptor):
     def __init__(
         self,
         node_id: int,

@@ -11,25 +11,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
+from xnode.api.auth import Context, Interceptor, StreamBehavior
 from xnode.api.errors import abort_limited
 from xnode.core.limits import LimitExceeded
 from xnode.usecases.limits import ApiLimits, Caller
 
-Context = grpc.aio.ServicerContext[Any, Any]
 Unary = Callable[[Any, Context], Awaitable[Any]]
-Stream = Callable[[Any, Context], AsyncIterator[Any]]
-
-if TYPE_CHECKING:
-    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
-else:
-    _Interceptor = grpc.aio.ServerInterceptor
 
 
-class LimitsInterceptor(_Interceptor):
+class LimitsInterceptor(Interceptor):
     """`services`: full service names (xnode.logs.v1.LogApi, ...) to charge."""
 
     def __init__(
@@ -75,7 +69,7 @@ class LimitsInterceptor(_Interceptor):
 
         return limited
 
-    def _subscribed(self, behavior: Any, api: str) -> Stream:
+    def _subscribed(self, behavior: Any, api: str) -> StreamBehavior:
         async def limited(request: Any, context: Context) -> AsyncIterator[Any]:
             caller = self._caller(context)
             async with AsyncExitStack() as held:
