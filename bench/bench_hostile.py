@@ -1,4 +1,4 @@
-"""The limits under a stranger's attacks (issue 40, part B): two replicating `xnode run`
+"""The limits under a stranger's attacks: two replicating `xnode run`
 processes with their default limits, attacked anonymously while an honest client publishes
 to node A and reads the envelopes back on node B.
 
@@ -67,7 +67,7 @@ def rss_mib(pid: int) -> float:
 
 
 def superscript_token() -> str:
-    """A signed token whose subject passes str.isdigit() and fails int(): issue 40's "²"."""
+    """A signed token whose subject passes str.isdigit() and fails int(): "²"."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from tests.unit.replication.test_auth import signed_token
 

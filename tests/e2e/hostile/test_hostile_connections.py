@@ -1,4 +1,4 @@
-"""Connections that cost a node without asking anything (issue 40, part B): silent gRPC
+"""Connections that cost a node without asking anything: silent gRPC
 connections, slowloris HTTP headers and one IP opening many connections, against a real
 `xnode run` with short connection timeouts. Each is closed by the node, and the node still
 answers."""

@@ -1,5 +1,5 @@
 """A stranger's attacks on the limits, replayed against two real `xnode run` nodes that
-replicate each other (issue 40, part B): malformed and self-made node tokens, requests that
+replicate each other: malformed and self-made node tokens, requests that
 cost more than a bucket holds, floods of the extension APIs, overlapping fingerprint ranges,
 checkpoint follows past the subscription limit. After each, the invariants: replication
 still flows, no answer was UNKNOWN or INTERNAL, no report names an honest node, and the
