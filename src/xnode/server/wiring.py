@@ -398,7 +398,7 @@ async def _serve(
         parts.reports, lambda: current_registry().keys(), limits, auth.caller, transactions
     )
     extensions = [LOG_SERVICE, HOLDINGS_SERVICE, FORK_SERVICE, FEES_SERVICE]
-    limited = LimitsInterceptor(limits, auth.caller, extensions)
+    limited = LimitsInterceptor(limits, auth.caller, extensions, parts.outage)
     connections = settings.connection_limits()
     server = grpc_server(settings.max_message_mib, [auth, limited], role.shares_ports, connections)
     fees = FeesService(node_id, settings.fee_schedule())
