@@ -58,6 +58,7 @@ StreamBehavior = Callable[[Any, Context], AsyncIterator[Any]]
 # The servers' interceptors' base (generic only to the type checker).
 if TYPE_CHECKING:
     Interceptor = grpc.aio.ServerInterceptor[Any, Any]
+    Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]]
 else:
     Interceptor = grpc.aio.ServerInterceptor
 
@@ -85,9 +86,7 @@ class NodeAuthInterceptor(Interceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
+        continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
         handler = await continuation(handler_call_details)

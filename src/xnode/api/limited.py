@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -20,6 +20,9 @@ from xnode.api.errors import StoreErrors, abort_limited, abort_store
 from xnode.core.limits import LimitExceeded
 from xnode.observability.outage import DatabaseOutage
 from xnode.usecases.limits import ApiLimits, Caller
+
+if TYPE_CHECKING:
+    from xnode.api.auth import Continuation
 
 Unary = Callable[[Any, Context], Awaitable[Any]]
 
@@ -43,9 +46,7 @@ class LimitsInterceptor(Interceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
+        continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
         handler = await continuation(handler_call_details)

@@ -5,7 +5,6 @@ buckets of their own."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import given, settings
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 
 from tests.unit.replication.test_auth import KEYS
 from tests.unit.replication.test_auth import signed_token as signed
+from tests.unit.replication.test_own_health import Clock
 from xnode.api.auth import NodeAuthInterceptor
 from xnode.api.http import HttpContext
 from xnode.core.crypto import SigningKey
@@ -29,21 +29,7 @@ ENABLED = Registry([NodeEntry(100, PEER.public_key, "http://a")])
 DISABLED = Registry([NodeEntry(100, PEER.public_key, "http://a", enabled=False)])
 
 
-@dataclass
-class _Clock:
-    now: float = NOW
-
-    def now_ns(self) -> int:
-        return int(self.now * 1e9)
-
-    def now_s(self) -> int:
-        return int(self.now)
-
-    def monotonic_s(self) -> float:
-        return self.now
-
-
-def _interceptor(registry: list[Registry], clock: _Clock) -> NodeAuthInterceptor:
+def _interceptor(registry: list[Registry], clock: Clock) -> NodeAuthInterceptor:
     return NodeAuthInterceptor(SELF, lambda: registry[0], Cursor, clock=clock)
 
 
@@ -60,7 +46,7 @@ def test_a_superscript_digit_subject_is_refused_not_an_error() -> None:
         assert "node id" in str(exc)
     else:
         raise AssertionError("a subject of '²' was accepted")
-    assert _caller(_interceptor([ENABLED], _Clock()), token) == Caller("10.0.0.9")
+    assert _caller(_interceptor([ENABLED], Clock(NOW)), token) == Caller("10.0.0.9")
 
 
 _JSON = st.recursive(
@@ -93,24 +79,24 @@ def test_any_claims_a_stranger_signs_are_refused_or_accepted_never_an_error(
 @given(st.binary(max_size=300) | st.text(max_size=300))
 def test_any_token_bytes_are_a_client_caller(token: bytes | str) -> None:
     text = token.decode("latin-1") if isinstance(token, bytes) else token
-    interceptor = _interceptor([ENABLED], _Clock())
+    interceptor = _interceptor([ENABLED], Clock(NOW))
     assert _caller(interceptor, text) == Caller("10.0.0.9")
 
 
 def test_a_ten_year_token_is_trusted_for_an_hour_after_its_iat() -> None:
-    clock = _Clock()
+    clock = Clock(NOW)
     token = signed({"sub": "100", "aud": [str(SELF)], "iat": NOW, "exp": NOW + 10 * 365 * 86400})
     interceptor = _interceptor([ENABLED], clock)
     assert _caller(interceptor, token) == Caller("10.0.0.9", 100)
-    clock.now = NOW + 3599
+    clock.t = NOW + 3599
     assert _caller(interceptor, token) == Caller("10.0.0.9", 100)  # from the cache
-    clock.now = NOW + 3600
+    clock.t = NOW + 3600
     assert _caller(interceptor, token) == Caller("10.0.0.9")
 
 
 def test_a_cached_token_loses_its_peer_limits_once_its_node_is_disabled() -> None:
     registry = [ENABLED]
-    interceptor = _interceptor(registry, _Clock())
+    interceptor = _interceptor(registry, Clock(NOW))
     token = issue_token(PEER, 100, SELF, NOW)
     assert _caller(interceptor, token) == Caller("10.0.0.9", 100)
     registry[0] = DISABLED
@@ -118,7 +104,7 @@ def test_a_cached_token_loses_its_peer_limits_once_its_node_is_disabled() -> Non
 
 
 def test_a_read_only_token_is_limited_as_its_client_ip_in_the_same_buckets() -> None:
-    interceptor = _interceptor([ENABLED], _Clock())
+    interceptor = _interceptor([ENABLED], Clock(NOW))
     token = issue_token(READER, None, SELF, NOW)
     assert verify_token(token, ENABLED, SELF, NOW, read_only=True).read_only
     with_token, without = _caller(interceptor, token), Caller("10.0.0.9")
