@@ -25,6 +25,7 @@ from tests.e2e.clients.conftest import GatewayProcess, _spawn_gateway
 from tests.e2e.replication.conftest import ChainNetwork
 from tests.statuses import trailers
 from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
 from xmtp.xmtpv4.payer_api import payer_api_pb2_grpc
 from xnode.api.errors import RETRY_AFTER_TRAILER
@@ -163,3 +164,20 @@ async def test_a_client_over_its_limit_is_refused_and_the_other_is_not(
         assert recorded[name]["bytes"] == sum(len(e.SerializeToString()) for e in sent)
         assert recorded[name]["base_fee"] == sum(f.base for f in fees)
         assert recorded[name]["congestion_fee"] == sum(f.congestion for f in fees)
+
+
+async def test_reads_need_a_key_when_the_gateway_has_keys(gateway: LimitedGateway) -> None:
+    request = api.QueryEnvelopesRequest(query=api.EnvelopesQuery(topics=[b"\x00" + bytes(16)]))
+    async with grpc.aio.insecure_channel(gateway.process.address) as channel:
+        query = channel.unary_unary(
+            "/xmtp.xmtpv4.message_api.ReplicationApi/QueryEnvelopes",
+            request_serializer=api.QueryEnvelopesRequest.SerializeToString,
+            response_deserializer=api.QueryEnvelopesResponse.FromString,
+        )
+        for metadata in ((), (("authorization", "Bearer not-a-key"),)):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await query(request, metadata=metadata, timeout=30)
+            assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        key = (("authorization", f"Bearer {KEYS['alice']}"),)
+        answer = await query(request, metadata=key, timeout=30)
+        assert list(answer.envelopes) == []  # served: nothing was published there
