@@ -118,13 +118,20 @@ def require_h2load() -> None:
 
 
 def h2load(
-    address: str, path: str, body: Path, requests: int, in_flight: tuple[int, int]
+    address: str,
+    path: str,
+    body: Path,
+    requests: int,
+    in_flight: tuple[int, int],
+    headers: Sequence[tuple[str, str]] = (),
 ) -> H2Result:
+    """`headers`: more request headers (gRPC metadata), as (name, value)."""
     connections, streams = in_flight
     command = [
         "h2load", f"http://{address}{path}", "-n", str(requests), "-c", str(connections),
         "-m", str(streams), "-t", "1", "-d", str(body),
         "-H", "content-type: application/grpc", "-H", "te: trailers",
+        *(arg for name, value in headers for arg in ("-H", f"{name}: {value}")),
     ]  # fmt: skip
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     counts = re.search(r"requests: \d+ total.* (\d+) succeeded, (\d+) failed", out)

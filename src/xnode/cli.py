@@ -45,13 +45,13 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
+    from xnode.config import write_private
     from xnode.core.crypto import SigningKey
 
     key = SigningKey.generate()
     if args.out:
         path = Path(args.out)
-        path.write_text(key.hex() + "\n")
-        path.chmod(0o600)
+        write_private(path, key.hex() + "\n")
         print(f"wrote private key to {path}")
     else:
         print(f"private_key=0x{key.hex()}")

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import structlog
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -26,6 +28,8 @@ from xnode.core.withholding import PATIENCE_S
 from xnode.runtime.crypto_threads import share
 from xnode.usecases.limits import LimitPolicy
 
+log = structlog.get_logger(__name__)
+
 # `workers = 0` starts one serving process per core, but no more than this many.
 MAX_AUTO_WORKERS = 4
 
@@ -35,6 +39,18 @@ def host_port(value: str) -> str:
     if value and not value.rpartition(":")[2].isdigit():
         raise ValueError(f"expected host:port, got {value!r}")
     return value
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What a connection may cost a listener before it is closed (ServingGroup)."""
+
+    handshake_s: float = 10.0
+    idle_s: float = 120.0
+    http_per_ip: int = 256
+
+
+DEFAULT_CONNECTIONS = ConnectionLimits()
 
 
 class ServingGroup(BaseModel):
@@ -59,6 +75,24 @@ class ServingGroup(BaseModel):
         "is forced (logged as node_stop_step_overran with the pending tasks' stacks)",
         gt=0,
     )
+    connection_handshake_seconds: float = Field(
+        10.0,
+        description="A new connection is closed unless it completes its handshake (gRPC: TLS "
+        "and HTTP/2 settings; HTTP port: a request's headers) within this",
+        gt=0,
+    )
+    connection_idle_seconds: float = Field(
+        120.0,
+        description="A connection with no call in progress for this long is closed (gRPC: "
+        "GOAWAY, clients reconnect on their next call; HTTP port: between requests)",
+        gt=0,
+    )
+    http_connections_per_ip: int = Field(
+        256,
+        description="Open connections one client IP may hold on the HTTP port; more are "
+        "closed at once (the gRPC port: see docs/operations.md#hostile-clients)",
+        ge=1,
+    )
 
     @field_validator("http_listen_address")
     @classmethod
@@ -68,6 +102,13 @@ class ServingGroup(BaseModel):
     @property
     def cors_origins(self) -> list[str]:
         return cors_origins(self.http_cors_origins)
+
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            self.connection_handshake_seconds,
+            self.connection_idle_seconds,
+            self.http_connections_per_ip,
+        )
 
 
 class LoggingGroup(BaseModel):
@@ -476,12 +517,6 @@ class LimitsGroup(TrustedProxiesGroup):
     limit_peer_multiplier: float = Field(
         20.0, description="Callers with a valid node token get limits this many times higher", ge=1
     )
-    limit_read_only_multiplier: float = Field(
-        2.0,
-        description="Callers with a valid read-only node token get a client IP's limits times "
-        "this, in buckets of their own (registered peers: limit_peer_multiplier)",
-        ge=1,
-    )
     limit_reports_per_minute: float = Field(
         10.0, description="Misbehavior reports per minute per reporter (client IP or node)", gt=0
     )
@@ -518,7 +553,6 @@ class LimitsGroup(TrustedProxiesGroup):
             # a minute's worth of reports at once, then the rate
             reports=Limit(self.limit_reports_per_minute / 60, self.limit_reports_per_minute),
             peer_multiplier=self.limit_peer_multiplier,
-            read_only_multiplier=self.limit_read_only_multiplier,
             allowed_payers=self.payers_allowed(),
             denied_payers=self.payers_denied(),
             enabled=self.limits_enabled,
@@ -656,8 +690,34 @@ def key_from(secret: SecretStr | None, path: Path | None) -> SigningKey | None:
     if secret is not None:
         return SigningKey.from_hex(secret.get_secret_value())
     if path is not None:
+        warn_if_readable_by_others(path)
         return SigningKey.from_hex(path.read_text())
     return None
+
+
+def warn_if_readable_by_others(path: Path) -> bool:
+    """Warns (once per start, logged) when a private key file can be read by its group or
+    by anyone. A warning, not ssh's refusal: container and Kubernetes secret mounts are
+    0644 by default, readable only inside their container, and refusing them would stop
+    nodes that are safe. True when it warned."""
+    mode = path.stat().st_mode
+    if not mode & 0o077:
+        return False
+    log.warning(
+        "key_file_readable_by_others",
+        path=str(path),
+        mode=oct(mode & 0o777),
+        detail=f"anyone who can read it can sign as this node or payer: chmod 600 {path}",
+    )
+    return True
+
+
+def write_private(path: Path, text: str) -> None:
+    """Writes a file only its owner can read (keys, files listing keys), from its creation."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
 
 
 # The node's settings by group, in the order docs/configuration.md lists them.

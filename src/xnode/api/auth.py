@@ -12,10 +12,15 @@ fresh token, which renews the check the XIP asks for at least hourly.
 
 Read-only nodes (XIP-49 3.4) have no registry entry: their tokens name their key's address
 (core.node_tokens). With `read_only_peers` they may open SubscribeOriginators too, and are
-limited by client IP with `limit_read_only_multiplier`, lower than a registered peer's."""
+limited as their client IP, in its buckets: anyone can make such a token, so it buys no
+limits of its own.
+
+A token that does not parse, verify or name an enabled node is refused (UNAUTHENTICATED on
+the replication stream, the limits of a client elsewhere), logged once per cause."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -42,19 +47,23 @@ from xnode.usecases.limits import Caller
 log = structlog.get_logger(__name__)
 
 MAX_KNOWN_TOKENS = 1024
+MAX_LOGGED_CAUSES = 256  # causes of refused tokens already logged, then forgotten at once
+_NUMBERS = re.compile(r"\d+")
 _TOKEN_KEYS = frozenset({METADATA_KEY, XIP_METADATA_KEY})
 PROTECTED_METHODS = frozenset({"/xmtp.xmtpv4.message_api.ReplicationApi/SubscribeOriginators"})
 
 Context = grpc.aio.ServicerContext[Any, Any]
 StreamBehavior = Callable[[Any, Context], AsyncIterator[Any]]
 
+# The servers' interceptors' base (generic only to the type checker).
 if TYPE_CHECKING:
-    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
+    Interceptor = grpc.aio.ServerInterceptor[Any, Any]
+    Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]]
 else:
-    _Interceptor = grpc.aio.ServerInterceptor
+    Interceptor = grpc.aio.ServerInterceptor
 
 
-class NodeAuthInterceptor(_Interceptor):
+class NodeAuthInterceptor(Interceptor):
     def __init__(
         self,
         node_id: int,
@@ -73,12 +82,11 @@ class NodeAuthInterceptor(_Interceptor):
         self._vector_clock = vector_clock
         self._protected = protected
         self._known: dict[str, NodeIdentity] = {}
+        self._logged: set[str] = set()
 
     async def intercept_service(
         self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
+        continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
         handler = await continuation(handler_call_details)
@@ -101,7 +109,9 @@ class NodeAuthInterceptor(_Interceptor):
         """The caller for the API limits: its node id when it sent a valid node token (peers
         get their own, higher limits), else its client IP, which a trusted proxy may name
         (api.proxies; read-only nodes: their peer's IP, with their own limits). Tokens are
-        cached until expiry so a peer's requests do not each recover a signature."""
+        cached until they expire (an hour after their iat at most) so a peer's requests do
+        not each recover a signature; each use of a cached one checks the registry again, so
+        a node disabled there loses its peer limits at once."""
         identity: NodeIdentity | None = None
         metadata = context.invocation_metadata() or ()
         if not any(key in _TOKEN_KEYS for key, _ in metadata):
@@ -110,14 +120,15 @@ class NodeAuthInterceptor(_Interceptor):
             token = token_from_metadata(metadata)
         except AuthError:
             return self._client(context)
-        now = self._clock.now_s()
         cached = self._known.get(token)
-        if cached is not None and now < cached.expires_at:
+        if cached is not None and self._revoked(cached) is None:
             identity = cached
         else:
+            self._known.pop(token, None)
             try:
-                identity = self.authenticate(context.invocation_metadata())
-            except AuthError:
+                identity = self.authenticate(metadata)
+            except AuthError as exc:
+                self._refused(context, exc)
                 identity = None
             if identity is not None:
                 if len(self._known) >= MAX_KNOWN_TOKENS:
@@ -125,7 +136,29 @@ class NodeAuthInterceptor(_Interceptor):
                 self._known[token] = identity
         if identity is None:
             return self._client(context)
-        return Caller.from_peer(context.peer(), identity.node_id, read_only=identity.read_only)
+        if identity.read_only:
+            # A read-only token is made by anyone for free: its holder is limited as its
+            # client IP, in the same buckets (a token must not buy a second set).
+            return self._client(context)
+        return Caller.from_peer(context.peer(), identity.node_id)
+
+    def _refused(self, context: Context, exc: AuthError, method: str = "") -> None:
+        """Counts a refused token; logs it once per cause (the reason with its numbers
+        left out), so a flood of bad tokens costs one log line, not one per call."""
+        AUTH_REFUSED.inc()
+        cause = _NUMBERS.sub("N", str(exc))
+        if cause in self._logged:
+            return
+        if len(self._logged) >= MAX_LOGGED_CAUSES:
+            self._logged.clear()
+        self._logged.add(cause)
+        log.info(
+            "node_auth_refused",
+            method=method or None,
+            peer=context.peer(),
+            reason=str(exc),
+            detail="logged once per cause; xnode_node_auth_refused_total counts them all",
+        )
 
     def _client(self, context: Context) -> Caller:
         return Caller(self._addresses.of(context))
@@ -145,8 +178,7 @@ class NodeAuthInterceptor(_Interceptor):
             try:
                 identity = self.authenticate(context.invocation_metadata())
             except AuthError as exc:
-                AUTH_REFUSED.inc()
-                log.info("node_auth_refused", method=method, peer=context.peer(), reason=str(exc))
+                self._refused(context, exc, method)
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
                 return
             clock = cursor_to_proto(self._vector_clock()).SerializeToString()

@@ -17,7 +17,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 
 from xnode.core.envelopes import cursor_to_proto
 from xnode.core.errors import Reason, Rejected
-from xnode.core.limits import Kind, LimitExceeded
+from xnode.core.limits import Kind, LimitExceeded, NeverFits
 from xnode.observability.metrics import LIMITED, REQUESTS_REJECTED
 from xnode.observability.outage import DatabaseOutage
 from xnode.usecases.ports import StoreUnavailable
@@ -81,6 +81,8 @@ async def abort_limited(context: Context, exc: LimitExceeded, api: str) -> None:
     LIMITED.labels(api, exc.kind.value).inc()
     if exc.kind is Kind.DENIED:
         await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+    if isinstance(exc, NeverFits):  # no retry-after: waiting does not help, splitting does
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
     context.set_trailing_metadata(((RETRY_AFTER_TRAILER, str(exc.retry_after_whole_s)),))
     await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
 

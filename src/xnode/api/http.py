@@ -12,7 +12,9 @@ refusal mapping and use cases); this module only changes the framing:
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import functools
 import inspect
 import json
 import ssl
@@ -20,7 +22,7 @@ import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import grpc
@@ -29,6 +31,9 @@ from aiohttp import web
 from google.protobuf import descriptor_pool, json_format, message_factory
 from google.protobuf.message import DecodeError, Message
 from grpc_health.v1 import health, health_pb2
+
+from xnode.config import DEFAULT_CONNECTIONS, ConnectionLimits
+from xnode.observability.metrics import HTTP_CONNECTIONS_REFUSED
 
 log = structlog.get_logger(__name__)
 
@@ -477,6 +482,75 @@ def _to_json(method: Method, reply: bytes) -> dict[str, Any]:
     return json_format.MessageToDict(method.response_type.FromString(reply))
 
 
+class _PerIpSite(web.TCPSite):
+    """aiohttp's TCP site, with at most `most` open connections per client IP: more are
+    closed as they open, before aiohttp reads anything from them."""
+
+    def __init__(self, most: int, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._most = most
+        self._open: dict[str, int] = {}
+
+    async def start(self) -> None:
+        """TCPSite.start with aiohttp's protocol factory wrapped (it has no hook for it)."""
+        await web.BaseSite.start(self)
+        serve = self._runner.server
+        assert serve is not None  # the runner is set up before its sites start
+        self._server = await asyncio.get_running_loop().create_server(
+            functools.partial(_Counted, serve, self._open, self._most),
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+        )
+
+
+class _Counted(asyncio.Protocol):
+    """One connection of the HTTP port, counted against its client IP; aiohttp's own
+    protocol does the rest."""
+
+    def __init__(self, serve: Callable[[], asyncio.Protocol], open_: dict[str, int], most: int):
+        self._inner = serve()
+        self._open = open_
+        self._most = most
+        self._ip: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        ip = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
+        if self._open.get(ip, 0) >= self._most:
+            HTTP_CONNECTIONS_REFUSED.inc()
+            cast(asyncio.Transport, transport).abort()
+            return
+        self._ip = ip
+        self._open[ip] = self._open.get(ip, 0) + 1
+        self._inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._ip is None:
+            return  # refused: aiohttp never saw it
+        left = self._open[self._ip] - 1
+        if left:
+            self._open[self._ip] = left
+        else:
+            del self._open[self._ip]
+        self._inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+
 @dataclass
 class HttpServer:
     """The running HTTP port; `address` has the port actually bound."""
@@ -494,15 +568,31 @@ async def serve_http(
     grace_s: float,
     tls: ssl.SSLContext | None = None,
     reuse_port: bool = False,
+    connections: ConnectionLimits = DEFAULT_CONNECTIONS,
 ) -> HttpServer:
     """`tls` is the gRPC port's certificate as an SSL context (ServerTls.ssl_context); None
     serves plaintext (the caller logs that loudly, with the other plaintext listeners).
-    `reuse_port`: the node's worker processes share the port (SO_REUSEPORT)."""
+    `reuse_port`: the node's worker processes share the port (SO_REUSEPORT).
+
+    aiohttp's keep-alive timeout runs from the connection's start until a request's headers
+    are complete, and again between requests: set to the handshake time, it closes a
+    connection that sends its headers slowly (slowloris) or nothing at all. Between requests
+    a connection gets that long too (browsers reconnect at once)."""
     host, _, port = listen_address.rpartition(":")
-    runner = web.AppRunner(api.app, access_log=None, shutdown_timeout=grace_s)
+    runner = web.AppRunner(
+        api.app,
+        access_log=None,
+        shutdown_timeout=grace_s,
+        keepalive_timeout=connections.handshake_s,
+    )
     await runner.setup()
-    site = web.TCPSite(
-        runner, host or None, int(port), ssl_context=tls, reuse_port=reuse_port or None
+    site = _PerIpSite(
+        connections.http_per_ip,
+        runner,
+        host or None,
+        int(port),
+        ssl_context=tls,
+        reuse_port=reuse_port or None,
     )
     try:
         await site.start()

@@ -88,6 +88,8 @@ class MisbehaviorService:
     async def QueryMisbehaviorReports(
         self, request: mb.QueryMisbehaviorReportsRequest, context: Context
     ) -> bytes:
+        if self._limits is not None:
+            await self._limits.query(self._caller_of(context))
         # Server times are int64 nanoseconds: nothing is stored after a later uint64.
         reports = await self._store.after(min(request.after_ns, MAX_SEQUENCE_ID))
         return wire.repeated(1, reports)

@@ -13,6 +13,7 @@ shared bucket granted.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -123,3 +124,30 @@ class LimitExceeded(Exception):
     def retry_after_whole_s(self) -> int:
         """The `retry-after` trailer: whole seconds, at least 1."""
         return max(1, int(-(-self.retry_after_s // 1)))
+
+
+class NeverFits(LimitExceeded):
+    """A request costing more than its bucket ever holds: refused whatever the bucket holds
+    (admitting it on a full bucket let one request exceed the burst), and not to be retried
+    as it is: the message says the most one request may cost, so the caller can split it."""
+
+    def __init__(self, kind: Kind, subject: str, cost: float, capacity: float) -> None:
+        LimitExceeded.__init__(self, kind, subject, 0)
+        self.cost = cost
+        self.capacity = capacity
+        Exception.__init__(
+            self,
+            f"this request costs {cost:,.0f} {kind.value}, more than {subject}'s "
+            f"{kind.value} limit ever holds ({int(capacity):,}): it can never pass as it is; "
+            f"split it into requests of at most {int(capacity):,} {kind.value}",
+        )
+
+
+def never_fits(charges: Sequence[Charge]) -> NeverFits | None:
+    """The first charge costing more than its bucket's capacity, as a refusal."""
+    for charge in charges:
+        if charge.cost > charge.limit.capacity:
+            return NeverFits(
+                charge.kind, subject_of(charge.key), charge.cost, charge.limit.capacity
+            )
+    return None

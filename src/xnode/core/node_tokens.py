@@ -13,6 +13,7 @@ under limits of its own, lower than a registered node's; nothing else is trusted
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,12 +123,15 @@ class NodeIdentity:
         return self.node_id is None
 
 
+_NODE_ID = re.compile(r"[0-9]{1,10}")
+
+
 def _subject(token: str) -> int | bytes:
     """A node id, or the 20-byte address a read-only token names."""
     try:
         header = jwt.get_unverified_header(token)
         claims = _JWT.decode(token, options={"verify_signature": False})
-    except jwt.PyJWTError as exc:
+    except (jwt.PyJWTError, ValueError, TypeError) as exc:
         raise AuthError(f"token does not decode: {exc}") from None
     if header.get("alg") != ALGORITHM:
         raise AuthError(f"token algorithm must be {ALGORITHM}, got {header.get('alg')!r}")
@@ -137,7 +141,9 @@ def _subject(token: str) -> int | bytes:
             return bytes.fromhex(sub[2:])
         except ValueError:
             pass
-    if not isinstance(sub, str) or not sub.isdigit():
+    # ASCII digits only, as many as a uint32 node id has: str.isdigit() also accepts "²",
+    # which int() refuses, and int() refuses numbers of more than 4,300 digits.
+    if not isinstance(sub, str) or _NODE_ID.fullmatch(sub) is None:
         raise AuthError(
             f"token subject must be a node id (decimal string) or, for a read-only node, "
             f"a 0x address; got {sub!r}"
@@ -146,16 +152,22 @@ def _subject(token: str) -> int | bytes:
 
 
 def _check_times(claims: dict[str, Any], now: int) -> int:
+    """The time the token stops being trusted: its exp, but no later than an hour after its
+    iat (a token made to last ten years is good for an hour, as the XIP's tokens are)."""
     iat, exp = claims["iat"], claims["exp"]
-    if not isinstance(iat, int) or not isinstance(exp, int):
+    if not _is_time(iat) or not _is_time(exp):
         raise AuthError("token iat and exp must be integers")
     if exp <= now:
         raise AuthError(f"token expired {now - exp} s ago")
-    if iat < now - MAX_TOKEN_AGE_S:
+    if iat <= now - MAX_TOKEN_AGE_S:
         raise AuthError(f"token was issued {now - iat} s ago; the limit is {MAX_TOKEN_AGE_S} s")
     if iat > now + MAX_CLOCK_SKEW_S:
         raise AuthError(f"token is issued {iat - now} s in the future")
-    return exp
+    return int(min(exp, iat + MAX_TOKEN_AGE_S))
+
+
+def _is_time(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _signer_key(token: str) -> bytes:
@@ -179,6 +191,17 @@ def verify_token(
 ) -> NodeIdentity:
     """The checks of XIP-49 3.2.5; raises AuthError naming the first that fails.
     `read_only`: tokens of read-only nodes (subject an address) are accepted too."""
+    try:
+        return _verified(token, registry, self_id, now, read_only)
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        # Whatever a stranger puts in a token is a refusal (UNAUTHENTICATED), never an
+        # error of this node's.
+        raise AuthError(f"token is malformed: {type(exc).__name__}: {exc}") from None
+
+
+def _verified(
+    token: str, registry: Registry, self_id: int, now: int, read_only: bool
+) -> NodeIdentity:
     subject = _subject(token)
     if isinstance(subject, bytes):
         if not read_only:

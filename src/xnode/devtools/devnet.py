@@ -34,6 +34,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from rich.console import Console
 from rich.table import Table
 
+from xnode.config import write_private
 from xnode.core.crypto import SigningKey
 from xnode.core.fees import FeeSchedule
 from xnode.core.registry import NodeEntry, Registry
@@ -110,8 +111,7 @@ def load_key(path: Path) -> SigningKey:
     if path.exists():
         return SigningKey.from_hex(path.read_text())
     key = SigningKey.generate()
-    path.write_text(key.hex() + "\n")
-    path.chmod(0o600)
+    write_private(path, key.hex() + "\n")
     return key
 
 
@@ -504,7 +504,8 @@ def run_devnet(args: argparse.Namespace) -> int:
             "url": f"{scheme}://{gateway}",
             "http": f"{scheme}://{gateway_http}",
         }
-        (state / "devnet.json").write_text(json.dumps(description, indent=2))
+        # Every node's and the payer's private key: for its owner's eyes only.
+        write_private(state / "devnet.json", json.dumps(description, indent=2))
         _print_table(nodes, cluster, chain.url, state, (gateway, gateway_http), ca_file)
         while not stop_requested:
             supervisor.watch()  # a node or the gateway that exits is started again

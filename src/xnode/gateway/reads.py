@@ -22,7 +22,6 @@ import structlog
 
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import query_api_pb2
-from xnode.api.errors import abort_status
 from xnode.api.proxies import ClientAddresses, forwarded_for
 from xnode.client.network import FAILOVER_CODES
 from xnode.core import wire
@@ -34,7 +33,8 @@ from xnode.core.errors import Rejected
 from xnode.core.originator_selection import available_nodes, failover_order
 from xnode.core.registry import NodeEntry
 from xnode.gateway.channels import NodeChannels, UnusableUrl
-from xnode.gateway.errors import GatewayError, gateway_errors
+from xnode.gateway.clients import ClientAuth, Unauthenticated
+from xnode.gateway.errors import GatewayError, abort_gateway_error, gateway_errors
 from xnode.gateway.node_health import NodeHealth, cut_when
 from xnode.gateway.read_checks import AnswerChecks, check_newest, envelopes_of
 from xnode.observability.metrics import GATEWAY_READ_FAILOVERS
@@ -78,10 +78,13 @@ class Reads:
         failover_s: float,
         addresses: ClientAddresses,
         clock_ns: Callable[[], int] = time.time_ns,
+        auth: ClientAuth | None = None,
     ) -> None:
         """`timeout_s`: longest wait for one node's answer; `failover_s`: how long a stream
         looks for a node that takes it before it ends UNAVAILABLE; `addresses`: where a
-        client calls from (its peer, or what a trusted proxy says)."""
+        client calls from (its peer, or what a trusted proxy says); `auth`: the API keys or
+        JWTs every read must carry (None: reads are open)."""
+        self._auth = auth
         self._addresses = addresses
         self._registry = registry
         self._channels = channels
@@ -167,11 +170,18 @@ class Reads:
             raise self._refused(node.node_id, method, exc) from None
         return answer
 
+    def _admit(self, context: Context) -> str:
+        """The client's address; Unauthenticated when reads need a key it did not send."""
+        address = self._addresses.of(context)
+        if self._auth is not None:
+            self._auth.client_of(context.invocation_metadata() or (), address)
+        return address
+
     async def unary(
         self, path: str, request: bytes, key: bytes, check: Check, context: Context
     ) -> bytes:
         failures: list[NodeFailed] = []
-        client = forwarded_for(self._addresses.of(context))
+        client = forwarded_for(self._admit(context))
         for node in self._order(key):
             try:
                 return await self._unary_from(node, path, request, check, context, client)
@@ -215,12 +225,12 @@ class Reads:
     async def SubscribeEnvelopes(
         self, path: str, request: bytes, context: Context
     ) -> AsyncIterator[bytes]:
+        client = forwarded_for(self._admit(context))
         parsed = _decode(api.SubscribeEnvelopesRequest, request)
         checks = AnswerChecks(self._keys, parsed.query, _cursor(parsed.query), self._clock_ns)
         key = parsed.query.topics[0] if parsed.query.topics else b""
         backoff = Backoff(0.05, 1.0)
         give_up = time.monotonic() + self._failover_s
-        client = forwarded_for(self._addresses.of(context))
         while not self._closing.is_set():
             for node in self._order(key):
                 try:
@@ -323,8 +333,8 @@ def _methods(reads: Reads, service: str) -> dict[str, grpc.RpcMethodHandler[Any,
         try:
             async for frame in reads.SubscribeEnvelopes(subscribe_path, request, context):
                 yield frame
-        except GatewayError as exc:
-            await abort_status(context, exc)
+        except (GatewayError, Unauthenticated) as exc:
+            await abort_gateway_error(context, exc)
 
     return {
         "QueryEnvelopes": unary("QueryEnvelopes"),

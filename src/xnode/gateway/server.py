@@ -185,8 +185,9 @@ async def _start(settings: GatewaySettings, credentials: _Credentials, stops: St
         settings.read_timeout_seconds,
         settings.read_failover_seconds,
         addresses,
+        auth=None if settings.anonymous_reads or not clients.auth.required else clients.auth,
     )
-    server = grpc_server(settings.max_message_mib)
+    server = grpc_server(settings.max_message_mib, connections=settings.connection_limits())
     address = bind(server, settings.listen_address, credentials.served)
     # Streams never end on their own: they would hold the grace. In-flight publishes finish
     # within it (the gateway admits every request: nothing is refused before the server stops).
@@ -225,7 +226,10 @@ async def _serve_http(
     api = HttpApi(methods_of(handlers), GATEWAY_JSON_ROUTES, settings.cors_origins, limit)
     grace_s = settings.shutdown_grace_seconds
     listen = settings.http_listen_address
-    return await serve_http_on(listen, api, grace_s, credentials.served, stops)
+    connections = settings.connection_limits()
+    return await serve_http_on(
+        listen, api, grace_s, credentials.served, stops, connections=connections
+    )
 
 
 async def run_gateway(settings: GatewaySettings) -> None:

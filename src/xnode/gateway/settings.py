@@ -162,6 +162,23 @@ class GatewaySettings(
     client_limit_burst_seconds: float = Field(
         2.0, description="A client's limit holds this many seconds of its rate as a burst", gt=0
     )
+    client_envelopes_per_day: int = Field(
+        0,
+        description="Spending cap: envelopes one client (API key, JWT subject or IP) may have "
+        "the payer pay for per day, refilled continuously; 0: no cap",
+        ge=0,
+    )
+    client_bytes_per_day: int = Field(
+        0,
+        description="Spending cap: envelope bytes one client may have the payer pay for per "
+        "day, refilled continuously; 0: no cap",
+        ge=0,
+    )
+    anonymous_reads: bool = Field(
+        False,
+        description="With API keys or JWTs configured, serve reads without one too (reads "
+        "always need one otherwise; without keys configured, reads are open)",
+    )
     metrics_address: str = Field(
         "", description="Prometheus /metrics host:port (node_id label 0); empty: off"
     )
@@ -254,6 +271,8 @@ class GatewaySettings(
             envelopes=Limit.per_second(self.client_publish_envelopes_per_second, burst),
             bytes=Limit.per_second(self.client_publish_bytes_per_second, burst),
             enabled=self.client_limits_enabled,
+            daily_envelopes=_per_day(self.client_envelopes_per_day),
+            daily_bytes=_per_day(self.client_bytes_per_day),
         )
 
     def payer_signing_key(self) -> SigningKey:
@@ -264,6 +283,11 @@ class GatewaySettings(
                 "(see `xnode keygen`)"
             )
         return key
+
+
+def _per_day(amount: int) -> Limit | None:
+    """A day's cap as a bucket: the whole day's amount at once, refilled over the day."""
+    return Limit(amount / 86_400, amount) if amount else None
 
 
 # The settings shared with the node, by group, after the gateway's own (docs/gateway.md).

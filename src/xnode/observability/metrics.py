@@ -246,6 +246,11 @@ LIVENESS_REPORTS_WITHHELD = Counter(
     "Liveness reports not filed because this node's own database was down or just back",
     ["type"],
 )
+HTTP_CONNECTIONS_REFUSED = Counter(
+    "xnode_http_connections_refused_total",
+    "Connections to the HTTP port closed as they opened: their client IP held "
+    "http_connections_per_ip already",
+)
 AUTH_REFUSED = Counter(
     "xnode_node_auth_refused_total", "Node tokens refused on replication streams"
 )

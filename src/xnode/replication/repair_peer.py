@@ -7,7 +7,7 @@ GetInclusionProof for both ends of each run."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -36,9 +36,22 @@ def _ranges(ranges: Sequence[SequenceRange]) -> list[pb.SequenceRange]:
     return [pb.SequenceRange(first=r.first, last=r.last) for r in ranges]
 
 
+Metadata = Callable[[], Sequence[tuple[str, str]]]
+
+
+def _no_token() -> Sequence[tuple[str, str]]:
+    return ()
+
+
 class GrpcRepairPeer:
-    def __init__(self, node_id: int, channel: grpc.aio.Channel) -> None:
+    """`metadata`: this node's token for the peer (its calls get a peer's limits, not a
+    client IP's: a wide repair round asks many ranges at once)."""
+
+    def __init__(
+        self, node_id: int, channel: grpc.aio.Channel, metadata: Metadata = _no_token
+    ) -> None:
         self.node_id = node_id
+        self._metadata = metadata
         self.bytes_exchanged = 0
         self._channel = channel
         self._run_proofs = True  # until the peer says it has no GetRunProofs
@@ -49,7 +62,7 @@ class GrpcRepairPeer:
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=response_type.FromString,
         )
-        response = await call(request, timeout=TIMEOUT_S)
+        response = await call(request, timeout=TIMEOUT_S, metadata=self._metadata())
         self.bytes_exchanged += request.ByteSize() + response.ByteSize()
         return response
 
@@ -177,7 +190,7 @@ class GrpcRepairPeer:
                 request_serializer=api.QueryEnvelopesRequest.SerializeToString,
                 response_deserializer=lambda raw: raw,
             )
-            raw = await call(request, timeout=TIMEOUT_S)
+            raw = await call(request, timeout=TIMEOUT_S, metadata=self._metadata())
             self.bytes_exchanged += request.ByteSize() + len(raw)
             page = [e for n, e in fields(raw) if n == 1 and e is not None]
             if not page:

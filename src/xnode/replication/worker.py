@@ -9,6 +9,7 @@ anti-entropy repair (replication.anti_entropy) fills what streams missed from an
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -430,7 +431,8 @@ class ReplicationWorker:
         for entry in self._registry.nodes.values():
             link = self._links.get(entry.node_id)
             if entry.enabled and has_address(entry) and link is not None and not link.unreachable:
-                found.append(GrpcRepairPeer(entry.node_id, self._channel(entry)))
+                token = functools.partial(self._tokens.metadata_for, entry.node_id)
+                found.append(GrpcRepairPeer(entry.node_id, self._channel(entry), token))
         return found
 
     async def fork_found(self, originator: int, stored: bytes, other: bytes) -> None:

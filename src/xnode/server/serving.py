@@ -15,6 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from xnode.api.http import HttpApi, serve_http
+from xnode.config import DEFAULT_CONNECTIONS, ConnectionLimits
 from xnode.observability.metrics import MetricsTls, ScrapedGauge, serve_metrics
 from xnode.server.bootstrap import StartupError
 from xnode.server.stops import Phase, Stops
@@ -29,9 +30,13 @@ def grpc_server(
     max_message_mib: int,
     interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
     reuse_port: bool = False,
+    connections: ConnectionLimits = DEFAULT_CONNECTIONS,
 ) -> grpc.aio.Server:
     """`reuse_port`: the node's worker processes share the port; the kernel spreads
-    connections."""
+    connections. A connection that never finishes its handshake, or holds no call for
+    `connections.idle_s`, is closed (silent connections cost a file descriptor and memory
+    each). No maximum connection age: it would end long-lived subscriptions and replication
+    streams."""
     limit = max_message_mib * 1024 * 1024
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", limit),
@@ -39,6 +44,8 @@ def grpc_server(
         ("grpc.keepalive_time_ms", 60_000),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.server_handshake_timeout_ms", int(connections.handshake_s * 1000)),
+        ("grpc.max_connection_idle_ms", int(connections.idle_s * 1000)),
     ]
     if reuse_port:
         options.append(("grpc.so_reuseport", 1))
@@ -102,6 +109,7 @@ async def serve_http_on(
     tls: ServerTls | None,
     stops: Stops,
     reuse_port: bool = False,
+    connections: ConnectionLimits = DEFAULT_CONNECTIONS,
 ) -> str | None:
     """gRPC-web and JSON on `listen_address` (empty: off), with the gRPC port's certificate
     (plaintext with it); the address as bound."""
@@ -109,7 +117,7 @@ async def serve_http_on(
         return None
     try:
         context = tls.reloading_ssl_context() if tls is not None else None
-        http = await serve_http(api, listen_address, grace_s, context, reuse_port)
+        http = await serve_http(api, listen_address, grace_s, context, reuse_port, connections)
     except TlsConfigError as exc:
         raise StartupError(str(exc)) from exc
     except OSError as exc:

@@ -19,6 +19,7 @@ from xnode.api.forks import SERVICE_NAME as FORK_SERVICE
 from xnode.api.forks import ForkService, add_fork_service
 from xnode.api.health import GrpcHealthBoard, health_dependencies
 from xnode.api.http import NODE_JSON_ROUTES, HttpApi, health_handler, methods_of
+from xnode.api.limited import LimitsInterceptor
 from xnode.api.logs import SERVICE_NAME as LOG_SERVICE
 from xnode.api.logs import LogService, add_log_service
 from xnode.api.misbehavior import MisbehaviorService
@@ -396,7 +397,10 @@ async def _serve(
     misbehavior = MisbehaviorService(
         parts.reports, lambda: current_registry().keys(), limits, auth.caller, transactions
     )
-    server = grpc_server(settings.max_message_mib, [auth], role.shares_ports)
+    extensions = [LOG_SERVICE, HOLDINGS_SERVICE, FORK_SERVICE, FEES_SERVICE]
+    limited = LimitsInterceptor(limits, auth.caller, extensions, parts.outage)
+    connections = settings.connection_limits()
+    server = grpc_server(settings.max_message_mib, [auth, limited], role.shares_ports, connections)
     fees = FeesService(node_id, settings.fee_schedule())
     health_servicer = _add_node_services(server, service, misbehavior, fees, logs, parts)
     address = bind(server, settings.listen_address, tls)
@@ -414,7 +418,9 @@ async def _serve(
     )
     grace_s = settings.shutdown_grace_seconds
     listen = settings.http_listen_address
-    http_address = await serve_http_on(listen, api, grace_s, tls, stops, role.shares_ports)
+    http_address = await serve_http_on(
+        listen, api, grace_s, tls, stops, role.shares_ports, connections
+    )
     probe = PostgresProbe(parts.database.connect)
     stops.add_sync(Phase.HEALTH, probe.close)
     dependencies = health_dependencies(chain is not None)

@@ -11,8 +11,12 @@
 
 A caller is its client IP, or its node id when it presented a valid node token: peers get
 limits `peer_multiplier` times higher, in buckets of their own. A read-only node's token
-(XIP-49 3.4: anyone can run one, so it proves a key, not a registered operator) gets
-`read_only_multiplier`, in buckets of its client IP apart from that IP's clients."""
+(XIP-49 3.4: anyone can make one, so it proves a key, not a registered operator) is limited
+as its client IP, in the IP's buckets.
+
+A request that costs more than a bucket ever holds (1,000 envelopes against a burst of 400)
+is refused at once as one that can never pass (core.limits.NeverFits), not admitted on a
+full bucket nor told to retry."""
 
 from __future__ import annotations
 
@@ -22,7 +26,15 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from xnode.core.envelopes import ValidPayerEnvelope
-from xnode.core.limits import Charge, Kind, Limit, LimitExceeded, TokenBucket, subject_of
+from xnode.core.limits import (
+    Charge,
+    Kind,
+    Limit,
+    LimitExceeded,
+    TokenBucket,
+    never_fits,
+    subject_of,
+)
 from xnode.usecases.ports import LimitBuckets, SubscriptionSlots
 
 
@@ -33,27 +45,22 @@ class Caller:
 
     ip: str
     node_id: int | None = None
-    read_only: bool = False  # a read-only node's token (node_id None)
 
     @property
     def subject(self) -> str:
-        if self.node_id is not None:
-            return f"node:{self.node_id}"
-        return f"read-only:{self.ip}" if self.read_only else f"ip:{self.ip}"
+        return f"node:{self.node_id}" if self.node_id is not None else f"ip:{self.ip}"
 
     @classmethod
-    def from_peer(
-        cls, peer: str | None, node_id: int | None = None, read_only: bool = False
-    ) -> Caller:
+    def from_peer(cls, peer: str | None, node_id: int | None = None) -> Caller:
         """`ipv4:1.2.3.4:5678`, `ipv6:[::1]:5678` or `unix:/path` -> the address alone."""
         if not peer:
-            return cls("unknown", node_id, read_only)
+            return cls("unknown", node_id)
         scheme, _, rest = peer.partition(":")
         if scheme == "ipv6" and rest.startswith("["):
-            return cls(rest[1 : rest.index("]")], node_id, read_only)
+            return cls(rest[1 : rest.index("]")], node_id)
         if scheme == "ipv4":
-            return cls(rest.rpartition(":")[0], node_id, read_only)
-        return cls(peer, node_id, read_only)
+            return cls(rest.rpartition(":")[0], node_id)
+        return cls(peer, node_id)
 
 
 ANONYMOUS = Caller("unknown")
@@ -71,7 +78,6 @@ class LimitPolicy:
     subscriptions_per_ip: int
     reports: Limit
     peer_multiplier: float = 10.0
-    read_only_multiplier: float = 1.0
     allowed_payers: frozenset[bytes] = field(default_factory=frozenset)
     denied_payers: frozenset[bytes] = field(default_factory=frozenset)
     enabled: bool = True
@@ -165,9 +171,7 @@ class ApiLimits:
         self._publishers: dict[Caller | bytes, _Buckets] = {}
 
     def _multiplier(self, caller: Caller) -> float:
-        if caller.node_id is not None:
-            return self.policy.peer_multiplier
-        return self.policy.read_only_multiplier if caller.read_only else 1.0
+        return self.policy.peer_multiplier if caller.node_id is not None else 1.0
 
     def _for(self, caller: Caller, limit: Limit) -> Limit:
         multiplier = self._multiplier(caller)
@@ -176,7 +180,7 @@ class ApiLimits:
     async def _charge(self, charges: Sequence[Charge]) -> None:
         if not self.policy.enabled or not charges:
             return
-        refused = await self._buckets.take(charges)
+        refused = never_fits(charges) or await self._buckets.take(charges)
         if refused is not None:
             raise refused
 
@@ -248,8 +252,7 @@ class ApiLimits:
         if not self.policy.enabled:
             yield
             return
-        plain = caller.node_id is None and not caller.read_only
-        key = f"subscriptions:{caller.ip if plain else caller.subject}"
+        key = f"subscriptions:{caller.ip if caller.node_id is None else caller.subject}"
         allowed = int(self.policy.subscriptions_per_ip * self._multiplier(caller))
         if not await self._slots.hold(key, allowed):
             raise LimitExceeded(Kind.SUBSCRIPTIONS, caller.subject, 1.0)

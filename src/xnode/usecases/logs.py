@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -131,6 +132,19 @@ def _check_ranges(ranges: Sequence[SequenceRange]) -> None:
         raise ValueError(f"{len(ranges)} ranges, the limit is {MAX_RANGES}")
 
 
+def _check_disjoint(ranges: Sequence[SequenceRange]) -> None:
+    """A fingerprint request reads each tile of the log at most once: its ranges may not
+    overlap (1,024 copies of 1..2^63 read the whole log 1,024 times). Reconciliation asks
+    for disjoint parts of the log, so it never meets this."""
+    ordered = sorted(ranges, key=lambda r: r.first)
+    for before, after in itertools.pairwise(ordered):
+        if after.first <= before.last:
+            raise ValueError(
+                f"ranges {before.first}..{before.last} and {after.first}..{after.last} overlap; "
+                "ask for each sequence id at most once per request"
+            )
+
+
 class LogQueries:
     """What LogApi answers, over the port."""
 
@@ -231,6 +245,7 @@ class LogQueries:
         self, originator: int, ranges: Sequence[SequenceRange]
     ) -> list[Fingerprint]:
         _check_ranges(ranges)
+        _check_disjoint(ranges)
         return await self._port.fingerprints(originator, ranges)
 
     async def leaves(

@@ -27,6 +27,7 @@ from tests.e2e.clients.xmtp_users import new_user
 from tests.e2e.replication.conftest import ChainNetwork
 from tests.statuses import trailers
 from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
 from xmtp.xmtpv4.payer_api import payer_api_pb2_grpc
 from xnode.api.errors import RETRY_AFTER_TRAILER
@@ -185,3 +186,20 @@ async def test_the_official_client_sends_the_api_key_it_is_given(
     finally:
         user.close()
     assert usage(gateway)["bob"]["envelopes"] >= 1
+
+
+async def test_reads_need_a_key_when_the_gateway_has_keys(gateway: LimitedGateway) -> None:
+    request = api.QueryEnvelopesRequest(query=api.EnvelopesQuery(topics=[b"\x00" + bytes(16)]))
+    async with grpc.aio.insecure_channel(gateway.process.address) as channel:
+        query = channel.unary_unary(
+            "/xmtp.xmtpv4.message_api.ReplicationApi/QueryEnvelopes",
+            request_serializer=api.QueryEnvelopesRequest.SerializeToString,
+            response_deserializer=api.QueryEnvelopesResponse.FromString,
+        )
+        for metadata in ((), (("authorization", "Bearer not-a-key"),)):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await query(request, metadata=metadata, timeout=30)
+            assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        key = (("authorization", f"Bearer {KEYS['alice']}"),)
+        answer = await query(request, metadata=key, timeout=30)
+        assert list(answer.envelopes) == []  # served: nothing was published there

@@ -71,6 +71,7 @@ def start_devnet(
         assert proc.poll() is None, (state.parent / "devnet.out").read_text()[-3000:]
         assert time.monotonic() < deadline, "devnet did not come up in time"
         time.sleep(0.2)
+    assert described.stat().st_mode & 0o777 == 0o600, "devnet.json holds every private key"
     return proc, json.loads(described.read_text())
 
 

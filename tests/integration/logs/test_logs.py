@@ -185,13 +185,30 @@ async def test_fingerprints_and_leaves_match_the_log(
 ) -> None:
     node = await start_node(**node_settings(database, node_spec, **FAST_CHECKPOINTS))
     leaves = leaves_of(await publish(node.address, 100, [GROUP] * 40))
-    ranges = [(1, 40), (3, 17), (18, 18), (35, 90), (41, 50)]
+    # Two requests: the ranges of one request may not overlap (each reads its tiles once).
+    asked = [[(1, 40), (41, 50)], [(3, 17), (18, 18), (35, 90)]]
+    ranges = [r for one in asked for r in one]
     request = [pb.SequenceRange(first=f, last=last) for f, last in ranges]
     async with log_api(node.address) as api:
-        prints = await api.GetFingerprints(
-            pb.GetFingerprintsRequest(originator_node_id=100, ranges=request)
-        )
-        held = await api.GetLeaves(pb.GetLeavesRequest(originator_node_id=100, ranges=request[1:3]))
+        prints = [
+            f
+            for one in asked
+            for f in (
+                await api.GetFingerprints(
+                    pb.GetFingerprintsRequest(
+                        originator_node_id=100,
+                        ranges=[pb.SequenceRange(first=f, last=last) for f, last in one],
+                    )
+                )
+            ).fingerprints
+        ]
+        with pytest.raises(grpc.aio.AioRpcError) as overlapping:
+            await api.GetFingerprints(
+                pb.GetFingerprintsRequest(originator_node_id=100, ranges=request)
+            )
+        assert overlapping.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "overlap" in (overlapping.value.details() or "")
+        held = await api.GetLeaves(pb.GetLeavesRequest(originator_node_id=100, ranges=request[2:4]))
         with pytest.raises(grpc.aio.AioRpcError) as bad:
             await api.GetLeaves(
                 pb.GetLeavesRequest(
@@ -205,7 +222,7 @@ async def test_fingerprints_and_leaves_match_the_log(
             )
         assert beyond.value.code() == grpc.StatusCode.NOT_FOUND
     expected = [Fingerprint.of(leaves[f - 1 : last]) for f, last in ranges]
-    assert [Fingerprint(f.count, f.xor) for f in prints.fingerprints] == expected
+    assert [Fingerprint(f.count, f.xor) for f in prints] == expected
     assert [(leaf.sequence_id, leaf.leaf_hash) for leaf in held.leaves] == [
         (s, leaves[s - 1]) for s in [*range(3, 18), 18]
     ]

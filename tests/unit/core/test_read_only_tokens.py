@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
-from contextlib import AsyncExitStack
 
 import grpc
 import pytest
@@ -14,7 +12,6 @@ import pytest
 from xnode.api.errors import STATUS_OF
 from xnode.core.crypto import SigningKey, address_of
 from xnode.core.errors import Reason
-from xnode.core.limits import Charge, Limit, LimitExceeded
 from xnode.core.node_tokens import (
     AuthError,
     TokenProvider,
@@ -23,7 +20,6 @@ from xnode.core.node_tokens import (
     verify_token,
 )
 from xnode.core.registry import NodeEntry, Registry
-from xnode.usecases.limits import ApiLimits, Caller, LimitPolicy
 
 NOW = 1_800_000_000
 NODE = SigningKey.generate()
@@ -81,40 +77,5 @@ def test_a_registered_node_s_token_is_unchanged_by_read_only_acceptance() -> Non
     assert identity.node_id == 100 and not identity.read_only
 
 
-def test_read_only_callers_have_buckets_apart_from_their_ip_s_clients() -> None:
-    client = Caller.from_peer("ipv4:10.0.0.1:5000")
-    reader = Caller.from_peer("ipv4:10.0.0.1:5001", read_only=True)
-    assert client.subject == "ip:10.0.0.1"
-    assert reader.subject == "read-only:10.0.0.1"
-
-
 def test_a_publish_to_a_read_only_node_is_a_failed_precondition() -> None:
     assert STATUS_OF[Reason.READ_ONLY] is grpc.StatusCode.FAILED_PRECONDITION
-
-
-async def test_read_only_callers_hold_their_own_lower_count_of_subscriptions() -> None:
-    one = Limit(1.0, 1.0)
-    policy = LimitPolicy(
-        one, one, one, one, one, one, one, subscriptions_per_ip=2, reports=one,
-        peer_multiplier=10.0, read_only_multiplier=2.0,
-    )  # fmt: skip
-    limits = ApiLimits(policy, _NoBuckets())
-    client = Caller.from_peer("ipv4:10.0.0.1:5000")
-    reader = Caller.from_peer("ipv4:10.0.0.1:5001", read_only=True)
-    async with AsyncExitStack() as held:
-        for _ in range(4):  # 2 x read_only_multiplier 2, apart from the IP's clients
-            await held.enter_async_context(limits.subscription(reader))
-        with pytest.raises(LimitExceeded):
-            await held.enter_async_context(limits.subscription(reader))
-        for _ in range(2):
-            await held.enter_async_context(limits.subscription(client))
-        with pytest.raises(LimitExceeded):
-            await held.enter_async_context(limits.subscription(client))
-
-
-class _NoBuckets:
-    async def take(self, charges: Sequence[Charge]) -> LimitExceeded | None:
-        return None
-
-    async def spend(self, charge: Charge) -> None:
-        return None

@@ -9,7 +9,7 @@ import pytest
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.core.fees import Fees
-from xnode.core.limits import Kind, Limit, LimitExceeded
+from xnode.core.limits import Kind, Limit, LimitExceeded, NeverFits
 from xnode.gateway.clients import ClientAuth, Unauthenticated, parse_api_keys
 from xnode.gateway.limits import ClientLimitPolicy, ClientLimits
 from xnode.gateway.usage import UsageLog, usage_of, usage_table
@@ -47,6 +47,22 @@ async def test_each_client_has_its_own_envelope_and_byte_buckets() -> None:
     assert too_big.value.kind is Kind.BYTES
     off = ClientLimits(ClientLimitPolicy(Limit(0.01, 1.0), Limit(0.01, 1.0), False), LocalBuckets())
     await off.publish("alice", [b"x" * 1000] * 10)
+
+
+async def test_a_daily_spending_cap_refuses_past_its_amount_and_never_fits_above_it() -> None:
+    rate = Limit(1000.0, 1000.0)
+    day = Limit(5 / 86_400, 5.0)
+    policy = ClientLimitPolicy(rate, Limit(1e6, 1e6), daily_envelopes=day)
+    limits = ClientLimits(policy, LocalBuckets())
+    await limits.publish("alice", [b"x"] * 3)
+    await limits.publish("alice", [b"x"] * 2)
+    with pytest.raises(LimitExceeded) as over:
+        await limits.publish("alice", [b"x"])
+    assert over.value.subject == "daily-cap alice" and over.value.retry_after_s > 3600 / 360
+    with pytest.raises(NeverFits) as never:
+        await limits.publish("bob", [b"x"] * 6)
+    assert "at most 5 envelopes" in str(never.value)
+    await limits.publish("bob", [b"x"] * 5)  # the refusal took nothing
 
 
 def _answer(fees: Fees) -> bytes:

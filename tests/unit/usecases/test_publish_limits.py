@@ -12,7 +12,7 @@ from tests.unit.usecases.fakes import GROUP, NODE, PAYER, payer_envelope
 from xnode.client.node import group_message_envelope
 from xnode.core.crypto import SigningKey, address_of
 from xnode.core.envelopes import ValidPayerEnvelope, build_payer_envelope, validate_payer_envelope
-from xnode.core.limits import Charge, Kind, Limit, LimitExceeded
+from xnode.core.limits import Charge, Kind, Limit, LimitExceeded, NeverFits
 from xnode.usecases.limits import ApiLimits, Caller, LimitPolicy
 
 COUNT, SIZE = Limit(5.0, 10.0), Limit(500.0, 1000.0)
@@ -107,4 +107,26 @@ async def test_denied_payers_are_refused_and_allowed_or_unlimited_ones_not_charg
         client, envelopes
     )
     await ApiLimits(replace(POLICY, enabled=False), buckets).publish(client, envelopes)
+    assert buckets.charges == []
+
+
+@pytest.mark.parametrize(
+    ("count", "data", "kind", "split"),
+    [
+        (15, b"m", Kind.ENVELOPES, "at most 14 envelopes"),
+        (1, b"x" * 1500, Kind.BYTES, "at most 1,400 bytes"),
+    ],
+)
+async def test_a_request_costing_more_than_a_bucket_holds_never_fits_even_on_a_full_bucket(
+    count: int, data: bytes, kind: Kind, split: str
+) -> None:
+    """15 envelopes against the caller's burst of 14; 1,500 bytes against its 1,400.
+    Refused on fresh (full) buckets, taking nothing, with no retry hint but how to split."""
+    buckets = Recorded()
+    envelopes = [_valid(data + b"%d" % i) for i in range(count)]
+    with pytest.raises(NeverFits) as refused:
+        await ApiLimits(POLICY, buckets).publish(Caller("10.0.0.1"), envelopes)
+    assert refused.value.kind is kind
+    assert "can never pass" in str(refused.value) and split in str(refused.value)
+    assert "retry" not in str(refused.value)
     assert buckets.charges == []
