@@ -26,7 +26,13 @@ NODE = 100
 
 def payloads() -> list[Payload]:
     return [
-        Payload(b"payer-envelope-%d" % i, Topic.parse(b"\x00" + bytes([i]) * 16), b"\xaa" * 20, i)
+        Payload(
+            b"payer-envelope-%d" % i,
+            Topic.parse(b"\x00" + bytes([i]) * 16),
+            b"\xaa" * 20,
+            i,
+            bytes([i]) * 32,
+        )
         for i in range(3)
     ] + [Payload(b"", Topic.parse(b"\x02" + b"i" * 32), b"", 0)]
 
