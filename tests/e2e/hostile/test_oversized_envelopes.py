@@ -1,6 +1,6 @@
 """An attacker's oversized envelopes against `xnode run` processes on real Postgres: nothing
 stored is too large to send, so replication never stalls, and no peer files a report against
-an honest node that cannot send it one envelope (issue 40, part A item 1)."""
+an honest node that cannot send it one envelope."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """A stranger replays a payer's envelope to an `xnode run` process on real Postgres: with its
-own retention or as it was, it is refused, and the payer is billed once (issue 40, part A
-item 3)."""
+own retention or as it was, it is refused, and the payer is billed once."""
 
 from __future__ import annotations
 
@@ -65,7 +64,8 @@ async def test_a_replayed_payer_envelope_is_refused_and_bills_nobody(
                 await attacker.publish([replay])
             assert refused.value.code() is grpc.StatusCode.ALREADY_EXISTS
             assert "published here already as sequence id 1" in (refused.value.details() or "")
-        # The issue's replay: retention 4,294,967,295 days is over the cap before anything.
+        # The replay that once billed 717,259,538,365 picodollars: retention 4,294,967,295
+        # days is over the cap, refused before anything else.
         with pytest.raises(grpc.aio.AioRpcError) as capped:
             await attacker.publish([with_retention(signed, 2**32 - 1)])
         assert capped.value.code() is grpc.StatusCode.INVALID_ARGUMENT
