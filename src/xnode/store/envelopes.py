@@ -120,29 +120,34 @@ class EnvelopeStore:
         self.pool = pool
         self._clock = clock  # what "expired" is measured against
 
-    async def query(self, query: EnvelopeQuery, limit: int) -> list[StoredEnvelope]:
+    async def _fetch(
+        self, query: EnvelopeQuery, limit: int, budget: int | None
+    ) -> list[asyncpg.Record]:
+        """The query's rows; with a `budget`, through _within_budget's statements."""
         nodes, seqs = _cursor_arrays(query.cursor)
+        within = budget is not None
         keys: list[bytes] | list[int]
         if query.topics:
-            sql, keys = _TOPIC_QUERY, list(query.topics)
+            sql = _TOPIC_QUERY_WITHIN if within else _TOPIC_QUERY
+            keys = list(query.topics)
         else:
-            sql, keys = _ORIGINATOR_QUERY, list(query.originators)
-        rows = await self.pool.fetch(sql, keys, nodes, seqs, self._clock.now_s(), limit)
-        return _rows_to_envelopes(rows)
+            sql = _ORIGINATOR_QUERY_WITHIN if within else _ORIGINATOR_QUERY
+            keys = list(query.originators)
+        extra = (budget,) if within else ()
+        rows: list[asyncpg.Record] = await self.pool.fetch(
+            sql, keys, nodes, seqs, self._clock.now_s(), limit, *extra
+        )
+        return rows
+
+    async def query(self, query: EnvelopeQuery, limit: int) -> list[StoredEnvelope]:
+        return _rows_to_envelopes(await self._fetch(query, limit, None))
 
     async def query_within(
         self, query: EnvelopeQuery, limit: int, budget: int
     ) -> tuple[list[StoredEnvelope], bool]:
         """Like query, but the envelopes' bytes stop at `budget` (always the first); and
         whether that left rows out."""
-        nodes, seqs = _cursor_arrays(query.cursor)
-        keys: list[bytes] | list[int]
-        if query.topics:
-            sql, keys = _TOPIC_QUERY_WITHIN, list(query.topics)
-        else:
-            sql, keys = _ORIGINATOR_QUERY_WITHIN, list(query.originators)
-        now = self._clock.now_s()
-        rows = await self.pool.fetch(sql, keys, nodes, seqs, now, limit, budget)
+        rows = await self._fetch(query, limit, budget)
         return _rows_to_envelopes(rows), bool(rows and rows[0]["cut"])
 
     async def originator_range(
