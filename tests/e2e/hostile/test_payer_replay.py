@@ -44,12 +44,15 @@ def with_retention(payer: envelopes_pb2.PayerEnvelope, days: int) -> envelopes_p
     return replay
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
 async def test_a_replayed_payer_envelope_is_refused_and_bills_nobody(
-    tmp_path: Path, empty_database: str, spawn_node: Callable[..., NodeProcess]
+    tmp_path: Path, empty_database: str, spawn_node: Callable[..., NodeProcess], workers: str
 ) -> None:
+    """With two workers, replays also come through the one that forwards its batches to the
+    other's sequencer (connections of their own spread over both)."""
     spec = NodeSpec(tmp_path, {100: SigningKey.generate()})
     spec.write()
-    node = spawn_node(empty_database, spec, 100, **FEES)
+    node = spawn_node(empty_database, spec, 100, workers=workers, **FEES)
     payer = SigningKey.generate()
     signed = build_payer_envelope(
         group_message_envelope(GROUP, b"paid once"), payer, 100, retention_days=30
@@ -59,9 +62,10 @@ async def test_a_replayed_payer_envelope_is_refused_and_bills_nobody(
         billed = await usage(empty_database, payer)
         assert billed[0] == 1 and billed[1] > 0
 
-        for replay in (signed, with_retention(signed, DEFAULT_MAX_RETENTION_DAYS)):
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await attacker.publish([replay])
+        for replay in (signed, with_retention(signed, DEFAULT_MAX_RETENTION_DAYS)) * 2:
+            async with NodeClient(node.address, own_connection=True) as connection:
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await connection.publish([replay])
             assert refused.value.code() is grpc.StatusCode.ALREADY_EXISTS
             assert "published here already as sequence id 1" in (refused.value.details() or "")
         # The replay that once billed 717,259,538,365 picodollars: retention 4,294,967,295

@@ -62,11 +62,12 @@ def test_an_answer_rebuilds_the_signed_envelopes_from_what_was_sent() -> None:
     assert answer.signed == signed  # every indexed column (the leaf is not compared)
 
 
-def test_a_refusal_carries_its_status_and_detail() -> None:
-    answer = decode_answer(body(encode_refusal(3, Status.CLOSING, "drains")), NODE, {})
+@pytest.mark.parametrize("status", [Status.CLOSING, Status.ALREADY_PUBLISHED])
+def test_a_refusal_carries_its_status_and_detail(status: Status) -> None:
+    answer = decode_answer(body(encode_refusal(3, status, "drains")), NODE, {})
     assert (answer.request_id, answer.status, answer.detail, answer.signed) == (
         3,
-        Status.CLOSING,
+        status,
         "drains",
         [],
     )
