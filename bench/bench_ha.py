@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -68,7 +69,7 @@ async def publish_rate(address: str, seconds: float, callers: int, batch: int) -
     async with NodeClient(address) as client:
 
         async def one() -> int:
-            payloads = [b"x" * 64] * batch
+            payloads = [os.urandom(64) for _ in range(batch)]  # a node stores each once
             return len(await client.publish_group_messages(PAYER, NODE, GROUP, payloads))
 
         return await run_callers(callers, seconds, one)
@@ -141,7 +142,7 @@ async def failover(ha: HaCluster, work: Path, fault: str, round_: int) -> None:
         async with NodeClient(address) as client:
             while not stop.is_set():
                 try:
-                    await client.publish_group_messages(PAYER, NODE, GROUP, [b"y"])
+                    await client.publish_group_messages(PAYER, NODE, GROUP, [os.urandom(16)])
                     answered.append(time.monotonic())
                 except grpc.aio.AioRpcError:
                     await asyncio.sleep(POLL_S)

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import structlog
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from xnode.core import sizes
 from xnode.core.crypto import SigningKey
 from xnode.core.fees import FeeSchedule
 from xnode.core.limits import Limit
@@ -565,6 +566,40 @@ class LimitsGroup(TrustedProxiesGroup):
         return _addresses(self.payer_deny_list)
 
 
+class SizesGroup(BaseModel):
+    """Sizes and byte budgets (core.sizes): what is stored can always be sent, and no answer
+    is built past a budget below the message limit (docs/operations.md, "Sizes and
+    budgets")."""
+
+    max_payer_envelope_bytes: int = Field(
+        sizes.DEFAULT_MAX_PAYER_ENVELOPE_BYTES,
+        description="Largest payer envelope a publish may carry (bigger: INVALID_ARGUMENT); "
+        f"with the originator envelope's framing ({sizes.ENVELOPE_FRAMING_OVERHEAD} bytes) it "
+        "must fit answer_budget_bytes",
+        gt=0,
+    )
+    max_retention_days: int = Field(
+        sizes.DEFAULT_MAX_RETENTION_DAYS,
+        description="Largest message_retention_days a payer envelope may ask for "
+        "(larger: INVALID_ARGUMENT)",
+        gt=0,
+    )
+    answer_budget_bytes: int = Field(
+        sizes.DEFAULT_ANSWER_BUDGET_BYTES,
+        description="Bytes of envelopes or reports one answer holds at most (QueryEnvelopes, "
+        "GetNewestEnvelope, QueryMisbehaviorReports): it stops adding rows there, always "
+        "holding the first, and says so in the `xnode-answer-cut` trailer; at most the "
+        "message limit",
+        gt=0,
+    )
+    max_report_bytes: int = Field(
+        sizes.DEFAULT_MAX_REPORT_BYTES,
+        description="Largest misbehavior report a client may submit (bigger: "
+        f"INVALID_ARGUMENT); liveness reports at most {sizes.MAX_LIVENESS_REPORT_BYTES}",
+        gt=0,
+    )
+
+
 class WatchdogGroup(BaseModel):
     """`xnode watchdog`: probes of every registered node."""
 
@@ -609,11 +644,28 @@ class Settings(
     LogsGroup,
     FeesGroup,
     LimitsGroup,
+    SizesGroup,
     WatchdogGroup,
     LoggingGroup,
     BaseSettings,
 ):
     model_config = SettingsConfigDict(env_prefix="XNODE_", extra="ignore")
+
+    @model_validator(mode="after")
+    def _sizes_hold_together(self) -> Settings:
+        problem = self.size_caps().problem()
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    def size_caps(self) -> sizes.Sizes:
+        return sizes.Sizes(
+            message_bytes=self.max_message_mib * sizes.MIB,
+            payer_envelope_bytes=self.max_payer_envelope_bytes,
+            answer_budget_bytes=self.answer_budget_bytes,
+            report_bytes=self.max_report_bytes,
+            retention_days=self.max_retention_days,
+        )
 
     def signing_key(self) -> SigningKey:
         key = key_from(self.signer_key, self.signer_key_file)
@@ -733,6 +785,7 @@ NODE_GROUPS: tuple[tuple[str, tuple[type[BaseModel], ...]], ...] = (
     ("logs", (LogsGroup,)),
     ("fees", (FeesGroup,)),
     ("limits", (LimitsGroup, TrustedProxiesGroup)),
+    ("sizes", (SizesGroup,)),
     ("watchdog", (WatchdogGroup,)),
     ("logging", (LoggingGroup,)),
 )

@@ -38,6 +38,7 @@ STATUS_OF = {
     # Not a retry: this node never originates; the client must publish elsewhere.
     Reason.READ_ONLY: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.NO_CHAIN: grpc.StatusCode.FAILED_PRECONDITION,
+    Reason.ALREADY_PUBLISHED: grpc.StatusCode.ALREADY_EXISTS,
 }
 
 # The node's cursor travels with DEPENDS_ON_AHEAD as a serialized Cursor.

@@ -20,11 +20,13 @@ from xnode.core.errors import Reason, Rejected
 from xnode.core.evidence import why_unproven
 from xnode.core.misbehavior import (
     BLOCKCHAIN_INCONSISTENCY,
+    LIVENESS_TYPES,
     PROVEN_TYPES,
     check_client_report,
     type_name,
 )
 from xnode.core.registry import RegistryKeys
+from xnode.core.sizes import Sizes
 from xnode.usecases.limits import ApiLimits, Caller
 from xnode.usecases.ports import ChainTransactions, MisbehaviorReports
 
@@ -41,17 +43,20 @@ class MisbehaviorService:
         limits: ApiLimits | None = None,
         caller_of: Callable[[Context], Caller] | None = None,
         chain: ChainTransactions | None = None,
+        sizes: Sizes | None = None,
     ) -> None:
         """`keys`: the registry keys a client's safety report must prove its claim against;
         `chain`: where BLOCKCHAIN_INCONSISTENCY claims are checked (None: a node without a
         chain refuses them)."""
         self._store = store
+        self._sizes = sizes or Sizes()
         self._keys = keys
         self._chain = chain
         self._limits = limits
         self._caller_of = caller_of or (lambda context: Caller.from_peer(context.peer()))
 
     async def _check(self, report: mb.UnsignedMisbehaviorReport) -> None:
+        self._sizes.check_report(report.ByteSize(), int(report.type) in LIVENESS_TYPES)
         check_client_report(report)
         if int(report.type) in PROVEN_TYPES:
             # A report this node signs must prove itself (xnode.core.evidence): hosting
@@ -91,5 +96,7 @@ class MisbehaviorService:
         if self._limits is not None:
             await self._limits.query(self._caller_of(context))
         # Server times are int64 nanoseconds: nothing is stored after a later uint64.
-        reports = await self._store.after(min(request.after_ns, MAX_SEQUENCE_ID))
+        reports = await self._store.after(
+            min(request.after_ns, MAX_SEQUENCE_ID), budget=self._sizes.answer_budget_bytes
+        )
         return wire.repeated(1, reports)

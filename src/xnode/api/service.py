@@ -11,11 +11,14 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import grpc
+import structlog
 
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xnode.api.errors import StatusError
 from xnode.core import wire
-from xnode.core.envelopes import cursor_from_proto
+from xnode.core.envelopes import StoredEnvelope, cursor_from_proto
 from xnode.core.query import EnvelopeQuery
+from xnode.core.sizes import ENVELOPE_FRAMING_OVERHEAD, MIB
 from xnode.usecases.fanout import Batch
 from xnode.usecases.limits import Caller
 from xnode.usecases.publish import Publish
@@ -23,10 +26,19 @@ from xnode.usecases.query import Query
 from xnode.usecases.subscribe import Subscribe, topic_groups
 from xnode.usecases.subscription import Delivery, Phase
 
+log = structlog.get_logger(__name__)
+
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_STREAM_MESSAGE_BYTES = 4 * 1024 * 1024
 
 _TOPICS_STATUS = api.SubscribeTopicsResponse.SubscriptionStatus
+
+# Said in the trailers of an answer the byte budget cut short (core.sizes): `bytes`. The
+# client pages on as after a full page: QueryEnvelopes from its last envelope's cursor,
+# GetNewestEnvelope for the topics past the answered ones.
+ANSWER_CUT_TRAILER = "xnode-answer-cut"
+# Envelopes whose bytes could not be sent were logged already (each once per process).
+_UNSENDABLE_LOGGED_MAX = 1024
 
 
 def _chunks(batches: list[Batch]) -> Iterable[bytes]:
@@ -100,11 +112,41 @@ class EnvelopeService:
         query: Query,
         subscribe: Subscribe,
         caller_of: Callable[[Context], Caller] = peer_caller,
+        max_message_bytes: int = 25 * MIB,
     ) -> None:
+        """`max_message_bytes`: the send limit every envelope must fit alone, framed."""
         self._publish = publish
         self._query = query
         self._subscribe = subscribe
         self._caller_of = caller_of
+        # One envelope fits one message (core.sizes): checked before anything is sent.
+        self._largest_envelope = max_message_bytes - ENVELOPE_FRAMING_OVERHEAD
+        self._unsendable_logged: set[tuple[int, int]] = set()
+
+    def _check_sendable(self, envelopes: Iterable[StoredEnvelope]) -> None:
+        """Raises RESOURCE_EXHAUSTED, naming it, for an envelope too large to send in one
+        message: one stored before the size caps (docs/operations.md, "Sizes and budgets").
+        The caps keep new ones from being stored; receivers file no report for this status."""
+        for envelope in envelopes:
+            if len(envelope.raw) <= self._largest_envelope:
+                continue
+            key = (envelope.originator_node_id, envelope.sequence_id)
+            if key not in self._unsendable_logged:
+                if len(self._unsendable_logged) < _UNSENDABLE_LOGGED_MAX:
+                    self._unsendable_logged.add(key)
+                log.error(
+                    "envelope_unsendable",
+                    originator=key[0],
+                    sequence_id=key[1],
+                    size=len(envelope.raw),
+                    largest=self._largest_envelope,
+                )
+            raise StatusError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"envelope {key[0]}:{key[1]} is {len(envelope.raw)} bytes, more than one "
+                f"message can carry ({self._largest_envelope} with its framing): it was "
+                "stored before this node capped envelope sizes; its operator is told",
+            )
 
     async def PublishPayerEnvelopes(
         self, request: api.PublishPayerEnvelopesRequest, context: Context
@@ -113,16 +155,30 @@ class EnvelopeService:
         return wire.repeated(1, published)
 
     async def QueryEnvelopes(self, request: api.QueryEnvelopesRequest, context: Context) -> bytes:
-        rows = await self._query.envelopes(
+        answer = await self._query.envelopes(
             _query_of(request.query), request.limit, self._caller_of(context)
         )
-        return wire.repeated(1, (r.raw for r in rows))
+        self._check_sendable(answer.envelopes)
+        if answer.cut:
+            context.set_trailing_metadata(((ANSWER_CUT_TRAILER, "bytes"),))
+        return wire.repeated(1, (r.raw for r in answer.envelopes))
 
     async def GetNewestEnvelope(
         self, request: api.GetNewestEnvelopeRequest, context: Context
     ) -> bytes:
         await self._query.admit(self._caller_of(context))
-        newest = await self._query.newest(list(request.topics))
+        topics = list(request.topics)
+        newest = await self._query.newest(topics)
+        for i, raw in enumerate(newest):
+            if raw is not None and len(raw) > self._largest_envelope:
+                raise StatusError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"the newest envelope of topics[{i}] is {len(raw)} bytes, more than one "
+                    f"message can carry ({self._largest_envelope} with its framing): it was "
+                    "stored before this node capped envelope sizes",
+                )
+        if len(newest) < len(topics):
+            context.set_trailing_metadata(((ANSWER_CUT_TRAILER, "bytes"),))
         return wire.repeated(1, (wire.field(1, raw) if raw else b"" for raw in newest))
 
     async def GetInboxIds(
@@ -147,6 +203,9 @@ class EnvelopeService:
         self, groups: list[EnvelopeQuery], method: str, framing: Framing, context: Context
     ) -> AsyncIterator[bytes]:
         async for delivery in self._subscribe(groups, method, self._caller_of(context)):
+            for batch in delivery.batches:
+                if len(batch.framed) > self._largest_envelope:  # else each envelope fits
+                    self._check_sendable(batch.envelopes)
             for frame in framing(delivery):
                 yield frame
 

@@ -70,6 +70,9 @@ class ValidPayerEnvelope:
     client_envelope: envelopes_pb2.ClientEnvelope
     # A group message's MLS framing: commits and application messages are told apart by it.
     framing: FramingHeader | None = None
+    # What the payer signed (core.crypto.payer_digest): the same for a replay of this
+    # envelope with another retention, which the signature does not cover.
+    payer_digest: bytes = b""
 
     @property
     def is_commit(self) -> bool:
@@ -98,6 +101,8 @@ class Originable(Protocol):
     def payer_address(self) -> bytes: ...
     @property
     def retention_days(self) -> int: ...
+    @property
+    def payer_digest(self) -> bytes: ...
     def expiry(self, originator_ns: int) -> int: ...
 
 
@@ -224,12 +229,13 @@ def _target_of(payer: envelopes_pb2.PayerEnvelope, aad: envelopes_pb2.Authentica
     return payer.target_originator or aad.target_originator
 
 
-def _payer_address(payer: envelopes_pb2.PayerEnvelope) -> bytes:
+def _payer_address(payer: envelopes_pb2.PayerEnvelope) -> tuple[bytes, bytes]:
+    """The payer's address and the digest it signed."""
     if not payer.HasField("payer_signature"):
         raise Rejected(Reason.BAD_SIGNATURE, "payer_signature is missing")
     digest = payer_digest(payer.target_originator, payer.unsigned_client_envelope)
     try:
-        return address_of(recover_public_key(payer.payer_signature.bytes, digest))
+        return address_of(recover_public_key(payer.payer_signature.bytes, digest)), digest
     except SignatureError as exc:
         raise Rejected(Reason.BAD_SIGNATURE, f"payer signature: {exc}") from None
 
@@ -273,16 +279,18 @@ def validate_payer_envelope(
     client, target, topic, payload, framing, depends_on = _payer_rules(
         payer, node_id, now, now + STAMP_GRACE_S
     )
+    address, digest = _payer_address(payer)
     return ValidPayerEnvelope(
         raw=payer.SerializeToString(deterministic=True),
         topic=topic,
         payload=payload,
-        payer_address=_payer_address(payer),
+        payer_address=address,
         target_originator=target,
         depends_on=depends_on,
         retention_days=payer.message_retention_days,
         client_envelope=client,
         framing=framing,
+        payer_digest=digest,
     )
 
 
@@ -305,7 +313,7 @@ def received_payer(
     # Topic.parse accepted these bytes: they are the topic's raw form
     return (
         client.aad.target_topic,
-        _payer_address(payer),
+        _payer_address(payer)[0],
         payer.message_retention_days,
         depends_on,
     )

@@ -24,6 +24,8 @@ class Reason(StrEnum):
     READ_ONLY = "read_only"
     # A claim only the chain can settle, sent to a node that reads no chain.
     NO_CHAIN = "no_chain"
+    # A payer envelope this originator already holds (or is storing): a replay bills nobody.
+    ALREADY_PUBLISHED = "already_published"
 
 
 class Rejected(Exception):

@@ -3,10 +3,10 @@ the signed envelopes back (xnode.runtime.forwarding). Pure byte framing, no I/O.
 
 Every frame is a 4-byte big-endian length, then the body. A batch (worker -> sequencer):
 request id (8 bytes), count (4), then per envelope the lengths of the payer envelope (4),
-topic (2) and payer address (1), the retention days (4), then those bytes. An answer:
-request id (8), a status byte; OK: count (4), then per envelope sequence id, originator ns,
-expiry, base fee, congestion fee (8 bytes each) and the signed envelope's length (4) and
-bytes; otherwise a UTF-8 detail. Both ends are processes of one node, on one machine.
+topic (2), payer address (1) and payer digest (1), the retention days (4), then those
+bytes. An answer: request id (8), a status byte; OK: count (4), then per envelope sequence
+id, originator ns, expiry, base fee, congestion fee (8 bytes each) and the signed envelope's
+length (4) and bytes; otherwise a UTF-8 detail. Both ends are processes of one node, on one machine.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from xnode.core.topics import Topic
 
 LENGTH = struct.Struct(">I")
 _BATCH = struct.Struct(">QI")
-_PAYLOAD = struct.Struct(">IHBI")
+_PAYLOAD = struct.Struct(">IHBBI")
 _ANSWER = struct.Struct(">QB")
 _COUNT = struct.Struct(">I")
 _SIGNED = struct.Struct(">QQQQQI")
@@ -32,6 +32,7 @@ class Status(IntEnum):
     OK = 0
     CLOSING = 1  # the sequencer drains: nothing of the batch was stored, sequence it yourself
     FAILED = 2  # the append failed; whether it was stored is unknown
+    ALREADY_PUBLISHED = 3  # a payer envelope of the batch is stored already: nothing stored
 
 
 class WireError(ValueError):
@@ -46,6 +47,7 @@ class Payload:
     topic: Topic
     payer_address: bytes
     retention_days: int
+    payer_digest: bytes = b""
 
     def expiry(self, originator_ns: int) -> int:
         return expiry_unixtime(self.topic.kind, self.retention_days, originator_ns)
@@ -67,8 +69,13 @@ def encode_batch(request_id: int, batch: Sequence[Originable]) -> bytes:
     parts = [_BATCH.pack(request_id, len(batch))]
     for p in batch:
         topic = p.topic.raw
-        parts.append(_PAYLOAD.pack(len(p.raw), len(topic), len(p.payer_address), p.retention_days))
-        parts += (p.raw, topic, p.payer_address)
+        digest = p.payer_digest
+        parts.append(
+            _PAYLOAD.pack(
+                len(p.raw), len(topic), len(p.payer_address), len(digest), p.retention_days
+            )
+        )
+        parts += (p.raw, topic, p.payer_address, digest)
     return frame(b"".join(parts))
 
 
@@ -78,14 +85,16 @@ def decode_batch(body: bytes) -> tuple[int, list[Payload]]:
         at = _BATCH.size
         batch = []
         for _ in range(count):
-            raw_len, topic_len, address_len, days = _PAYLOAD.unpack_from(body, at)
+            raw_len, topic_len, address_len, digest_len, days = _PAYLOAD.unpack_from(body, at)
             at += _PAYLOAD.size
             raw = body[at : at + raw_len]
             at += raw_len
             topic = Topic.parse(body[at : at + topic_len])
             at += topic_len
-            batch.append(Payload(raw, topic, body[at : at + address_len], days))
+            address = body[at : at + address_len]
             at += address_len
+            batch.append(Payload(raw, topic, address, days, body[at : at + digest_len]))
+            at += digest_len
     except (struct.error, ValueError) as exc:
         raise WireError(f"batch does not decode: {exc}") from None
     if at != len(body):

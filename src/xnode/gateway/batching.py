@@ -12,10 +12,11 @@ few; its publishes are limited by the node per payer, the gateway, anyway).
 
 Only runs the node originates itself are combined. It stores such a request whole or not at
 all, so when the node refuses a combined call for one run's sake (bad input, a stale
-dependency, a limit), each run is sent again alone and gets its own verdict. When the node
-may have stored the call (no answer in time), every run gets that verdict: sending them again
-could publish them twice. Chain-bound runs (commits, identity updates) are never combined:
-the chain stores them one transaction at a time, so a refusal may follow a partial success.
+dependency, a limit, a replay of what it stored), each run is sent again alone and gets its
+own verdict. When the node may have stored the call (no answer in time), every run gets that
+verdict: sending them again could publish them twice. Chain-bound runs (commits, identity
+updates) are never combined: the chain stores them one transaction at a time, so a refusal
+may follow a partial success.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ REFUSED_WHOLE = frozenset(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         grpc.StatusCode.PERMISSION_DENIED,
         grpc.StatusCode.OUT_OF_RANGE,
+        # A payer envelope the node stored already (a replay): the other runs are not.
+        grpc.StatusCode.ALREADY_EXISTS,
     }
 )
 

@@ -308,6 +308,12 @@ class PeerStream:
             return
         if code is grpc.StatusCode.CANCELLED:
             return
+        if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+            # A message over a size limit (this node's receive limit, or an envelope the peer
+            # stored before size caps and cannot send) or the peer's rate limits: the peer
+            # did not fail to serve, so no report; the stream resumes after a backoff.
+            self._log.warning("peer_stream_too_large_or_limited", detail=details)
+            return
         if code is grpc.StatusCode.UNAVAILABLE and is_handshake_failure(details):
             self._refused_by_tls(details)
             if self._hooks is not None:

@@ -95,6 +95,12 @@ class SequencerLink:
             return
         try:
             signed = await self._originator.publish(batch)
+        except Rejected as exc:
+            status = Status.ALREADY_PUBLISHED
+            if exc.reason is not Reason.ALREADY_PUBLISHED:
+                status = Status.FAILED
+            writer.write(encode_refusal(request_id, status, exc.detail))
+            return
         except Exception as exc:  # the worker answers its caller UNAVAILABLE
             writer.write(encode_refusal(request_id, Status.FAILED, str(exc)))
             return
@@ -153,6 +159,8 @@ class ForwardingOriginator:
             self._waiting.pop(request_id, None)
         if result.status is Status.CLOSING:  # nothing was stored
             return await self._sequence_locally(envelopes)
+        if result.status is Status.ALREADY_PUBLISHED:
+            raise Rejected(Reason.ALREADY_PUBLISHED, result.detail)
         if result.status is not Status.OK:
             raise Rejected(
                 Reason.UNAVAILABLE, f"the node's sequencer could not store: {result.detail}"

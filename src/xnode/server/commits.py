@@ -108,6 +108,7 @@ async def start_originator(
         settings.max_batch,
         BatchStats([observe_batch]),
         in_flight=2 if role.shares_ports else 1,
+        held=sequencer.held,
     )
     stops.add_sync(Phase.COMMITS, lambda: _log_appends(sequencer))  # after the last commit
     link = role.sequencer_link if role.shares_ports else ""

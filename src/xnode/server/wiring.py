@@ -101,7 +101,7 @@ from xnode.usecases.limits import ApiLimits
 from xnode.usecases.logs import LogQueries
 from xnode.usecases.node_state import NodeState
 from xnode.usecases.originator import Originator
-from xnode.usecases.ports import EnvelopeReader
+from xnode.usecases.ports import AnswerReader, EnvelopeReader
 from xnode.usecases.publish import Publish
 from xnode.usecases.query import Query
 from xnode.usecases.reads import RoutedReads, for_catch_up, for_queries
@@ -350,7 +350,7 @@ async def _serve(
     stops.add(Phase.LISTENERS, slots.close)
     limits = ApiLimits(settings.limit_policy(), SharedBuckets(parts.store.pool), slots)
     catch_up: EnvelopeReader = store
-    queried: EnvelopeReader = store
+    queried: AnswerReader = store
     if parts.replica is not None:
         replica, watch = parts.replica.store, parts.replica.watch
         catch_up = RoutedReads(store, replica, watch, for_catch_up(parts.state.vector_clock))
@@ -373,6 +373,7 @@ async def _serve(
         limits=limits,
         identity=parts.identity,
         crypto=crypto_threads.THREADS,
+        sizes=settings.size_caps(),
     )
     registry = parts.registry
     current_registry = registry.current if registry else _no_registry
@@ -391,11 +392,19 @@ async def _serve(
         )
         logs = LogService(queries)
         end_streams.append(queries.close_all)
-    query = Query(queried, chain.store if chain else None, limits, parts.identity)
-    service = EnvelopeService(publish, query, subscribe, auth.caller)
+    sizes = settings.size_caps()
+    query = Query(
+        queried, chain.store if chain else None, limits, parts.identity, sizes.answer_budget_bytes
+    )
+    service = EnvelopeService(publish, query, subscribe, auth.caller, sizes.message_bytes)
     transactions = Transactions(chain.connection.rpc, chain.connection.contracts) if chain else None
     misbehavior = MisbehaviorService(
-        parts.reports, lambda: current_registry().keys(), limits, auth.caller, transactions
+        parts.reports,
+        lambda: current_registry().keys(),
+        limits,
+        auth.caller,
+        transactions,
+        sizes,
     )
     extensions = [LOG_SERVICE, HOLDINGS_SERVICE, FORK_SERVICE, FEES_SERVICE]
     limited = LimitsInterceptor(limits, auth.caller, extensions, parts.outage)

@@ -67,6 +67,39 @@ ORDER BY t.i
 """
 
 
+def _within_budget(sql: str, budget: str) -> str:
+    """`sql`'s rows, in order, as long as their envelopes' bytes add up to at most `budget`
+    (always the first), and after them whether rows were left out. octet_length reads a
+    stored value's size without fetching it, so what is cut off is never read."""
+    return f"""
+SELECT r.*, r.total > count(*) OVER () AS cut FROM (
+    SELECT q.*, count(*) OVER () AS total,
+           row_number() OVER w AS n, sum(octet_length(q.envelope)) OVER w AS upto
+    FROM ({sql}) AS q
+    WINDOW w AS (ORDER BY q.originator_node_id, q.originator_sequence_id
+                 ROWS UNBOUNDED PRECEDING)
+) AS r
+WHERE r.n = 1 OR r.upto <= {budget}
+ORDER BY r.originator_node_id, r.originator_sequence_id
+"""
+
+
+_TOPIC_QUERY_WITHIN = _within_budget(_TOPIC_QUERY, "$6")
+_ORIGINATOR_QUERY_WITHIN = _within_budget(_ORIGINATOR_QUERY, "$6")
+
+# The newest envelope of each topic, in the request's order, until their bytes pass $3
+# (always the first topic's).
+_NEWEST_WITHIN = f"""
+SELECT i, envelope FROM (
+    SELECT n.i, n.envelope,
+           sum(coalesce(octet_length(n.envelope), 0)) OVER (ORDER BY n.i) AS upto
+    FROM ({_NEWEST_QUERY}) AS n
+) AS r
+WHERE r.i = 1 OR r.upto <= $3
+ORDER BY r.i
+"""
+
+
 _ORIGINATOR_RANGE = f"""
 SELECT * FROM ({by_key(_COLUMNS, _IN_RANGE)}) AS r ORDER BY originator_sequence_id
 """
@@ -87,15 +120,35 @@ class EnvelopeStore:
         self.pool = pool
         self._clock = clock  # what "expired" is measured against
 
-    async def query(self, query: EnvelopeQuery, limit: int) -> list[StoredEnvelope]:
+    async def _fetch(
+        self, query: EnvelopeQuery, limit: int, budget: int | None
+    ) -> list[asyncpg.Record]:
+        """The query's rows; with a `budget`, through _within_budget's statements."""
         nodes, seqs = _cursor_arrays(query.cursor)
+        within = budget is not None
         keys: list[bytes] | list[int]
         if query.topics:
-            sql, keys = _TOPIC_QUERY, list(query.topics)
+            sql = _TOPIC_QUERY_WITHIN if within else _TOPIC_QUERY
+            keys = list(query.topics)
         else:
-            sql, keys = _ORIGINATOR_QUERY, list(query.originators)
-        rows = await self.pool.fetch(sql, keys, nodes, seqs, self._clock.now_s(), limit)
-        return _rows_to_envelopes(rows)
+            sql = _ORIGINATOR_QUERY_WITHIN if within else _ORIGINATOR_QUERY
+            keys = list(query.originators)
+        extra = (budget,) if within else ()
+        rows: list[asyncpg.Record] = await self.pool.fetch(
+            sql, keys, nodes, seqs, self._clock.now_s(), limit, *extra
+        )
+        return rows
+
+    async def query(self, query: EnvelopeQuery, limit: int) -> list[StoredEnvelope]:
+        return _rows_to_envelopes(await self._fetch(query, limit, None))
+
+    async def query_within(
+        self, query: EnvelopeQuery, limit: int, budget: int
+    ) -> tuple[list[StoredEnvelope], bool]:
+        """Like query, but the envelopes' bytes stop at `budget` (always the first); and
+        whether that left rows out."""
+        rows = await self._fetch(query, limit, budget)
+        return _rows_to_envelopes(rows), bool(rows and rows[0]["cut"])
 
     async def originator_range(
         self, originator: int, after: int, up_to: int
@@ -108,8 +161,10 @@ class EnvelopeStore:
         )
         return _rows_to_envelopes(rows)
 
-    async def newest(self, topics: Sequence[bytes]) -> list[bytes | None]:
-        rows = await self.pool.fetch(_NEWEST_QUERY, list(topics), self._clock.now_s())
+    async def newest(self, topics: Sequence[bytes], budget: int) -> list[bytes | None]:
+        """The newest envelope of each topic, for the topics whose envelopes' bytes fit
+        `budget` in request order (always the first): a prefix of `topics`."""
+        rows = await self.pool.fetch(_NEWEST_WITHIN, list(topics), self._clock.now_s(), budget)
         return [r[1] for r in rows]
 
     async def vector_clock(self) -> Cursor:

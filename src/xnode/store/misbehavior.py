@@ -52,15 +52,27 @@ class MisbehaviorStore:
         MISBEHAVIOR_REPORTS.labels(type_name(unsigned.type), source).inc()
         return report
 
-    async def after(self, after_ns: int, limit: int = MAX_QUERY_REPORTS) -> list[bytes]:
-        """Serialized MisbehaviorReports stored after `after_ns`, oldest first."""
-        rows = await self._pool.fetch(
-            "SELECT report FROM misbehavior_reports WHERE server_time_ns > $1"
-            " ORDER BY server_time_ns LIMIT $2",
-            after_ns,
-            limit,
-        )
+    async def after(
+        self, after_ns: int, limit: int = MAX_QUERY_REPORTS, budget: int = 0
+    ) -> list[bytes]:
+        """Serialized MisbehaviorReports stored after `after_ns`, oldest first; with a
+        `budget`, only as many as fit it in bytes (always the first: core.sizes)."""
+        rows = await self._pool.fetch(_AFTER, after_ns, limit, budget or None)
         return [r[0] for r in rows]
+
+
+# octet_length reads a report's size without fetching it: what is cut off is never read.
+_AFTER = """
+SELECT report FROM (
+    SELECT report, server_time_ns,
+           row_number() OVER w AS n, sum(octet_length(report)) OVER w AS upto
+    FROM (SELECT report, server_time_ns FROM misbehavior_reports WHERE server_time_ns > $1
+          ORDER BY server_time_ns LIMIT $2) AS q
+    WINDOW w AS (ORDER BY server_time_ns ROWS UNBOUNDED PRECEDING)
+) AS r
+WHERE r.n = 1 OR $3::bigint IS NULL OR r.upto <= $3
+ORDER BY server_time_ns
+"""
 
 
 class MisbehaviorLog:

@@ -50,15 +50,17 @@ WHERE originator_node_id = $1
 # Parameters: $1..$7 the envelope columns ($1 this node, $2 and $3 the first id and time:
 # a batch's ids and times are consecutive, and an array costs the driver per element to
 # encode), $8 the last id, $9 its time, $10 this node, $11
-# and $12 the notification, $13 and $14 the signed fees (the payer_usage trigger sums them);
-# then per statement: the fast path's remembered id and time ($15, $16) and tree nodes
-# ($17..$19), and the log leaves (last). A statement without the log (setting
+# and $12 the notification, $13 and $14 the signed fees (the payer_usage trigger sums them),
+# $15 the payer digests (migration 0010: replays are refused by them);
+# then per statement: the fast path's remembered id and time ($16, $17) and tree nodes
+# ($18..$20), and the log leaves (last). A statement without the log (setting
 # `log_commit_enabled` false, or an id without a log) takes a prefix of the same arguments.
 _ROWS = """
     SELECT $1::int, $2::bigint + r.i - 1, $3::bigint + r.i - 1, r.topic, r.expiry, r.payer,
-           r.raw, r.base, r.congestion
-    FROM unnest($4::bytea[], $5::bigint[], $6::bytea[], $7::bytea[], $13::bigint[], $14::bigint[])
-        WITH ORDINALITY AS r(topic, expiry, payer, raw, base, congestion, i)"""
+           r.raw, r.base, r.congestion, r.digest
+    FROM unnest($4::bytea[], $5::bigint[], $6::bytea[], $7::bytea[], $13::bigint[], $14::bigint[],
+                $15::bytea[])
+        WITH ORDINALITY AS r(topic, expiry, payer, raw, base, congestion, digest, i)"""
 
 
 def _leaf_rows(joined: str) -> str:
@@ -76,16 +78,16 @@ def _leaf_rows(joined: str) -> str:
 
 # If the row moved on (another process appended), `claimed` is empty and nothing is inserted.
 # envelope_keys would skip a reused id regardless (migration 0009). The fast path also
-# carries the tree nodes the batch completes ($17..$19), computed from the frontier this
-# process holds, which is the tree up to $15 (the remembered id): so the tree grows in the
+# carries the tree nodes the batch completes ($18..$20), computed from the frontier this
+# process holds, which is the tree up to $16 (the remembered id): so the tree grows in the
 # same statement.
-# The remembered time ($16) is checked too: a batch signed on top of one still being written
+# The remembered time ($17) is checked too: a batch signed on top of one still being written
 # (Sequencer.append) must not claim a row that reached the same id by other envelopes (the
 # earlier batch missed and was signed again by the locked path, always at later times).
 _CLAIM = f"""
 WITH claimed AS (
     UPDATE vector_clock SET sequence_id = $8, last_ns = $9
-    WHERE originator_node_id = $10 AND sequence_id = $15 AND last_ns = $16
+    WHERE originator_node_id = $10 AND sequence_id = $16 AND last_ns = $17
     RETURNING 1
 ), inserted AS (
     INSERT INTO originator_envelopes
@@ -94,10 +96,10 @@ WITH claimed AS (
 )"""
 _CLAIMED = "SELECT (SELECT count(*) FROM inserted), (SELECT pg_notify($11, $12) FROM claimed)"
 _CLAIM_AND_APPEND = f"""{_CLAIM}, leaves AS (
-    INSERT INTO log_leaves {_leaf_rows("$20")} WHERE EXISTS (SELECT 1 FROM claimed)
+    INSERT INTO log_leaves {_leaf_rows("$21")} WHERE EXISTS (SELECT 1 FROM claimed)
 ), nodes AS (
     INSERT INTO log_nodes
-    SELECT $10, * FROM unnest($17::smallint[], $18::bigint[], $19::bytea[]) AS n
+    SELECT $10, * FROM unnest($18::smallint[], $19::bigint[], $20::bytea[]) AS n
     WHERE EXISTS (SELECT 1 FROM claimed)
 ), tree AS (
     UPDATE log_trees SET tree_size = $8
@@ -114,11 +116,17 @@ WITH inserted AS (
     UPDATE vector_clock SET sequence_id = $8, last_ns = $9 WHERE originator_node_id = $10
 )"""
 _APPEND_LOCKED = f"""{_LOCKED}, leaves AS (
-    INSERT INTO log_leaves {_leaf_rows("$15")}
+    INSERT INTO log_leaves {_leaf_rows("$16")}
 )
 SELECT pg_notify($11, $12)
 """
 _APPEND_LOCKED_UNLOGGED = f"{_LOCKED}\nSELECT pg_notify($11, $12)\n"
+
+# Payer envelopes this node originated, by the digest their payer signed (migration 0010).
+_HELD = """
+SELECT payer_digest, originator_sequence_id FROM originator_envelopes
+WHERE payer_digest = ANY($2::bytea[]) AND originator_node_id = $1
+"""
 
 # Callers of the locked path without a schedule (tests, tools) sign zero fees.
 FREE = Pricing(FeeSchedule())
@@ -199,8 +207,10 @@ def _joined_leaves(signed: list[IndexedEnvelope]) -> bytes:
     return b"".join(e.leaf or envelope_leaf(e.raw) for e in signed)
 
 
-def _arguments(signed: list[IndexedEnvelope], node_id: int, notice: str) -> tuple[object, ...]:
-    """$1..$14 of the statements above (_sign gives consecutive ids and times)."""
+def _arguments(
+    signed: list[IndexedEnvelope], node_id: int, notice: str, batch: Sequence[Originable]
+) -> tuple[object, ...]:
+    """$1..$15 of the statements above (_sign gives consecutive ids and times)."""
     first, last = signed[0], signed[-1]
     return (
         node_id,
@@ -217,6 +227,7 @@ def _arguments(signed: list[IndexedEnvelope], node_id: int, notice: str) -> tupl
         f"{notice}|{node_id}:{last.sequence_id}",
         [e.base_fee for e in signed],
         [e.congestion_fee for e in signed],
+        [p.payer_digest or None for p in batch],
     )
 
 
@@ -238,7 +249,7 @@ async def _append_locked(
     logged = logged and has_log(node_id)
     last_ns = max(row[1], after_ns)
     signed = await _sign(batch, node_id, row[0], last_ns, now_ns, key, pricing, logged=logged)
-    arguments = _arguments(signed, node_id, notice_token)
+    arguments = _arguments(signed, node_id, notice_token, batch)
     if not logged:
         await conn.execute(_APPEND_LOCKED_UNLOGGED, *arguments)
         return signed, None
@@ -427,7 +438,7 @@ class Sequencer:
                 batch, self._node_id, last_seq, last_ns, now_ns, self._key, self._pricing,
                 None, False,
             )  # fmt: skip
-            arguments = _arguments(signed, self._node_id, self._notice)
+            arguments = _arguments(signed, self._node_id, self._notice, batch)
             self._advance(signed)
             return signed, (_CLAIM_AND_APPEND_UNLOGGED, *arguments, last_seq, last_ns)
         assert self._frontier is not None
@@ -435,12 +446,18 @@ class Sequencer:
         signed = await _sign(
             batch, self._node_id, last_seq, last_ns, now_ns, self._key, self._pricing, frontier
         )
-        arguments = _arguments(signed, self._node_id, self._notice)
+        arguments = _arguments(signed, self._node_id, self._notice, batch)
         nodes = node_columns(frontier.completed)
         self._frontier = frontier
         self._advance(signed)
         leaves = _joined_leaves(signed)
         return signed, (_CLAIM_AND_APPEND, *arguments, last_seq, last_ns, *nodes, leaves)
+
+    async def held(self, digests: Sequence[bytes]) -> dict[bytes, int]:
+        """{payer digest: sequence id} of the payer envelopes among `digests` this node
+        originated already (usecases.originator.Held)."""
+        rows = await self._pool.fetch(_HELD, self._node_id, list(digests))
+        return {bytes(r[0]): r[1] for r in rows}
 
     async def resume_after(self, sequence_id: int) -> None:
         """The next id signed is above `sequence_id` (and above what is stored): peers hold

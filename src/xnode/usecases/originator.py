@@ -29,6 +29,21 @@ from xnode.core.errors import Reason, Rejected
 # call order, and fail (or sign again) a batch whose predecessor failed.
 Append = Callable[[Sequence[Originable]], Awaitable[list[IndexedEnvelope]]]
 Committed = Callable[[list[IndexedEnvelope]], Awaitable[None]]
+# The sequence ids this originator stored payer envelopes of these digests under (migration
+# 0010); those it holds none of are left out.
+Held = Callable[[Sequence[bytes]], Awaitable[dict[bytes, int]]]
+
+
+def replayed(sequence_id: int | None) -> Rejected:
+    """A payer envelope this originator holds already: refused, so a replay (with any
+    retention, which the payer signature does not cover) stores and bills nothing."""
+    where = f" as sequence id {sequence_id}" if sequence_id is not None else ", being stored now"
+    return Rejected(
+        Reason.ALREADY_PUBLISHED,
+        f"this payer envelope (the same signed client envelope for this originator) was "
+        f"published here already{where}; a payer envelope is stored once",
+    )
+
 
 PIPELINE_MIN = 128  # envelopes waiting for a batch to start before the previous has committed
 GATHER_MIN = 32  # envelopes waiting: the group is taken without gathering more
@@ -65,9 +80,15 @@ class Originator:
         pipeline_min: int = PIPELINE_MIN,
         gather_turns: int = GATHER_TURNS,
         gather_seconds: float = GATHER_SECONDS,
+        held: Held | None = None,
     ) -> None:
-        """`gather_turns` 0: a group takes what waits at once (tests that count groups)."""
+        """`gather_turns` 0: a group takes what waits at once (tests that count groups).
+        `held`: where payer envelopes already stored are looked up (None: not checked)."""
         self._append = append
+        self._held = held
+        # Digests of the payer envelopes taken and not yet committed (or failed): a replay
+        # arriving meanwhile is refused here, one arriving after finds them stored.
+        self._publishing: set[bytes] = set()
         self._gather_turns = gather_turns
         self._gather_seconds = gather_seconds
         self._in_flight = in_flight
@@ -91,10 +112,18 @@ class Originator:
     async def publish(self, envelopes: Sequence[Originable]) -> list[IndexedEnvelope]:
         if self._closing:
             raise Rejected(Reason.UNAVAILABLE, "node is shutting down; publish to another node")
-        request = _Request(envelopes, asyncio.get_running_loop().create_future())
-        self._pending.append(request)
-        self._wake.set()
-        return await request.result
+        digests = [e.payer_digest for e in envelopes if e.payer_digest]
+        publishing = self._publishing
+        if len(set(digests)) < len(digests) or not publishing.isdisjoint(digests):
+            raise replayed(None)
+        publishing.update(digests)
+        try:
+            request = _Request(envelopes, asyncio.get_running_loop().create_future())
+            self._pending.append(request)
+            self._wake.set()
+            return await request.result
+        finally:
+            publishing.difference_update(digests)
 
     async def close(self) -> None:
         """Stops taking publishes and waits until every accepted one has committed."""
@@ -135,7 +164,12 @@ class Originator:
                 continue
             await slots.acquire()
             await self._gather()
-            batch = self._take_batch()
+            # Looked up here, one batch at a time, so batches reach `append` in the order
+            # taken (the previous one's write goes on meanwhile).
+            batch = await self._not_held(self._take_batch())
+            if not batch:
+                slots.release()
+                continue
             previous = asyncio.create_task(self._commit(batch, previous, slots))
 
     async def _gather(self) -> None:
@@ -154,6 +188,30 @@ class Originator:
             idle = idle + 1 if waiting == before else 0
             if idle > GATHER_PATIENCE:
                 return
+
+    async def _not_held(self, batch: list[_Request]) -> list[_Request]:
+        """The requests of `batch` none of whose payer envelopes is stored already; the
+        others are refused. Looked up after their digests joined `_publishing`, so a replay
+        is either refused there or finds the first one committed."""
+        if self._held is None:
+            return batch
+        digests = [e.payer_digest for r in batch for e in r.envelopes if e.payer_digest]
+        try:
+            held = await self._held(digests) if digests else {}
+        except Exception as exc:  # the store: the batch fails as its append would
+            for request in batch:
+                request.result.set_exception(exc)
+            return []
+        if not held:
+            return batch
+        kept = []
+        for request in batch:
+            found = [held[e.payer_digest] for e in request.envelopes if e.payer_digest in held]
+            if found:
+                request.result.set_exception(replayed(found[0]))
+            else:
+                kept.append(request)
+        return kept
 
     async def _commit(
         self, batch: list[_Request], previous: asyncio.Task[None] | None, slot: asyncio.Semaphore

@@ -38,12 +38,25 @@ class EnvelopeReader(Protocol):
         """Envelopes past the query's cursor, in (originator, sequence id) order."""
         ...
 
-    async def newest(self, topics: Sequence[bytes]) -> list[bytes | None]:
-        """The newest stored envelope of each topic, serialized; None when there is none."""
-        ...
-
     async def vector_clock(self) -> Cursor:
         """What the store holds per originator, committed by any process."""
+        ...
+
+
+class AnswerReader(EnvelopeReader, Protocol):
+    """The envelope store as the query use case reads it: answers within a byte budget
+    (core.sizes), so no answer is read whole before the send limit would refuse it."""
+
+    async def query_within(
+        self, query: EnvelopeQuery, limit: int, budget: int
+    ) -> tuple[list[StoredEnvelope], bool]:
+        """query's envelopes until their bytes pass `budget` (always the first); and whether
+        that left rows out."""
+        ...
+
+    async def newest(self, topics: Sequence[bytes], budget: int) -> list[bytes | None]:
+        """The newest stored envelope of each topic, serialized (None when there is none),
+        for a prefix of `topics` whose envelopes fit `budget` (always the first)."""
         ...
 
 
@@ -60,8 +73,9 @@ class MisbehaviorReports(Protocol):
         """Stores the report signed by this node."""
         ...
 
-    async def after(self, after_ns: int) -> list[bytes]:
-        """Serialized reports stored after `after_ns`, oldest first, a page at most."""
+    async def after(self, after_ns: int, *, budget: int = 0) -> list[bytes]:
+        """Serialized reports stored after `after_ns`, oldest first, a page at most; with a
+        `budget`, as many as fit it in bytes (always the first)."""
         ...
 
 

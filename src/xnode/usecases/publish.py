@@ -14,6 +14,7 @@ from typing import TypeVar
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.core.envelopes import ValidPayerEnvelope, check_depends_on, validate_payer_envelope
 from xnode.core.errors import Reason, Rejected
+from xnode.core.sizes import Sizes
 from xnode.core.vector_clock import NodeClock
 from xnode.observability.metrics import ENVELOPES_STORED, PUBLISH_LATENCY
 from xnode.usecases.admission import Admission
@@ -41,6 +42,17 @@ def validate_all(
         except Rejected as exc:
             raise exc.at(i) from None
     return valid
+
+
+def check_sizes(envelopes: Sequence[envelopes_pb2.PayerEnvelope], sizes: Sizes) -> None:
+    """Before any other work: every envelope under the caps, and the answer sendable."""
+    lengths = [payer.ByteSize() for payer in envelopes]
+    for i, (payer, size) in enumerate(zip(envelopes, lengths, strict=True)):
+        try:
+            sizes.check_payer_envelope(size, payer.message_retention_days)
+        except Rejected as exc:
+            raise exc.at(i) from None
+    sizes.check_publish_answer(lengths)
 
 
 async def _in_request(publish: Awaitable[list[bytes]], positions: list[int]) -> list[bytes]:
@@ -83,8 +95,11 @@ class Publish:
         limits: ApiLimits | None = None,
         identity: IdentityUpdates | None = None,
         crypto: CryptoThreads | None = None,
+        sizes: Sizes | None = None,
     ) -> None:
+        """`sizes`: the caps on payer envelopes and retention (default: core.sizes')."""
         self.node_id = node_id
+        self._sizes = sizes or Sizes()
         self._crypto = crypto or _DefaultExecutor()
         self._identity = identity
         self.admission = admission or Admission()
@@ -122,6 +137,7 @@ class Publish:
                 f"{len(envelopes)} payer envelopes in one request, the limit is "
                 f"{MAX_PUBLISH_ENVELOPES}",
             )
+        check_sizes(envelopes, self._sizes)
         if len(envelopes) >= THREAD_VALIDATION_MIN:
             valid = await self._crypto.run(functools.partial(validate_all, envelopes, self.node_id))
         else:

@@ -17,7 +17,7 @@ from xnode.core.cursors import Cursor
 from xnode.core.envelopes import StoredEnvelope
 from xnode.core.query import EnvelopeQuery
 from xnode.observability.metrics import READS_ROUTED
-from xnode.usecases.ports import EnvelopeReader
+from xnode.usecases.ports import AnswerReader
 
 
 class ReplicaClock(Protocol):
@@ -31,13 +31,13 @@ def covers(held: Cursor, needed: Cursor) -> bool:
 
 
 class RoutedReads:
-    """An EnvelopeReader: queries from the replica when it holds `needs(query)`, else from
+    """An AnswerReader: queries from the replica when it holds `needs(query)`, else from
     the primary; everything else from the primary."""
 
     def __init__(
         self,
-        primary: EnvelopeReader,
-        replica: EnvelopeReader,
+        primary: AnswerReader,
+        replica: AnswerReader,
         clock: ReplicaClock,
         needs: Callable[[EnvelopeQuery], Cursor],
     ) -> None:
@@ -54,8 +54,18 @@ class RoutedReads:
         READS_ROUTED.labels("primary").inc()
         return await self._primary.query(query, limit)
 
-    async def newest(self, topics: Sequence[bytes]) -> list[bytes | None]:
-        return await self._primary.newest(topics)
+    async def query_within(
+        self, query: EnvelopeQuery, limit: int, budget: int
+    ) -> tuple[list[StoredEnvelope], bool]:
+        held = self._clock.held()
+        if held is not None and covers(held, self._needs(query)):
+            READS_ROUTED.labels("replica").inc()
+            return await self._replica.query_within(query, limit, budget)
+        READS_ROUTED.labels("primary").inc()
+        return await self._primary.query_within(query, limit, budget)
+
+    async def newest(self, topics: Sequence[bytes], budget: int) -> list[bytes | None]:
+        return await self._primary.newest(topics, budget)
 
     async def vector_clock(self) -> Cursor:
         return await self._primary.vector_clock()

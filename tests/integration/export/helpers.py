@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,7 @@ from xnode.store.misbehavior import MisbehaviorStore
 from xnode.store.replication import ReplicationStore
 
 PAYER = SigningKey.generate()
+_PUBLISHED = itertools.count()
 NS_PER_S = 1_000_000_000
 DAY_S = 86_400
 
@@ -45,8 +48,8 @@ def client_envelope(
     key packages `identifier` is the installation's Ed25519 seed (the topic is its public
     key) and `data` is not used; group messages carry `data` in an MLS PrivateMessage;
     identity updates create a new inbox (its id is the topic)."""
-    if kind is TopicKind.KEY_PACKAGES:
-        return key_package_envelope(identifier, int(time.time()) - 60)
+    if kind is TopicKind.KEY_PACKAGES:  # made at another second for each `data`
+        return key_package_envelope(identifier, int(time.time()) - 60 - zlib.crc32(data) % 600)
     aad = envelopes_pb2.AuthenticatedData(target_topic=Topic(kind, identifier).raw)
     if kind is TopicKind.GROUP_MESSAGES:
         v1 = mls_pb2.GroupMessageInput.V1(data=mls_group_message(identifier, data))
@@ -77,10 +80,15 @@ def group(n: int) -> bytes:
 
 
 async def publish(address: str, node_id: int, items: Sequence[Item]) -> list[bytes]:
-    """Publishes through the node's API; returns the signed OriginatorEnvelopes, in order."""
+    """Publishes through the node's API; returns the signed OriginatorEnvelopes, in order.
+    Each published envelope is another (a node stores a payer envelope once): its data ends
+    with a number of its own."""
     payers = [
         build_payer_envelope(
-            client_envelope(i.kind, i.identifier, i.data), PAYER, node_id, i.retention_days
+            client_envelope(i.kind, i.identifier, i.data + b"#%d" % next(_PUBLISHED)),
+            PAYER,
+            node_id,
+            i.retention_days,
         )
         for i in items
     ]

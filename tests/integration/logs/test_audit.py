@@ -113,7 +113,7 @@ async def test_clean_node_audits_clean_and_each_tampering_is_named(
     assert expired.clean and expired.expired == 1, expired.describe()
     await _sql(
         database,
-        "INSERT INTO originator_envelopes VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "INSERT INTO originator_envelopes VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         *five_envelope[0],
     )
 

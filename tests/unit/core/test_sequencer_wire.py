@@ -26,7 +26,13 @@ NODE = 100
 
 def payloads() -> list[Payload]:
     return [
-        Payload(b"payer-envelope-%d" % i, Topic.parse(b"\x00" + bytes([i]) * 16), b"\xaa" * 20, i)
+        Payload(
+            b"payer-envelope-%d" % i,
+            Topic.parse(b"\x00" + bytes([i]) * 16),
+            b"\xaa" * 20,
+            i,
+            bytes([i]) * 32,
+        )
         for i in range(3)
     ] + [Payload(b"", Topic.parse(b"\x02" + b"i" * 32), b"", 0)]
 
@@ -56,11 +62,12 @@ def test_an_answer_rebuilds_the_signed_envelopes_from_what_was_sent() -> None:
     assert answer.signed == signed  # every indexed column (the leaf is not compared)
 
 
-def test_a_refusal_carries_its_status_and_detail() -> None:
-    answer = decode_answer(body(encode_refusal(3, Status.CLOSING, "drains")), NODE, {})
+@pytest.mark.parametrize("status", [Status.CLOSING, Status.ALREADY_PUBLISHED])
+def test_a_refusal_carries_its_status_and_detail(status: Status) -> None:
+    answer = decode_answer(body(encode_refusal(3, status, "drains")), NODE, {})
     assert (answer.request_id, answer.status, answer.detail, answer.signed) == (
         3,
-        Status.CLOSING,
+        status,
         "drains",
         [],
     )

@@ -83,8 +83,11 @@ async def test_a_combined_call_never_exceeds_the_node_limit() -> None:
     assert node.calls == [[1], [2, 2, 3, 3], [4, 4]]
 
 
-async def test_a_refusal_of_the_whole_call_is_resent_run_by_run() -> None:
-    node = ScriptedNode(refuse=20, code=grpc.StatusCode.ABORTED)
+@pytest.mark.parametrize("code", [grpc.StatusCode.ABORTED, grpc.StatusCode.ALREADY_EXISTS])
+async def test_a_refusal_of_the_whole_call_is_resent_run_by_run(code: grpc.StatusCode) -> None:
+    """A stale dependency, or a replay of a stored payer envelope, refuses the call for one
+    run's sake: the others are stored."""
+    node = ScriptedNode(refuse=20, code=code)
     coalescer = Coalescer(node, max_envelopes=1000, max_in_flight=1)
     first = asyncio.create_task(coalescer.send(100, envelopes(1)))
     await until(lambda: len(node.calls) == 1)
@@ -95,7 +98,7 @@ async def test_a_refusal_of_the_whole_call_is_resent_run_by_run() -> None:
     results = await asyncio.gather(*runs, return_exceptions=True)
     assert results[0] == [b"\x0a"] and results[2] == [b"\x1e"]
     assert isinstance(results[1], grpc.aio.AioRpcError)
-    assert results[1].code() is grpc.StatusCode.ABORTED
+    assert results[1].code() is code
     assert sorted(node.calls[2:]) == [[10], [20], [30]]
 
 

@@ -18,6 +18,7 @@ from xnode.core.envelopes import (
 from xnode.core.errors import Reason, Rejected
 from xnode.core.mls import Reader
 from xnode.core.query import EnvelopeQuery
+from xnode.core.sizes import within_budget
 
 NODE = 100
 PAYER = SigningKey.generate()
@@ -66,7 +67,14 @@ class MemoryStore:
         ]
         return sorted(hits, key=lambda e: (e.originator_node_id, e.sequence_id))[:limit]
 
-    async def newest(self, topics: Sequence[bytes]) -> list[bytes | None]:
+    async def query_within(
+        self, query: EnvelopeQuery, limit: int, budget: int
+    ) -> tuple[list[StoredEnvelope], bool]:
+        found = await self.query(query, limit)
+        held = within_budget((len(e.raw) for e in found), budget)
+        return found[:held], held < len(found)
+
+    async def newest(self, topics: Sequence[bytes], budget: int) -> list[bytes | None]:
         self.newest_asked.append(list(topics))
         return [None for _ in topics]
 

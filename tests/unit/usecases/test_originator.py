@@ -37,8 +37,69 @@ class FakeLog:
         self.committed += [e.sequence_id for e in envelopes]
 
 
+class _Payer:
+    """What the group commit reads of a payer envelope: the digest its payer signed."""
+
+    def __init__(self, digest: bytes = b"") -> None:
+        self.payer_digest = digest
+
+
 def _envelopes(n: int) -> list[ValidPayerEnvelope]:
-    return [object()] * n  # type: ignore[list-item]  # the fake never looks inside
+    return [_Payer()] * n  # type: ignore[list-item]  # the fake reads the digest only
+
+
+def _signed(*digests: bytes) -> list[ValidPayerEnvelope]:
+    return [_Payer(d) for d in digests]  # type: ignore[misc]
+
+
+class FakeHeld:
+    """The store's payer digests: what the fake log committed."""
+
+    def __init__(self) -> None:
+        self.stored: dict[bytes, int] = {}
+        self.lookups = 0
+
+    async def held(self, digests: Sequence[bytes]) -> dict[bytes, int]:
+        self.lookups += 1
+        return {d: self.stored[d] for d in digests if d in self.stored}
+
+
+async def test_a_payer_envelope_held_or_in_flight_is_refused_and_others_commit() -> None:
+    log = FakeLog()
+    store = FakeHeld()
+
+    async def committed(envelopes: list[IndexedEnvelope]) -> None:
+        await log.on_committed(envelopes)
+
+    async def append(batch: Sequence[Originable]) -> list[IndexedEnvelope]:
+        signed = await log.append(batch)
+        for payer, envelope in zip(batch, signed, strict=True):
+            store.stored[payer.payer_digest] = envelope.sequence_id
+        return signed
+
+    originator = Originator(append, committed, held=store.held)
+    originator.start()
+    # The same digest twice in one request, or in two requests at once: one is refused.
+    with pytest.raises(Rejected) as twice:
+        await originator.publish(_signed(b"a", b"a"))
+    assert twice.value.reason is Reason.ALREADY_PUBLISHED
+    first, racing = await asyncio.gather(
+        originator.publish(_signed(b"b")),
+        originator.publish(_signed(b"b")),
+        return_exceptions=True,
+    )
+    assert isinstance(first, list) and first[0].sequence_id == 1
+    assert isinstance(racing, Rejected) and "being stored now" in str(racing)
+    # Once stored, a replay finds it, and its neighbours in the batch still commit.
+    replay, fresh = await asyncio.gather(
+        originator.publish(_signed(b"b")),
+        originator.publish(_signed(b"c")),
+        return_exceptions=True,
+    )
+    assert isinstance(replay, Rejected) and "as sequence id 1" in str(replay)
+    assert isinstance(fresh, list) and fresh[0].sequence_id == 2
+    await originator.close()
+    assert log.committed == [1, 2]
 
 
 async def test_concurrent_publishes_share_batches_and_get_their_own_ids() -> None:

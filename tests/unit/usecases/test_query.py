@@ -92,3 +92,23 @@ async def test_a_draining_node_refuses_new_subscriptions_before_any_read() -> No
         await anext(subscribe([EnvelopeQuery(topics=(TOPIC,))], "SubscribeTopics"))
     assert refused.value.reason is Reason.UNAVAILABLE
     assert not store.queries
+
+
+async def test_newest_refuses_a_topic_listed_twice_before_reading() -> None:
+    store = MemoryStore()
+    with pytest.raises(Rejected) as refused:
+        await Query(store).newest([TOPIC, OTHER, TOPIC])
+    assert refused.value.reason is Reason.MALFORMED
+    assert "topics[2] repeats topics[0]" in str(refused.value)
+    assert store.newest_asked == []
+
+
+async def test_a_query_answer_stops_at_its_byte_budget_and_says_so() -> None:
+    store = MemoryStore()
+    for seq in range(1, 6):
+        store.rows.append(StoredEnvelope(100, seq, TOPIC, b"x" * 10))
+    answer = await Query(store, budget=25).envelopes(EnvelopeQuery(topics=(TOPIC,)), 0)
+    assert [e.sequence_id for e in answer.envelopes] == [1, 2]
+    assert answer.cut
+    whole = await Query(store, budget=50).envelopes(EnvelopeQuery(topics=(TOPIC,)), 0)
+    assert len(whole.envelopes) == 5 and not whole.cut

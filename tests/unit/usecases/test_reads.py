@@ -12,7 +12,7 @@ from xnode.usecases.reads import RoutedReads, for_catch_up, for_queries
 
 
 class Named:
-    """An EnvelopeReader that answers with one envelope naming it (originator 1 or 2)."""
+    """An AnswerReader that answers with one envelope naming it (originator 1 or 2)."""
 
     def __init__(self, originator: int) -> None:
         self.originator = originator
@@ -20,7 +20,12 @@ class Named:
     async def query(self, query: EnvelopeQuery, limit: int) -> list[StoredEnvelope]:
         return [StoredEnvelope(self.originator, 1, b"t", b"", 0)]
 
-    async def newest(self, topics: Sequence[bytes]) -> list[bytes | None]:
+    async def query_within(
+        self, query: EnvelopeQuery, limit: int, budget: int
+    ) -> tuple[list[StoredEnvelope], bool]:
+        return await self.query(query, limit), False
+
+    async def newest(self, topics: Sequence[bytes], budget: int) -> list[bytes | None]:
         return [bytes([self.originator])]
 
     async def vector_clock(self) -> Cursor:
@@ -49,7 +54,7 @@ async def test_a_query_goes_to_the_replica_unless_its_cursor_is_ahead() -> None:
     assert await served_by(reads, Cursor({100: 5, 200: 3})) == 2
     assert await served_by(reads, Cursor({100: 6})) == 1  # the client saw its own write
     assert await served_by(reads, Cursor({300: 1})) == 1  # an originator it lacks
-    assert await reads.newest([b"t"]) == [b"\x01"]
+    assert await reads.newest([b"t"], 100) == [b"\x01"]
     assert await reads.vector_clock() == Cursor({1: 1})
 
 
