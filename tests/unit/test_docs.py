@@ -150,8 +150,8 @@ def test_configuration_reference_is_generated_from_settings() -> None:
 
 
 def test_gateway_settings_reference_is_generated_from_settings() -> None:
-    page = (ROOT / "docs" / "gateway.md").read_text()
-    assert gateway_settings_table() in page, "docs/gateway.md: paste gateway_settings_table()"
+    page = (ROOT / "docs" / "gateway-reference.md").read_text()
+    assert gateway_settings_table() in page, "gateway-reference.md: paste gateway_settings_table()"
 
 
 def test_readme_is_a_front_door() -> None:

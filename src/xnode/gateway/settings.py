@@ -290,7 +290,7 @@ def _per_day(amount: int) -> Limit | None:
     return Limit(amount / 86_400, amount) if amount else None
 
 
-# The settings shared with the node, by group, after the gateway's own (docs/gateway.md).
+# The settings shared with the node, by group, after the gateway's own (docs/gateway-reference.md).
 GATEWAY_GROUPS: tuple[tuple[str, tuple[type[BaseModel], ...]], ...] = (
     ("serving", (ServingGroup,)),
     ("registry", (ChainGroup, RegistryGroup)),
