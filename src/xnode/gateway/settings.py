@@ -175,9 +175,10 @@ class GatewaySettings(
         ge=0,
     )
     anonymous_reads: bool = Field(
-        False,
-        description="With API keys or JWTs configured, serve reads without one too (reads "
-        "always need one otherwise; without keys configured, reads are open)",
+        True,
+        description="With API keys or JWTs configured, serve reads without one too; false: "
+        "reads need one (the official SDKs send theirs only with PayerApi calls, so they cannot"
+        " read then); without keys configured, reads are open",
     )
     metrics_address: str = Field(
         "", description="Prometheus /metrics host:port (node_id label 0); empty: off"

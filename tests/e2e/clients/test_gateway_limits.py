@@ -51,6 +51,17 @@ class LimitedGateway:
 
 @pytest.fixture
 def gateway(chain_network: ChainNetwork, tmp_path: Path) -> Iterator[LimitedGateway]:
+    yield from limited_gateway(chain_network, tmp_path)
+
+
+@pytest.fixture
+def keyed_reads_gateway(chain_network: ChainNetwork, tmp_path: Path) -> Iterator[LimitedGateway]:
+    yield from limited_gateway(chain_network, tmp_path, XNODE_GATEWAY_ANONYMOUS_READS="false")
+
+
+def limited_gateway(
+    chain_network: ChainNetwork, tmp_path: Path, **extra: str
+) -> Iterator[LimitedGateway]:
     metrics_address = f"127.0.0.1:{free_port()}"
     for node_id in chain_network.addresses:  # one at a time: each gets its own start deadline
         chain_network.start(node_id)
@@ -63,6 +74,7 @@ def gateway(chain_network: ChainNetwork, tmp_path: Path) -> Iterator[LimitedGate
         XNODE_GATEWAY_CLIENT_LIMIT_BURST_SECONDS="500",
         XNODE_GATEWAY_USAGE_FILE=str(tmp_path / "usage.sqlite"),
         XNODE_GATEWAY_METRICS_ADDRESS=metrics_address,
+        **extra,
     )
     if not wait_serving(process.address, 60):
         pytest.fail(f"xnode gateway did not start serving:\n{process.output()[-3000:]}")
@@ -188,7 +200,10 @@ async def test_the_official_client_sends_the_api_key_it_is_given(
     assert usage(gateway)["bob"]["envelopes"] >= 1
 
 
-async def test_reads_need_a_key_when_the_gateway_has_keys(gateway: LimitedGateway) -> None:
+async def test_reads_need_a_key_when_the_gateway_has_keys_and_no_anonymous_reads(
+    keyed_reads_gateway: LimitedGateway,
+) -> None:
+    gateway = keyed_reads_gateway
     request = api.QueryEnvelopesRequest(query=api.EnvelopesQuery(topics=[b"\x00" + bytes(16)]))
     async with grpc.aio.insecure_channel(gateway.process.address) as channel:
         query = channel.unary_unary(
