@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from typing import Any
 
 import grpc
@@ -27,12 +28,13 @@ async def publish_until_stopped(
     """Publishes single envelopes from many callers; records what was acknowledged. The
     refusals, each as its status and message."""
     failures: list[str] = []
+    run = uuid.uuid4().hex
 
     async def worker(w: int) -> None:
         async with NodeClient(address) as client:
             i = 0
             while not stop.is_set():
-                payload = f"w{w}-{i}".encode()
+                payload = f"{run} w{w}-{i}".encode()  # unique: a repeat is a refused replay
                 i += 1
                 try:
                     [env] = await client.publish_group_messages(PAYER, 100, GROUP, [payload])

@@ -368,7 +368,8 @@ async def test_a_renewed_certificate_is_served_without_a_restart_and_no_call_fai
         nonlocal calls
         while not renewed.is_set():
             async with NodeClient(url, tls) as client:
-                await client.publish_group_messages(PAYER, 100, GROUP, [b"during renewal"])
+                payload = f"during renewal {calls}".encode()  # each its own: no replay
+                await client.publish_group_messages(PAYER, 100, GROUP, [payload])
             calls += 1
 
     async def renew() -> None:
