@@ -27,20 +27,24 @@ async def apply_plan(
     batch_size: int = DEFAULT_BATCH_SIZE,
     dry_run: bool = False,
     show_progress: bool = True,
+    now_unix: int | None = None,
 ) -> tuple[Plan, PruneResult]:
+    """`now_unix`: the node's clock (None: read it), which the plan's as_of may not pass."""
     if batch_size < 1:
         raise PruneError(f"--batch-size must be at least 1, got {batch_size}")
     try:
         plan = load_plan(plan_path)  # all of it, before the first delete
-        check_as_of(plan, int(time.time()))
+        now = int(time.time()) if now_unix is None else now_unix
+        check_as_of(plan, now)
     except PlanError as exc:
         raise PruneError(f"refusing the plan, nothing deleted: {exc}") from None
     async with connection(settings.database_dsn, PruneError) as conn:
-        return plan, await _prune_with_progress(conn, plan, batch_size, dry_run, show_progress)
+        pruned = await _prune_with_progress(conn, plan, batch_size, dry_run, show_progress, now)
+        return plan, pruned
 
 
 async def _prune_with_progress(
-    conn: asyncpg.Connection, plan: Plan, batch_size: int, dry_run: bool, show: bool
+    conn: asyncpg.Connection, plan: Plan, batch_size: int, dry_run: bool, show: bool, now: int
 ) -> PruneResult:
     progress = Progress(
         TextColumn("{task.description}"),
@@ -63,7 +67,7 @@ async def _prune_with_progress(
             total=batch_count(plan.ranges, batch_size),
         )
         try:
-            return await prune(conn, plan, batch_size, dry_run, advance)
+            return await prune(conn, plan, batch_size, dry_run, advance, now)
         except DATABASE_ERRORS as exc:
             raise PruneError(
                 f"stopped after {done} committed batches: {exc}; applying the plan again is safe"

@@ -82,6 +82,17 @@ def sign_for(
     )
 
 
+def check_count(raws: Sequence[bytes]) -> None:
+    """A request no node would take (INVALID_ARGUMENT), whatever the client's limits."""
+    if not raws:
+        raise GatewayError(grpc.StatusCode.INVALID_ARGUMENT, "envelopes is empty")
+    if len(raws) > MAX_ENVELOPES:
+        raise GatewayError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{len(raws)} envelopes in one request, the limit is {MAX_ENVELOPES}",
+        )
+
+
 class Publisher:
     def __init__(
         self,
@@ -105,13 +116,7 @@ class Publisher:
     async def publish(self, raws: Sequence[bytes], client: str) -> list[bytes]:
         """Serialized OriginatorEnvelopes, one per client envelope, in request order;
         `client`: the address the request came from, named to the nodes."""
-        if not raws:
-            raise GatewayError(grpc.StatusCode.INVALID_ARGUMENT, "envelopes is empty")
-        if len(raws) > MAX_ENVELOPES:
-            raise GatewayError(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"{len(raws)} envelopes in one request, the limit is {MAX_ENVELOPES}",
-            )
+        check_count(raws)
         registry = self._registry.current()
         nodes = available_nodes(registry)
         if len(raws) >= THREAD_PLANNING_MIN:

@@ -19,7 +19,7 @@ from xnode.core.originator_selection import available_nodes
 from xnode.gateway.clients import ClientAuth
 from xnode.gateway.errors import GatewayError, gateway_errors
 from xnode.gateway.limits import ClientLimits
-from xnode.gateway.publish import Publisher
+from xnode.gateway.publish import Publisher, check_count
 from xnode.gateway.usage import UsageLog
 from xnode.usecases.registry_source import RegistrySource
 
@@ -87,6 +87,7 @@ class PayerService:
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"request does not decode as {_PUBLISH_REQUEST}: {exc}",
             ) from None
+        check_count(raws)  # before the limits: a malformed request is no spending
         address = self._clients.addresses.of(context)
         client = await self._admit(raws, context, address)
         answers = await self._publisher.publish(raws, address)

@@ -6,7 +6,7 @@ UNIMPLEMENTED predates LogApi: its envelopes keep flowing, its checkpoints are n
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -36,8 +36,11 @@ class CheckpointFollower:
         keys: Callable[[], Mapping[int, bytes]],
         backoff: Callable[[], Backoff],
         outage: DatabaseOutage,
+        metadata: Callable[[int], Sequence[tuple[str, str]]] = lambda peer: (),
     ) -> None:
-        """A lost store is told to `outage`."""
+        """A lost store is told to `outage`; `metadata(peer)`: this node's token for the
+        peer, so its follows count as a peer's, not as a client IP's subscriptions."""
+        self._metadata = metadata
         self._intake = intake
         self._keys = keys
         self._backoff = backoff
@@ -97,14 +100,16 @@ class CheckpointFollower:
             request = pb.GetConsistencyProofRequest(
                 originator_node_id=originator, first_size=first, second_size=second
             )
-            response = await get_proof(request, timeout=PROOF_TIMEOUT_S)
+            response = await get_proof(
+                request, timeout=PROOF_TIMEOUT_S, metadata=self._metadata(peer)
+            )
             return list(response.proof)
 
         after = await self._intake.after(originator)
         request = pb.SubscribeCheckpointsRequest(
             originator_node_id=originator, after_sequence_id=after
         )
-        async for response in subscribe(request):
+        async for response in subscribe(request, metadata=self._metadata(peer)):
             for checkpoint in response.checkpoints:
                 key = self._keys().get(originator)
                 if key is None:

@@ -5,7 +5,7 @@ API (UNIMPLEMENTED) is not checked; one that cannot be reached now is asked agai
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import grpc
 import structlog
@@ -45,15 +45,21 @@ class FeeSchedules:
     def current(self) -> Mapping[int, FeeSchedule]:
         return self._schedules
 
-    async def follow(self, node_id: int, channel_of: Callable[[], grpc.aio.Channel | None]) -> None:
+    async def follow(
+        self,
+        node_id: int,
+        channel_of: Callable[[], grpc.aio.Channel | None],
+        metadata: Callable[[], Sequence[tuple[str, str]]] = lambda: (),
+    ) -> None:
         """Fetches `node_id`'s schedule until it says it has none or `channel_of` returns
-        None (the peer left the registry)."""
+        None (the peer left the registry); `metadata`: this node's token for the peer, so
+        the calls count as a peer's, not as a client IP's."""
         backoff = Backoff(*self._backoff)
         while (channel := channel_of()) is not None:
             stub = fees_pb2_grpc.FeesApiStub(channel)  # type: ignore[no-untyped-call]
             try:
                 answer = await stub.GetFeeSchedule(
-                    fees_pb2.GetFeeScheduleRequest(), timeout=TIMEOUT_S
+                    fees_pb2.GetFeeScheduleRequest(), timeout=TIMEOUT_S, metadata=metadata()
                 )
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.UNIMPLEMENTED:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -398,7 +398,8 @@ class ReplicationWorker:
                 return None
             return self._channel(link.entry)
 
-        self.spawn_coroutine(self.fees.follow(node_id, channel), f"fees-{node_id}")
+        token = functools.partial(self._tokens.metadata_for, node_id)
+        self.spawn_coroutine(self.fees.follow(node_id, channel, token), f"fees-{node_id}")
 
     def sync_fallbacks(self) -> None:
         if self._stopped:
@@ -424,6 +425,10 @@ class ReplicationWorker:
 
     def repair_originators(self) -> list[int]:
         return sorted(o for o in self._keys if has_log(o) and o != self.node_id)
+
+    def token_metadata(self, peer: int) -> Sequence[tuple[str, str]]:
+        """This node's token for `peer`, as call metadata (its calls get a peer's limits)."""
+        return self._tokens.metadata_for(peer)
 
     def repair_peers(self) -> list[Peer]:
         """Every enabled peer with an address that answers (the originators included)."""

@@ -59,7 +59,9 @@ def replication_worker(
     )
     intake = CheckpointIntake(logs)
     worker.follow_checkpoints(
-        CheckpointFollower(intake, worker.current_keys, worker.backoff, outage),
+        CheckpointFollower(
+            intake, worker.current_keys, worker.backoff, outage, worker.token_metadata
+        ),
         Watermarks(intake, worker.current_keys, worker.open_channel),
         intake.settle,
     )

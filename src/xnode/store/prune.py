@@ -108,10 +108,12 @@ async def prune(
     batch_size: int,
     dry_run: bool = False,
     on_batch: Callable[[], None] | None = None,
+    now_unix: int | None = None,
 ) -> PruneResult:
     """Per originator: what was deleted and what the plan named but was kept. Raises
-    PlanError, deleting nothing, when the plan's `as_of` is ahead of this node's clock."""
-    check_as_of(plan, int(time.time()))
+    PlanError, deleting nothing, when the plan's `as_of` is ahead of this node's clock
+    (`now_unix`; None: read it)."""
+    check_as_of(plan, int(time.time()) if now_unix is None else now_unix)
     result: PruneResult = {r.originator_node_id: PruneCounts() for r in plan.ranges}
     # Each batch is small; JIT compiling its plan (costed high for unknown arrays) took longer
     # than running it.

@@ -332,7 +332,9 @@ async def test_a_stream_resumes_on_another_gateway_from_the_clients_cursor(
             break
     stream.cancel()
     await first.gateway.stop()
-    published += await second.publish([group_message_envelope(group, b"%d" % i) for i in range(3)])
+    published += await second.publish(
+        [group_message_envelope(group, b"%d" % i) for i in range(3, 6)]
+    )
     seen = parse_originator_envelope(received[-1])
     request.query.last_seen.node_id_to_sequence_id[seen.originator_node_id] = seen.sequence_id
     resumed = reads_stub(second).SubscribeEnvelopes(request)

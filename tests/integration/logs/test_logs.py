@@ -272,7 +272,9 @@ async def test_prune_leaves_the_leaves_and_old_roots_stay_checkable(
     node = await start_node(**node_settings(database, node_spec, **FAST_CHECKPOINTS))
     leaves = leaves_of(await publish(node.address, 100, [GROUP] * 20))
     plan = write_plan(tmp_path / "plan.json", [(100, 1, 20)], LATER)
-    _, result = await apply_plan(Settings(database_dsn=database), plan, show_progress=False)
+    # Run as if at LATER, when every retention has passed (a plan may not pass the clock).
+    settings = Settings(database_dsn=database)
+    _, result = await apply_plan(settings, plan, show_progress=False, now_unix=LATER)
     assert result[100].deleted == 20
     conn = await asyncpg.connect(database)
     try:

@@ -90,7 +90,8 @@ async def test_a_stream_that_stops_reading_is_ended_with_its_cursor_and_resumes(
         async def ended() -> bool:
             # Each publish fills more of the stream's flow-control windows, until the node's
             # writes wait longer than the lag allowed.
-            answered = await publisher.publish_group_messages(PAYER, 100, GROUP, [payload])
+            unique = b"%d" % len(published) + payload  # a repeat would be a refused replay
+            answered = await publisher.publish_group_messages(PAYER, 100, GROUP, [unique])
             published.extend(seqs(answered))
             fell = sample("xnode_subscriptions_ended_total", reason="fell_behind")
             return fell > ended_before
