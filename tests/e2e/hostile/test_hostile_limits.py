@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import REPLICATION_TEST_SETTINGS, Network, NodeProcess
+from tests.e2e.hostile.nodes import start
 from tests.statuses import trailers
 from tests.unit.replication.test_auth import signed_token
 from tests.waiting import eventually
@@ -28,7 +29,6 @@ from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.node_tokens import issue_token
-from xnode.devtools.devnet import wait_serving
 from xnode_api.logs.v1 import logs_pb2 as logs
 from xnode_api.withholding.v1 import withholding_pb2 as wh
 
@@ -65,19 +65,9 @@ def pair(network: Network, spawn_node: Callable[..., NodeProcess]) -> Iterator[P
         "limit_subscriptions_per_ip": SUBSCRIPTIONS,
         "log_checkpoint_seconds": 0.5,
     }
-    processes = {}
-    for node_id in (100, 200):
-        processes[node_id] = spawn_node(
-            network.dsns[node_id],
-            network.spec,
-            node_id,
-            wait=False,
-            listen_address=network.addresses[node_id],
-            **{k: str(v) for k, v in env.items()},
-        )
-    for node_id, process in processes.items():
-        if not wait_serving(network.addresses[node_id], 60):
-            pytest.fail(f"node {node_id} did not start:\n{process.output()[-3000:]}")
+    processes = start(
+        spawn_node, network, {n: {k: str(v) for k, v in env.items()} for n in (100, 200)}
+    )
     yield Pair(network, processes)
 
 

@@ -6,20 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import grpc
 import pytest
 
-from tests.conftest import REPLICATION_TEST_SETTINGS, Network, NodeProcess, NodeSpec
+from tests.conftest import Network, NodeProcess, NodeSpec
+from tests.e2e.hostile.nodes import start
 from tests.waiting import eventually
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import build_payer_envelope
 from xnode.core.misbehavior import FAILED_REQUEST
-from xnode.devtools.devnet import wait_serving
 from xnode.devtools.postgres import free_port
 
 PAYER = SigningKey.generate()
@@ -58,27 +57,6 @@ def network(tmp_path: Path, new_database: Callable[[], str]) -> Network:
     addresses = {n: f"127.0.0.1:{free_port()}" for n in spec.keys}
     spec.write(addresses)
     return Network(spec, addresses, {n: new_database() for n in spec.keys})
-
-
-def start(
-    spawn_node: Callable[..., NodeProcess], network: Network, by_node: dict[int, dict[str, str]]
-) -> dict[int, NodeProcess]:
-    """Starts each node with its settings, then waits until every one serves."""
-    started = {}
-    for node_id, extra in by_node.items():
-        settings: dict[str, Any] = {**REPLICATION_TEST_SETTINGS, **extra}
-        started[node_id] = spawn_node(
-            network.dsns[node_id],
-            network.spec,
-            node_id,
-            wait=False,
-            listen_address=network.addresses[node_id],
-            **{k: str(v) for k, v in settings.items()},
-        )
-    for node_id, node in started.items():
-        if not wait_serving(network.addresses[node_id], 60):
-            pytest.fail(f"node {node_id} did not start:\n{node.output()[-3000:]}")
-    return started
 
 
 async def sequence_id(dsn: str, originator: int) -> int:
