@@ -7,14 +7,18 @@ import asyncio
 import time
 from typing import Any
 
-import grpc
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from tests.conftest import Network
 from tests.fake_peer import serve_replication_methods
 from tests.integration.gateway.test_gateway import group_id
-from tests.integration.gateway.test_gateway_reads import failovers, query, reads_stub
+from tests.integration.gateway.test_gateway_reads import (
+    failovers,
+    node_answering,
+    query,
+    reads_stub,
+)
 from tests.waiting import eventually
 from xnode.client.node import group_message_envelope
 from xnode.core.registry import NodeEntry, Registry
@@ -116,12 +120,7 @@ async def test_a_read_on_a_hung_node_is_not_cut_while_no_other_answers(
         await asyncio.sleep(answer_after_s)
         return b""
 
-    unary = grpc.unary_unary_rpc_method_handler(
-        slow, request_deserializer=bytes, response_serializer=bytes
-    )
-    server = await serve_replication_methods(
-        {"QueryEnvelopes": unary}, network.addresses[300], health=slow
-    )
+    server = await node_answering(network, slow)
     try:
         gateway = await gateway_for(
             node_check_seconds=0.1,

@@ -72,6 +72,18 @@ async def freezing_node(
     )
 
 
+async def node_answering(
+    network: Network, answer: Callable[[bytes, Any], Awaitable[bytes]]
+) -> grpc.aio.Server:
+    """Node 300 as a fake whose QueryEnvelopes and health checks both run `answer`."""
+    unary = grpc.unary_unary_rpc_method_handler(
+        answer, request_deserializer=bytes, response_serializer=bytes
+    )
+    return await serve_replication_methods(
+        {"QueryEnvelopes": unary}, network.addresses[300], health=answer
+    )
+
+
 def failovers(method: str, node: int, cause: str) -> float:
     labels = {"method": method, "node": str(node), "cause": cause}
     return REGISTRY.get_sample_value("xnode_gateway_read_failovers_total", labels) or 0.0
@@ -151,12 +163,7 @@ async def test_a_frozen_node_is_left_within_a_health_check(
         await never.wait()
         return b""
 
-    unary = grpc.unary_unary_rpc_method_handler(
-        hang, request_deserializer=bytes, response_serializer=bytes
-    )
-    frozen = await serve_replication_methods(
-        {"QueryEnvelopes": unary}, network.addresses[300], health=hang
-    )
+    frozen = await node_answering(network, hang)
     try:
         gateway = await gateway_for(
             node_check_seconds=0.2,
