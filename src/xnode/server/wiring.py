@@ -101,7 +101,7 @@ from xnode.usecases.limits import ApiLimits
 from xnode.usecases.logs import LogQueries
 from xnode.usecases.node_state import NodeState
 from xnode.usecases.originator import Originator
-from xnode.usecases.ports import AnswerReader, EnvelopeReader
+from xnode.usecases.ports import AnswerReader
 from xnode.usecases.publish import Publish
 from xnode.usecases.query import Query
 from xnode.usecases.reads import RoutedReads, for_catch_up, for_queries
@@ -236,7 +236,13 @@ async def _start(
     if role.primary:
         await _start_retention(settings, pool, stops)
     holdings = (
-        Holdings(node_id, key, ScrubStore(pool), logs)
+        Holdings(
+            node_id,
+            key,
+            ScrubStore(pool),
+            logs,
+            budget=settings.size_caps().answer_budget_bytes,
+        )
         if logs is not None and not settings.read_only
         else None
     )
@@ -349,7 +355,7 @@ async def _serve(
     slots = SharedSubscriptionSlots(parts.store.pool)
     stops.add(Phase.LISTENERS, slots.close)
     limits = ApiLimits(settings.limit_policy(), SharedBuckets(parts.store.pool), slots)
-    catch_up: EnvelopeReader = store
+    catch_up: AnswerReader = store
     queried: AnswerReader = store
     if parts.replica is not None:
         replica, watch = parts.replica.store, parts.replica.watch
@@ -361,6 +367,7 @@ async def _serve(
         keepalive_s=settings.keepalive_seconds,
         limits=limits,
         max_lag_s=settings.subscription_max_lag_seconds,
+        budget=settings.size_caps().answer_budget_bytes,
     )
     admission = Admission()
     publish = Publish(
