@@ -12,7 +12,8 @@ import grpc
 import structlog
 from grpc_health.v1 import health
 
-from xnode.api.auth import PROTECTED_METHODS, NodeAuthInterceptor
+from xnode.api.auth import PROTECTED_METHODS, Interceptor, NodeAuthInterceptor
+from xnode.api.calls import CallsPerCallerInterceptor
 from xnode.api.fees import SERVICE_NAME as FEES_SERVICE
 from xnode.api.fees import FeesService
 from xnode.api.forks import SERVICE_NAME as FORK_SERVICE
@@ -416,7 +417,11 @@ async def _serve(
     extensions = [LOG_SERVICE, HOLDINGS_SERVICE, FORK_SERVICE, FEES_SERVICE]
     limited = LimitsInterceptor(limits, auth.caller, extensions, parts.outage)
     connections = settings.connection_limits()
-    server = grpc_server(settings.max_message_mib, [auth, limited], role.shares_ports, connections)
+    interceptors: list[Interceptor] = [auth, limited]
+    if settings.limits_enabled:  # off: nothing limits a caller (benchmarks of one client)
+        calls = CallsPerCallerInterceptor(connections.grpc_calls_per_ip, auth.caller)
+        interceptors.insert(0, calls)
+    server = grpc_server(settings.max_message_mib, interceptors, role.shares_ports, connections)
     fees = FeesService(node_id, settings.fee_schedule())
     health_servicer = _add_node_services(server, service, misbehavior, fees, logs, parts)
     address = bind(server, settings.listen_address, tls)
