@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from tests.unit.usecases.fakes import budgeted
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import StoredEnvelope
 from xnode.core.query import EnvelopeQuery
-from xnode.core.sizes import within_budget
 from xnode.usecases.fanout import Fanout
 from xnode.usecases.subscription import Delivery, Phase, Subscription
 
@@ -39,9 +39,7 @@ class MemoryStore:
     async def query_within(
         self, query: EnvelopeQuery, limit: int, budget: int
     ) -> tuple[list[StoredEnvelope], bool]:
-        found = await self.query(query, limit)
-        held = within_budget((len(e.raw) for e in found), budget)
-        return found[:held], held < len(found)
+        return budgeted(await self.query(query, limit), budget)
 
     async def newest(self, topics: Sequence[bytes], budget: int) -> list[bytes | None]:
         raise AssertionError("subscriptions never ask for the newest envelope")
