@@ -530,12 +530,12 @@ async def postgres_restart(processes: Processes, turn: int) -> str:
     return "Postgres restart"
 
 
-BATTERY: list[Callable[[Processes, int], Awaitable[str]]] = [
-    kill_9,
-    sigstop,
-    partition,
-    postgres_restart,
-]
+BATTERY: dict[str, Callable[[Processes, int], Awaitable[str]]] = {
+    "kill": kill_9,
+    "stop": sigstop,
+    "partition": partition,
+    "postgres": postgres_restart,
+}
 
 
 async def fault_battery(
@@ -545,15 +545,16 @@ async def fault_battery(
     until: float,
     started: float,
     faults: list[Fault],
+    battery: list[str],
 ) -> None:
     turn = 0
     while time.perf_counter() + every_s < until:
         await asyncio.sleep(every_s)
-        play = BATTERY[turn % len(BATTERY)]
+        play = BATTERY[battery[turn % len(battery)]]
         at = time.perf_counter() - started
         soak.faulted_until = math.inf
         try:
-            what = await play(processes, turn // len(BATTERY))
+            what = await play(processes, turn // len(battery))
         except Exception as exc:  # a fault that failed to play is a finding, not a crash
             what = f"{play.__name__} failed: {exc!r}"
         soak.faulted_until = time.perf_counter() + FAULT_GRACE_S
@@ -909,7 +910,8 @@ async def soak_run(args: argparse.Namespace, work: Path, cluster: PgCluster) -> 
         ]
         if long_mode:
             every_s = args.fault_every_minutes * 60
-            loads.append(fault_battery(soak, processes, every_s, until, started, faults))
+            battery = args.faults.split(",")
+            loads.append(fault_battery(soak, processes, every_s, until, started, faults, battery))
         await asyncio.gather(*loads)
         # Let the subscribers receive what was published last.
         deadline = time.perf_counter() + (120 if long_mode else 30)
@@ -994,9 +996,17 @@ def main() -> None:
         default=0.0,
         help="the long mode: one fault this often, a gateway, more curves (0: none)",
     )
+    parser.add_argument(
+        "--faults",
+        default=",".join(BATTERY),
+        help=f"the faults played in turn, of {', '.join(BATTERY)}",
+    )
     parser.add_argument("--svg", default="docs/soak.svg")
     parser.add_argument("--work", help="keep the nodes' state here (default: a temp dir)")
     args = parser.parse_args()
+    unknown = set(args.faults.split(",")) - set(BATTERY)
+    if unknown:
+        parser.error(f"unknown faults {sorted(unknown)}: choose among {', '.join(BATTERY)}")
     if args.hours is not None:
         args.minutes = args.hours * 60
     work = Path(args.work or tempfile.mkdtemp(prefix="xnode-soak-"))
