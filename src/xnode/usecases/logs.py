@@ -20,6 +20,7 @@ from xnode.core import merkle
 from xnode.core.checkpoints import (
     Checkpoint,
     CheckpointError,
+    TopicCommitment,
     check_consistent,
     check_follows,
     forked_version_covered,
@@ -38,8 +39,8 @@ MAX_CHECKPOINTS = 1000  # per GetCheckpoints answer
 MAX_RANGES = 1024  # per GetFingerprints / GetLeaves / GetRunProofs request
 MAX_LEAVES = 10_000  # per GetLeaves answer
 
-# (tree size, root, previous checkpoint) -> the signed next checkpoint
-IssueSigner = Callable[[int, bytes, Checkpoint | None], Checkpoint]
+# (tree size, root, previous checkpoint, topic commitment) -> the signed next checkpoint
+IssueSigner = Callable[[int, bytes, Checkpoint | None, TopicCommitment | None], Checkpoint]
 
 
 class LogPort(Protocol):
@@ -290,11 +291,13 @@ class CheckpointIssuer:
         if self._pending >= self._every_envelopes:
             self._wake.set()
 
-    def _sign(self, size: int, root: bytes, previous: Checkpoint | None) -> Checkpoint:
+    def _sign(
+        self, size: int, root: bytes, previous: Checkpoint | None, topics: TopicCommitment | None
+    ) -> Checkpoint:
         ns = self._now_ns()
         if previous is not None:
             ns = max(ns, previous.originator_ns + 1)  # the chain's times grow strictly
-        return sign_checkpoint(self._key, self._node_id, size, root, ns, previous)
+        return sign_checkpoint(self._key, self._node_id, size, root, ns, previous, topics)
 
     async def issue(self) -> Checkpoint | None:
         self._pending = 0

@@ -1,0 +1,179 @@
+"""Completeness proofs (docs/proofs.md, "Completeness proofs"): proof sizes at 10,000,000
+topics per originator and a client's verification time, each beside its ceiling.
+
+A map of 10,000,000 topics is not built: a proof reads one path, so the path is made as the
+map would have it. Above the bucket depth (20) the sibling subtree at depth d holds a
+Poisson number of topics of mean topics / 2^d (at 10,000,000, never none: each is an inner
+node); the key's bucket holds a Poisson number (mean topics / 2^20) of other topics, drawn
+at random within it. `--check-topics` builds a whole map that large in memory and prints its proofs'
+sizes beside the model's at the same size, to show the model is the map.
+
+    .venv/bin/python bench/bench_proofs.py [--topics 10000000] [--check-topics 50000]"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import statistics
+import time
+
+from xnode.core import merkle
+from xnode.core.completeness import topic_proof, topic_proof_message
+from xnode.core.crypto import keccak256
+from xnode.core.topic_map import (
+    BUCKET_DEPTH,
+    MapNode,
+    SparseMap,
+    TopicEntry,
+    bucket_of,
+    head_value,
+    node_range,
+    prefix,
+    prove_topic,
+    subtree,
+    topic_key,
+    updated_top,
+    verify_topic,
+)
+
+SIZE_CEILING = 3072  # bytes, one topic present
+ABSENT_CEILING = 1536  # bytes, one topic absent
+VERIFY_CEILING_US = 1000.0  # per originator per topic
+LOG_ENTRIES = 1000  # the topic's own log (one originator's envelopes of one group)
+SAMPLES = 200
+
+
+def poisson(rng: random.Random, mean: float) -> int:
+    """Knuth's method: fine for means of about ten."""
+    limit, k, p = math.exp(-mean), 0, 1.0
+    while True:
+        p *= rng.random()
+        if p <= limit:
+            return k
+        k += 1
+
+
+def modelled(key: bytes, value: bytes, topics: int, rng: random.Random) -> SparseMap:
+    """A map holding `key` as a map of `topics` topics holds it, along its path only."""
+    m = SparseMap()
+    for depth in range(1, BUCKET_DEPTH + 1):
+        mean = topics / 2**depth  # topics under the sibling subtree
+        held = 2 if mean > 50 else poisson(rng, mean)
+        if held:
+            leaf = (rng.randbytes(32), rng.randbytes(32)) if held == 1 else None
+            m.top[(depth, prefix(key, depth) ^ 1)] = MapNode(rng.randbytes(32), min(held, 2), leaf)
+    low, _ = node_range(BUCKET_DEPTH, bucket_of(key))
+    others = {
+        (int.from_bytes(low, "big") | rng.getrandbits(256 - BUCKET_DEPTH)).to_bytes(32, "big"): (
+            rng.randbytes(32)
+        )
+        for _ in range(poisson(rng, topics / 2**BUCKET_DEPTH))
+    }
+    m.set({**others, key: value})
+    return m
+
+
+def topic_log(n: int) -> list[TopicEntry]:
+    return [TopicEntry(i * 7, 1_900_000_000, keccak256(b"%d" % i)) for i in range(1, n + 1)]
+
+
+def sizes(m: SparseMap, topic: bytes, log: list[TopicEntry], after: int) -> int:
+    proof = prove_topic(topic, after, m.prove(topic_key(topic)), log, 1000)
+    return len(topic_proof_message(proof).SerializeToString())
+
+
+def sample(topics: int, rng: random.Random, after: int) -> tuple[list[int], list[int]]:
+    """Proof sizes of SAMPLES present topics (with their logs) and of SAMPLES absent ones."""
+    log = topic_log(LOG_ENTRIES)
+    value = head_value(len(log), merkle.root_of([e.hash for e in log]))
+    present, absent = [], []
+    for i in range(SAMPLES):
+        topic = b"\x01group-%d" % rng.getrandbits(64)
+        present.append(sizes(modelled(topic_key(topic), value, topics, rng), topic, log, after))
+        missing = b"\x01absent-%d" % i
+        absent_key = topic_key(missing)
+        m = modelled(absent_key, value, topics, rng)
+        del m.buckets[bucket_of(absent_key)][absent_key]
+        absent.append(sizes(_without(m, absent_key), missing, [], 0))
+    return present, absent
+
+
+def _without(m: SparseMap, key: bytes) -> SparseMap:
+    """`m` with its bucket of `key` re-hashed after `key` left it (a path as an absent
+    topic's is)."""
+    bucket = bucket_of(key)
+    m.top.update(updated_top({bucket: subtree(m.bucket_leaves(bucket), BUCKET_DEPTH)}, m.node))
+    return m
+
+
+def whole_map(topics: int, rng: random.Random, after: int) -> tuple[list[int], list[int]]:
+    log = topic_log(LOG_ENTRIES)
+    value = head_value(len(log), merkle.root_of([e.hash for e in log]))
+    names = [b"\x01group-%d" % rng.getrandbits(64) for _ in range(topics)]
+    m = SparseMap()
+    m.set({topic_key(t): value for t in names})
+    present = [sizes(m, t, log, after) for t in rng.sample(names, SAMPLES)]
+    absent = [sizes(m, b"\x01absent-%d" % i, [], 0) for i in range(SAMPLES)]
+    return present, absent
+
+
+def verify_us(topics: int, rng: random.Random, seconds: float) -> float:
+    """One originator, one topic: the map proof, the run, one new entry (a client's poll)."""
+    log = topic_log(LOG_ENTRIES)
+    value = head_value(len(log), merkle.root_of([e.hash for e in log]))
+    topic = b"\x01group-verify"
+    m = modelled(topic_key(topic), value, topics, rng)
+    after = log[-2].sequence_id
+    wire = topic_proof_message(prove_topic(topic, after, m.prove(topic_key(topic)), log, 1000))
+    root, calls, started = m.root(), 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        complete = verify_topic(root, 10**9, after, topic_proof(wire))
+        calls += 1
+    assert [e.sequence_id for e in complete.entries] == [log[-1].sequence_id]
+    return (time.perf_counter() - started) / calls * 1e6
+
+
+def line(what: str, value: float, unit: str, ceiling: float) -> None:
+    verdict = "ok" if value <= ceiling else "OVER"
+    print(f"{what:<58} {value:>9.1f} {unit:<3} ceiling {ceiling:>7.0f} {unit}  {verdict}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--topics", type=int, default=10_000_000)
+    parser.add_argument("--check-topics", type=int, default=50_000, help="0: no check")
+    parser.add_argument("--seconds", type=float, default=1.0, help="time per measurement")
+    args = parser.parse_args()
+    rng = random.Random(49)
+    log = topic_log(LOG_ENTRIES)
+    after = log[-1].sequence_id  # nothing new: the usual poll
+    print(f"load average {os.getloadavg()[0]:.2f}; topic log of {LOG_ENTRIES} entries")
+    if args.check_topics:
+        real = whole_map(args.check_topics, rng, after)
+        model = sample(args.check_topics, rng, after)
+        print(
+            f"at {args.check_topics:,} topics, whole map vs model, mean bytes: present "
+            f"{statistics.mean(real[0]):.0f} vs {statistics.mean(model[0]):.0f}, absent "
+            f"{statistics.mean(real[1]):.0f} vs {statistics.mean(model[1]):.0f}"
+        )
+    present, absent = sample(args.topics, rng, after)
+    t = f"{args.topics:,} topics"
+    line(f"proof, present topic, nothing new, {t}, max", max(present), "B", SIZE_CEILING)
+    line(
+        f"proof, present topic, nothing new, {t}, mean", statistics.mean(present), "B", SIZE_CEILING
+    )
+    new = sample(args.topics, random.Random(50), log[-11].sequence_id)[0]
+    line(f"proof, present topic, 10 new entries, {t}, max", max(new), "B", SIZE_CEILING)
+    line(f"proof, absent topic, {t}, max", max(absent), "B", ABSENT_CEILING)
+    line(
+        f"client verification, one topic, one originator, {t}",
+        verify_us(args.topics, rng, args.seconds),
+        "us",
+        VERIFY_CEILING_US,
+    )
+
+
+if __name__ == "__main__":
+    main()
