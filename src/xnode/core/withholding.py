@@ -213,15 +213,20 @@ def _upstream(report: wh.ExtendedMisbehaviorReport) -> mb.UnsignedMisbehaviorRep
 
 
 def _own_report(
-    node_id: int, kind: wh.ExtendedMisbehavior, reporter_time_ns: int, **proof: Any
+    node_id: int,
+    kind: wh.ExtendedMisbehavior,
+    reporter_time_ns: int,
+    by_node: bool = True,
+    **proof: Any,
 ) -> mb.UnsignedMisbehaviorReport:
-    """A node's own report of one of xnode's extension kinds, `proof` in its field."""
+    """A report of one of xnode's extension kinds, `proof` in its field: a node's own, or a
+    client's (`by_node` False)."""
     return _upstream(
         wh.ExtendedMisbehaviorReport(
             reporter_time_ns=reporter_time_ns,
             misbehaving_node_id=node_id,
             type=kind,
-            submitted_by_node=True,
+            submitted_by_node=by_node,
             **proof,
         )
     )
@@ -300,8 +305,8 @@ def split_view_report(
 
 
 def omission_report(
-    node_id: int, answer: cp.SignedAnswer, reporter_time_ns: int
+    node_id: int, answer: cp.SignedAnswer, reporter_time_ns: int, by_node: bool = False
 ) -> mb.UnsignedMisbehaviorReport:
-    """An OMISSION report: the accused's own signed completeness answer
-    (xnode.core.completeness.why_not_omitted says what it proves)."""
-    return _own_report(node_id, OMISSION, reporter_time_ns, omission=answer)
+    """An OMISSION report, a client's unless `by_node`: the accused's own signed
+    completeness answer (xnode.core.completeness.why_not_omitted says what it proves)."""
+    return _own_report(node_id, OMISSION, reporter_time_ns, by_node, omission=answer)
