@@ -19,7 +19,13 @@ from collections.abc import Sequence
 import asyncpg
 
 from xnode.core import merkle
-from xnode.core.checkpoints import Checkpoint, envelope_leaf, has_log, parse_checkpoint
+from xnode.core.checkpoints import (
+    Checkpoint,
+    TopicCommitment,
+    envelope_leaf,
+    has_log,
+    parse_checkpoint,
+)
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.reconciliation import Fingerprint, SequenceRange, fingerprint_part
 from xnode.store.errors import driver_errors_translated
@@ -513,6 +519,10 @@ class LogStore:
         for r in rows:
             found.setdefault(r[0], []).append(envelope_leaf(bytes(r[1])))
         return found
+
+    async def advance_topics(self, originator: int, size: int) -> TopicCommitment | None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            return await advance_topics(conn, originator, size)
 
     async def conflicts(self, originator: int) -> list[tuple[Checkpoint, str]]:
         rows = await self.pool.fetch(

@@ -94,6 +94,11 @@ class LogPort(Protocol):
 
     async def fork_leaves(self, originator: int, last: int) -> dict[int, list[bytes]]: ...
 
+    async def advance_topics(self, originator: int, size: int) -> TopicCommitment | None:
+        """The originator's topic map brought up to `size` from the envelopes held (None
+        when one of them is not held)."""
+        ...
+
 
 @dataclass(frozen=True)
 class StoredCheckpoint:
@@ -410,7 +415,28 @@ class CheckpointIntake:
         if checkpoint.tree_size > await self._port.tree_size(originator):
             known = self._unchecked.get(originator, checkpoint.tree_size)
             self._unchecked[originator] = min(known, checkpoint.tree_size)
+        else:
+            await self._check_topics(checkpoint, source)
         return checkpoint
+
+    async def _check_topics(self, checkpoint: Checkpoint, source: int) -> None:
+        """Recomputes the originator's topic map up to the checkpoint from the envelopes
+        held here and compares it with the one the checkpoint commits to: a map that does
+        not match the log is logged (the originator's commitment is false)."""
+        originator, size = checkpoint.originator_node_id, checkpoint.tree_size
+        ours = await self._port.advance_topics(originator, size)
+        theirs = checkpoint.topics
+        if ours is None or theirs is None or theirs.first_sequence_id != ours.first_sequence_id:
+            return  # not comparable: an envelope not held, no commitment, or other spans
+        if ours.map_root != theirs.map_root:
+            log.error(
+                "topic_map_mismatch",
+                originator=originator,
+                peer=source,
+                tree_size=size,
+                ours="0x" + ours.map_root.hex(),
+                checkpoint="0x" + checkpoint.signed.hex(),
+            )
 
     async def _contradiction(
         self, previous: Checkpoint | None, checkpoint: Checkpoint, consistency: ConsistencyFetch

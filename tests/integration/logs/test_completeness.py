@@ -1,6 +1,8 @@
 """Completeness proofs from a real node: its checkpoints commit to its topic map, and its
 CompletenessApi answers (signed) prove each topic's envelopes after a cursor complete, an
-absent topic absent, across a restart and the checkpoints after it."""
+absent topic absent, across a restart and the checkpoints after it. A replica recomputes an
+originator's topic map from the envelopes it holds and flags a checkpoint whose map does not
+match them."""
 
 from __future__ import annotations
 
@@ -8,13 +10,31 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import asyncpg
 import grpc
+from structlog.testing import capture_logs
 
-from tests.conftest import NodeSpec, node_settings
+from tests.conftest import Network, NodeSpec, node_settings
 from tests.integration.export.helpers import Item, group, publish
 from tests.integration.logs.helpers import FAST_CHECKPOINTS, checkpoint_at, log_api
-from xnode.core.completeness import Verdict, judge, open_answer
+from tests.waiting import eventually_value
+from xnode.client.node import group_message_envelope
+from xnode.core import merkle
+from xnode.core.checkpoints import TopicCommitment, envelope_leaf, sign_checkpoint
+from xnode.core.completeness import Verdict, entry_of, judge, open_answer
+from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import (
+    IndexedEnvelope,
+    build_payer_envelope,
+    originate,
+    validate_payer_envelope,
+)
+from xnode.core.topic_map import SparseMap, TopicEntry, head_value, topic_key
 from xnode.core.topics import Topic, TopicKind
+from xnode.store.logs import LogStore
+from xnode.store.replication import ReplicationStore
+from xnode.store.topics import TopicStore
+from xnode.usecases.logs import CheckpointIntake
 from xnode_api.completeness.v1 import completeness_pb2 as cp
 from xnode_api.completeness.v1 import completeness_pb2_grpc
 
@@ -31,7 +51,10 @@ async def completeness_api(
         yield completeness_pb2_grpc.CompletenessApiStub(channel)  # type: ignore[no-untyped-call]
 
 
-async def verdicts(address: str, key: bytes, topics: list[tuple[bytes, int]]) -> list[Verdict]:
+async def verdicts(
+    address: str, key: bytes, topics: list[tuple[bytes, int]], node_key: bytes | None = None
+) -> list[Verdict]:
+    """`key`: the originator's (100); `node_key`: the answering node's, when another."""
     async with completeness_api(address) as api:
         response = await api.ProveTopics(
             cp.ProveTopicsRequest(
@@ -39,7 +62,7 @@ async def verdicts(address: str, key: bytes, topics: list[tuple[bytes, int]]) ->
                 topics=[cp.TopicCursor(topic=t, after_sequence_id=a) for t, a in topics],
             )
         )
-    return [judge(open_answer(a, [key]), [key]) for a in response.answers]
+    return [judge(open_answer(a, [node_key or key]), [key]) for a in response.answers]
 
 
 def ids(verdict: Verdict) -> list[int]:
@@ -77,3 +100,95 @@ async def test_a_nodes_answers_prove_its_topics_complete_across_a_restart(
     a, b = await verdicts(node.address, key, [(TOPIC_A, 4), (TOPIC_B, 2)])
     assert ids(a) == [6, 7, 9]
     assert ids(b) == [5, 8]
+
+
+PEER = 200
+PEER_KEY = SigningKey.generate()
+PAYER = SigningKey.generate()
+
+
+def peer_envelope(seq: int, group_id: bytes) -> IndexedEnvelope:
+    payer = build_payer_envelope(group_message_envelope(group_id, b"%d" % seq), PAYER, PEER)
+    return originate(validate_payer_envelope(payer, PEER), PEER, seq, 1000 + seq, PEER_KEY)
+
+
+async def no_proof(first: int, second: int) -> list[bytes]:
+    raise AssertionError("no consistency proof expected")
+
+
+async def test_a_replica_recomputes_topic_maps_and_flags_one_that_does_not_match(
+    database: str,
+) -> None:
+    log_ = [peer_envelope(s, bytes([s % 2]) * 16) for s in range(1, 6)]
+    leaves = merkle.root_of([envelope_leaf(e.raw) for e in log_])
+    honest = SparseMap()
+    by_topic: dict[bytes, list[TopicEntry]] = {}
+    for e in log_:
+        by_topic.setdefault(e.topic, []).append(entry_of(e.raw, e.sequence_id))
+    honest.set(
+        {
+            topic_key(t): head_value(len(es), merkle.root_of([x.hash for x in es]))
+            for t, es in by_topic.items()
+        }
+    )
+    async with asyncpg.create_pool(database, min_size=1, max_size=4) as pool:
+        await ReplicationStore(pool).insert_received(log_[:3], "t")
+        intake = CheckpointIntake(LogStore(pool))
+        first = sign_checkpoint(
+            PEER_KEY,
+            PEER,
+            3,
+            merkle.root_of([envelope_leaf(e.raw) for e in log_[:3]]),
+            10,
+            None,
+            TopicCommitment(bytes(32)),  # a map root no log of these envelopes has
+        )
+        with capture_logs() as logged:
+            assert await intake.receive(first.signed, PEER_KEY.public_key, no_proof, PEER)
+        assert [e["event"] for e in logged if e["event"] == "topic_map_mismatch"] == [
+            "topic_map_mismatch"
+        ]
+        assert await TopicStore(pool).material(PEER, [(log_[0].topic, 0)], 10) is None
+
+        await ReplicationStore(pool).insert_received(log_[3:], "t")
+        second = sign_checkpoint(
+            PEER_KEY, PEER, 5, leaves, 11, first, TopicCommitment(honest.root())
+        )
+
+        async def consistency(a: int, b: int) -> list[bytes]:
+            hashes = {(0, i): envelope_leaf(e.raw) for i, e in enumerate(log_)}
+            return merkle.consistency_proof(
+                a,
+                b,
+                lambda level, index: merkle.root_of(
+                    [hashes[(0, i)] for i in range(index << level, (index + 1) << level)]
+                ),
+            )
+
+        with capture_logs() as logged:
+            assert await intake.receive(second.signed, PEER_KEY.public_key, consistency, PEER)
+        assert not [e for e in logged if e["event"] == "topic_map_mismatch"]
+        found = await TopicStore(pool).material(PEER, [(log_[0].topic, 0)], 10)
+        assert found is not None
+        checkpoint, [material] = found
+        assert checkpoint.tree_size == 5
+        assert [e.sequence_id for e in material.log] == [1, 3, 5]
+
+
+async def test_a_replica_proves_the_originators_topics(start_node: Any, network: Network) -> None:
+    key = network.spec.keys[100].public_key
+    for node_id in (100, 200):
+        await start_node(**network.settings(node_id, **FAST_CHECKPOINTS))
+    await publish(network.addresses[100], 100, [A, B, A])
+
+    async def proven() -> list[int] | None:
+        try:
+            (a,) = await verdicts(
+                network.addresses[200], key, [(TOPIC_A, 0)], network.spec.keys[200].public_key
+            )
+        except grpc.aio.AioRpcError as exc:  # no checkpoint with its topic map taken in yet
+            assert exc.code() is grpc.StatusCode.NOT_FOUND, exc
+            return None
+        return ids(a)
+
+    assert await eventually_value(proven, lambda found: found == [1, 3], 20) == [1, 3]
