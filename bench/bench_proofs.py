@@ -8,20 +8,37 @@ node); the key's bucket holds a Poisson number (mean topics / 2^20) of other top
 at random within it. `--check-topics` builds a whole map that large in memory and prints its proofs'
 sizes beside the model's at the same size, to show the model is the map.
 
-    .venv/bin/python bench/bench_proofs.py [--topics 10000000] [--check-topics 50000]"""
+Then (`--publish-seconds`, 0 to skip) publish throughput with topic commitments on vs off:
+a node (one worker, fsync on, checkpoints at their defaults) takes batches of 100 from 8
+callers, every envelope on one of 1,000 groups at random (each checkpoint's map update
+touches about as many topics as it can), rounds in ABBA order on fresh databases.
+
+    .venv/bin/python bench/bench_proofs.py [--topics 10000000] [--check-topics 50000]
+        [--publish-seconds 8 --rounds 2]"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
 import os
 import random
+import shutil
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
+import asyncpg
+from bench_logs import start_node
+from bench_node import NODE, PAYER, run_callers
+
+from xmtp.xmtpv4.envelopes import envelopes_pb2
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core import merkle
 from xnode.core.completeness import topic_proof, topic_proof_message
-from xnode.core.crypto import keccak256
+from xnode.core.crypto import SigningKey, keccak256
+from xnode.core.envelopes import build_payer_envelope
 from xnode.core.topic_map import (
     BUCKET_DEPTH,
     MapNode,
@@ -37,7 +54,9 @@ from xnode.core.topic_map import (
     updated_top,
     verify_topic,
 )
+from xnode.devtools.postgres import PgCluster, start_cluster
 
+THROUGHPUT_FLOOR = 0.9  # publish with topic commitments on / off
 SIZE_CEILING = 3072  # bytes, one topic present
 ABSENT_CEILING = 1536  # bytes, one topic absent
 VERIFY_CEILING_US = 1000.0  # per originator per topic
@@ -135,6 +154,80 @@ def verify_us(topics: int, rng: random.Random, seconds: float) -> float:
     return (time.perf_counter() - started) / calls * 1e6
 
 
+def publish_batches(count: int, node: int) -> list[list[envelopes_pb2.PayerEnvelope]]:
+    """`count` batches of 100 envelopes, each on one of 1,000 groups, every payload its own
+    (a node refuses a payer envelope it already holds)."""
+    rng = random.Random(count)
+    envelopes = [
+        build_payer_envelope(
+            group_message_envelope(rng.randrange(1000).to_bytes(16, "big"), os.urandom(160)),
+            PAYER,
+            node,
+        )
+        for _ in range(count * 100)
+    ]
+    return [envelopes[i : i + 100] for i in range(0, len(envelopes), 100)]
+
+
+async def publish_round(
+    cluster: PgCluster,
+    work: Path,
+    name: str,
+    topics: bool,
+    seconds: float,
+    batches: list[list[envelopes_pb2.PayerEnvelope]],
+) -> tuple[float, int]:
+    """Envelopes per second, and the checkpoints issued with a topic commitment."""
+    env = {"XNODE_LOG_TOPIC_COMMITMENTS": str(topics).lower()}
+    proc, address = await asyncio.to_thread(
+        start_node, cluster, work, SigningKey.generate(), name, True, env
+    )
+    feed = iter(batches)
+    try:
+        async with NodeClient(address) as client:
+
+            async def batch() -> int:
+                await client.publish(next(feed))
+                return 100
+
+            rate = await run_callers(8, seconds, batch)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    conn = await asyncpg.connect(cluster.dsn(name))
+    try:
+        committed = await conn.fetchval("SELECT count(*) FROM topic_maps")
+    finally:
+        await conn.close()
+    return rate, committed
+
+
+async def publish_on_off(seconds: float, rounds: int) -> tuple[float, float]:
+    """Median envelopes per second with topic commitments off and on."""
+    work = Path(tempfile.mkdtemp(prefix="xnode-bench-proofs-"))
+    work.chmod(0o755)
+    cluster = start_cluster(work / "pg", fsync=True)
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    # Enough for 10,000 env/s; the same for every round (each a fresh node and database).
+    batches = publish_batches(int(seconds * 100) + 50, NODE)
+    try:
+        for r in range(rounds):
+            for topics in (False, True) if r % 2 == 0 else (True, False):  # ABBA
+                rate, maps = await publish_round(
+                    cluster, work, f"{'on' if topics else 'off'}{r}", topics, seconds, batches
+                )
+                assert bool(maps) == topics
+                rates[topics].append(rate)
+                print(
+                    f"  round {r} topic commitments {'on' if topics else 'off'}: "
+                    f"{rate:,.0f} env/s; load {os.getloadavg()[0]:.2f}"
+                )
+    finally:
+        cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return statistics.median(rates[False]), statistics.median(rates[True])
+
+
 def line(what: str, value: float, unit: str, ceiling: float) -> None:
     verdict = "ok" if value <= ceiling else "OVER"
     print(f"{what:<58} {value:>9.1f} {unit:<3} ceiling {ceiling:>7.0f} {unit}  {verdict}")
@@ -145,6 +238,8 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=10_000_000)
     parser.add_argument("--check-topics", type=int, default=50_000, help="0: no check")
     parser.add_argument("--seconds", type=float, default=1.0, help="time per measurement")
+    parser.add_argument("--publish-seconds", type=float, default=8.0, help="0: no publish")
+    parser.add_argument("--rounds", type=int, default=2, help="publish rounds, each off and on")
     args = parser.parse_args()
     rng = random.Random(49)
     log = topic_log(LOG_ENTRIES)
@@ -167,12 +262,16 @@ def main() -> None:
     new = sample(args.topics, random.Random(50), log[-11].sequence_id)[0]
     line(f"proof, present topic, 10 new entries, {t}, max", max(new), "B", SIZE_CEILING)
     line(f"proof, absent topic, {t}, max", max(absent), "B", ABSENT_CEILING)
-    line(
-        f"client verification, one topic, one originator, {t}",
-        verify_us(args.topics, rng, args.seconds),
-        "us",
-        VERIFY_CEILING_US,
-    )
+    took = verify_us(args.topics, rng, args.seconds)
+    line(f"client verification, one topic, one originator, {t}", took, "us", VERIFY_CEILING_US)
+    if args.publish_seconds:
+        off, on = asyncio.run(publish_on_off(args.publish_seconds, args.rounds))
+        ratio = on / off
+        verdict = "ok" if ratio >= THROUGHPUT_FLOOR else "UNDER"
+        print(
+            f"publish, batches of 100, 1,000 groups: off {off:,.0f} env/s, on {on:,.0f} env/s;"
+            f" on / off {ratio:.3f}, floor {THROUGHPUT_FLOOR}  {verdict}"
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import grpc
 
 from xnode.api.errors import Statuses, errors_mapped
 from xnode.core import merkle
+from xnode.core.withholding import Healing
 from xnode.observability.outage import DatabaseOutage
 from xnode.usecases.completeness import CompletenessAnswers
 from xnode.usecases.logs import NotHeld
@@ -17,7 +18,9 @@ from xnode_api.completeness.v1 import completeness_pb2 as pb
 from xnode_api.completeness.v1 import completeness_pb2_grpc
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["CompletenessApi"].full_name
+# Healing: an entry this node lost and is fetching back; another node may answer now.
 STATUSES: Statuses = {
+    Healing: grpc.StatusCode.UNAVAILABLE,
     NotHeld: grpc.StatusCode.NOT_FOUND,
     merkle.ProofError: grpc.StatusCode.FAILED_PRECONDITION,
 }

@@ -26,6 +26,7 @@ from xnode.core.crypto import (
 )
 from xnode.core.leaves import signed_content
 from xnode.core.registry import RegistryKeys
+from xnode.core.retention import is_expired
 from xnode.core.topic_map import (
     TOPIC_MAP_FORMAT,
     Completeness,
@@ -39,6 +40,7 @@ from xnode.core.topic_map import (
     prove_topic,
     verify_topic,
 )
+from xnode.core.withholding import Healing
 from xnode_api.completeness.v1 import completeness_pb2 as cp
 
 MAX_TOPICS = 64  # per ProveTopics request
@@ -115,8 +117,18 @@ def unsigned_answer(
     answered_ns: int,
 ) -> cp.UnsignedAnswer:
     """The answer for `topic` after `after`: the proof from its whole log (`log`, as the
-    checkpoint's topic map commits it) and the envelopes `held` of the proven entries."""
+    checkpoint's topic map commits it) and the envelopes `held` of the proven entries.
+    Raises Healing when an entry is neither held nor expired at `answered_ns` (lost, being
+    repaired): an honest node does not sign an answer that proves its own omission."""
     proof = prove_topic(topic, after, map_proof, log, MAX_ENTRIES)
+    now_s = answered_ns // NS_PER_SECOND
+    unservable = [
+        e.sequence_id
+        for e in proof.entries
+        if e.sequence_id > after and e.sequence_id not in held and not is_expired(e.expiry, now_s)
+    ]
+    if unservable:
+        raise Healing(unservable)
     newer = [e.sequence_id for e in proof.entries if e.sequence_id > after]
     return cp.UnsignedAnswer(
         node_id=node_id,

@@ -12,11 +12,13 @@ from typing import Any
 
 import asyncpg
 import grpc
+import pytest
 from structlog.testing import capture_logs
 
 from tests.conftest import Network, NodeSpec, node_settings
 from tests.integration.export.helpers import Item, group, publish
 from tests.integration.logs.helpers import FAST_CHECKPOINTS, checkpoint_at, log_api
+from tests.unit.usecases.fakes import FixedClock
 from tests.waiting import eventually_value
 from xnode.client.node import group_message_envelope
 from xnode.core import merkle
@@ -34,6 +36,7 @@ from xnode.core.topics import Topic, TopicKind
 from xnode.store.logs import LogStore
 from xnode.store.replication import ReplicationStore
 from xnode.store.topics import TopicStore
+from xnode.usecases.completeness import CompletenessAnswers
 from xnode.usecases.logs import CheckpointIntake
 from xnode_api.completeness.v1 import completeness_pb2 as cp
 from xnode_api.completeness.v1 import completeness_pb2_grpc
@@ -192,3 +195,35 @@ async def test_a_replica_proves_the_originators_topics(start_node: Any, network:
         return ids(a)
 
     assert await eventually_value(proven, lambda found: found == [1, 3], 20) == [1, 3]
+
+
+async def test_a_lost_envelope_is_not_signed_away_and_an_expired_one_shows_expired(
+    start_node: Any, database: str, node_spec: NodeSpec
+) -> None:
+    """A node that lost an envelope (not expired) answers UNAVAILABLE rather than sign an
+    answer proving its own omission; once the envelope's committed expiry has passed (a
+    prune took it), the answer says "expired" and still verifies."""
+    key = node_spec.keys[100]
+    node = await start_node(**node_settings(database, node_spec, **FAST_CHECKPOINTS))
+    sent = await publish(node.address, 100, [A, B, A, A])  # A: 1 3 4
+    async with log_api(node.address) as api:
+        await checkpoint_at(api, 100, key.public_key, 4)
+    async with asyncpg.create_pool(database, min_size=1, max_size=2) as pool:
+        await pool.execute(
+            "DELETE FROM originator_envelopes"
+            " WHERE originator_node_id = 100 AND originator_sequence_id = 3"
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await verdicts(node.address, key.public_key, [(TOPIC_A, 0)])
+        assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert "[3]" in (refused.value.details() or "")
+        (a,) = await verdicts(node.address, key.public_key, [(TOPIC_A, 3)])
+        assert ids(a) == [4]  # after the lost one, nothing is held back
+
+        expiry = entry_of(sent[2], 3).expiry
+        answers = CompletenessAnswers(100, key, TopicStore(pool), FixedClock(expiry))
+        (signed,) = await answers.prove(100, [(TOPIC_A, 0)])
+    verdict = judge(open_answer(signed, [key.public_key]), [key.public_key])
+    assert ids(verdict) == [1, 3, 4]
+    assert verdict.omissions is not None
+    assert [e.sequence_id for e in verdict.omissions.expired] == [3]

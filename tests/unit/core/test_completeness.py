@@ -30,7 +30,7 @@ from xnode.core.evidence import why_unproven
 from xnode.core.leaves import envelope_leaf
 from xnode.core.topic_map import SparseMap, TopicEntry, head_value, topic_key
 from xnode.core.topics import Topic, TopicKind
-from xnode.core.withholding import omission_report
+from xnode.core.withholding import Healing, omission_report
 from xnode_api.completeness.v1 import completeness_pb2 as cp
 
 ORIGINATOR, NODE = 100, 200
@@ -91,6 +91,15 @@ def answer(after: int, held: dict[int, bytes], answered_ns: int = T_NS + 20) -> 
     )
 
 
+def omitting(after: int, left_out: int, answered_ns: int = T_NS + 20) -> cp.UnsignedAnswer:
+    """An honest answer with one envelope taken out afterwards (what a liar signs)."""
+    unsigned = answer(after, LOG.raws, answered_ns)
+    kept = [raw for raw in unsigned.envelopes if raw != LOG.raws[left_out]]
+    del unsigned.envelopes[:]
+    unsigned.envelopes.extend(kept)
+    return unsigned
+
+
 def test_an_honest_answer_is_complete_and_proves_nothing() -> None:
     signed = sign_answer(NODE_KEY, answer(1, LOG.raws))
     verdict = judge(open_answer(signed, KEYS[NODE]), KEYS[ORIGINATOR])
@@ -113,8 +122,7 @@ def test_an_absent_topic_is_complete_with_nothing() -> None:
 
 
 def test_an_answer_leaving_one_out_proves_omission_by_itself() -> None:
-    held = {i: r for i, r in LOG.raws.items() if i != 4}
-    signed = sign_answer(NODE_KEY, answer(1, held))
+    signed = sign_answer(NODE_KEY, omitting(1, 4))
     assert why_not_omitted(signed, NODE, KEYS) is None
     report = omission_report(NODE, signed, T_NS + 30)
     assert why_unproven(report, KEYS) is None
@@ -135,17 +143,24 @@ def test_an_expired_entry_is_expired_not_missing() -> None:
     verdict = judge(open_answer(sign_answer(NODE_KEY, late), KEYS[NODE]), KEYS[ORIGINATOR])
     assert verdict.problem is None and verdict.omissions is not None
     assert [e.sequence_id for e in verdict.omissions.expired] == [4]
-    early = answer(1, held, answered_ns=(expiry - 1) * NS_PER_SECOND)
+    early = omitting(1, 4, answered_ns=(expiry - 1) * NS_PER_SECOND)
     assert why_not_omitted(sign_answer(NODE_KEY, early), NODE, KEYS) is None
 
 
-def test_nothing_is_proven_against_a_node_that_did_not_sign() -> None:
+def test_an_honest_node_missing_an_unexpired_envelope_signs_nothing() -> None:
     held = {i: r for i, r in LOG.raws.items() if i != 4}
-    forged = sign_answer(SigningKey(b"\x23" * 32), answer(1, held))
+    with pytest.raises(Healing) as healing:
+        answer(1, held)
+    assert healing.value.sequence_ids == [4]
+    assert answer(4, held).envelopes  # after the lost one: nothing to hide
+
+
+def test_nothing_is_proven_against_a_node_that_did_not_sign() -> None:
+    forged = sign_answer(SigningKey(b"\x23" * 32), omitting(1, 4))
     assert "not signed by node 200" in (why_not_omitted(forged, NODE, KEYS) or "")
     with pytest.raises(AnswerError):
         open_answer(forged, KEYS[NODE])
-    signed = sign_answer(NODE_KEY, answer(1, held))
+    signed = sign_answer(NODE_KEY, omitting(1, 4))
     assert why_not_omitted(signed, ORIGINATOR, KEYS) is not None  # names another node
 
 
@@ -158,7 +173,7 @@ def test_nothing_is_proven_with_a_checkpoint_not_the_originators() -> None:
         1,
         forged.map.prove(topic_key(TOPIC)),
         forged.logs[TOPIC],
-        {},
+        forged.raws,
         T_NS,
     )
     problem = why_not_omitted(sign_answer(NODE_KEY, unsigned), NODE, KEYS)
