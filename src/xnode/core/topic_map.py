@@ -120,14 +120,14 @@ TopNodes = Callable[[int, int], MapNode]
 
 
 def siblings_for_update(buckets: Iterable[int]) -> list[NodeIndex]:
-    """The top nodes re-hashing these buckets' paths needs (the store reads them at once)."""
-    wanted: set[NodeIndex] = set()
+    """The top nodes re-hashing these buckets' paths needs (the store reads them at once):
+    the siblings along the paths that are not on a path themselves (those are re-hashed
+    first, and read as they were they would be stale)."""
+    paths: set[NodeIndex] = set()
     for bucket in buckets:
-        index = bucket
         for depth in range(BUCKET_DEPTH, 0, -1):
-            wanted.add((depth, index ^ 1))
-            index >>= 1
-    return sorted(wanted)
+            paths.add((depth, bucket >> (BUCKET_DEPTH - depth)))
+    return sorted({(depth, index ^ 1) for depth, index in paths} - paths)
 
 
 def updated_top(changed: Mapping[int, MapNode], top: TopNodes) -> dict[NodeIndex, MapNode]:

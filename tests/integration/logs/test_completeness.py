@@ -6,6 +6,7 @@ match them."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -227,3 +228,29 @@ async def test_a_lost_envelope_is_not_signed_away_and_an_expired_one_shows_expir
     assert ids(verdict) == [1, 3, 4]
     assert verdict.omissions is not None
     assert [e.sequence_id for e in verdict.omissions.expired] == [3]
+
+
+async def test_the_stored_map_is_the_reference_map_over_many_topics(database: str) -> None:
+    """Two checkpoints' worth of envelopes on 120 topics: the map kept in Postgres, grown
+    in two steps, has the root of the in-memory map of every topic's log."""
+    rng = random.Random(7)
+    log_ = [peer_envelope(s, rng.randrange(120).to_bytes(16, "big")) for s in range(1, 301)]
+    by_topic: dict[bytes, list[TopicEntry]] = {}
+    for e in log_:
+        by_topic.setdefault(e.topic, []).append(entry_of(e.raw, e.sequence_id))
+    reference = SparseMap()
+    reference.set(
+        {
+            topic_key(t): head_value(len(es), merkle.root_of([x.hash for x in es]))
+            for t, es in by_topic.items()
+        }
+    )
+    async with asyncpg.create_pool(database, min_size=1, max_size=2) as pool:
+        store = ReplicationStore(pool)
+        logs = LogStore(pool)
+        await store.insert_received(log_[:170], "t")
+        assert await logs.advance_topics(PEER, 170) is not None
+        await store.insert_received(log_[170:], "t")
+        grown = await logs.advance_topics(PEER, 300)
+    assert grown is not None and grown.first_sequence_id == 1
+    assert grown.map_root == reference.root()

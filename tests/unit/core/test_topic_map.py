@@ -20,11 +20,14 @@ from xnode.core.topic_map import (
     SparseMap,
     TopicEntry,
     TopicProof,
+    bucket_of,
     compare,
     head_value,
     prove_topic,
+    siblings_for_update,
     subtree,
     topic_key,
+    updated_top,
     verify_key,
     verify_topic,
 )
@@ -205,3 +208,26 @@ def test_compare_tells_omitted_from_expired() -> None:
     wrong = compare(complete, [*served, Served(5, 1, bytes(32)), Served(7, 1, bytes(32))], 1000)
     assert [e.sequence_id for e in wrong.omitted] == [5, 9]
     assert wrong.uncommitted == (7,)
+
+
+@given(maps, maps)
+def test_an_update_reads_only_siblings_off_the_changed_paths(
+    before: dict[bytes, bytes], added: dict[bytes, bytes]
+) -> None:
+    """The store reads the siblings' nodes as they are after the new heads went in: a
+    sibling that is itself on a changed path would read new leaves under an old node."""
+    m = built(before)
+    buckets = {bucket_of(k) for k in added}
+    m.buckets.update(
+        {
+            b: {**m.buckets.get(b, {}), **{k: v for k, v in added.items() if bucket_of(k) == b}}
+            for b in buckets
+        }
+    )
+    changed = {b: subtree(m.bucket_leaves(b), BUCKET_DEPTH) for b in buckets}
+    wanted = siblings_for_update(buckets)
+    siblings = {n: m.node(*n) for n in wanted}
+    made = updated_top(changed, lambda depth, index: siblings[(depth, index)])
+    if added:
+        everything = sorted({**before, **added}.items())
+        assert made[(0, 0)].hash == subtree(everything, 0).hash
