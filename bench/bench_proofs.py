@@ -8,13 +8,15 @@ node); the key's bucket holds a Poisson number (mean topics / 2^20) of other top
 at random within it. `--check-topics` builds a whole map that large in memory and prints its proofs'
 sizes beside the model's at the same size, to show the model is the map.
 
-Then (`--publish-seconds`, 0 to skip) publish throughput with topic commitments on vs off:
-a node (one worker, fsync on, checkpoints at their defaults) takes batches of 100 from 8
-callers, every envelope on one of 1,000 groups at random (each checkpoint's map update
-touches about as many topics as it can), rounds in ABBA order on fresh databases.
+Then the tables' sizes (`--storage-topics`, 0 to skip): that many topics stored, their bytes
+per row extrapolated to `--topics`. Then (`--publish-seconds`, 0 to skip) publish
+throughput with topic commitments on vs off: a node (one worker, fsync on, checkpoints at
+their defaults) takes batches of 100 from 8 callers, every envelope on one of 1,000 groups
+at random (each checkpoint's map update touches about as many topics as it can), rounds in
+ABBA order on fresh databases.
 
     .venv/bin/python bench/bench_proofs.py [--topics 10000000] [--check-topics 50000]
-        [--publish-seconds 8 --rounds 2]"""
+        [--storage-topics 200000] [--publish-seconds 8 --rounds 2]"""
 
 from __future__ import annotations
 
@@ -55,6 +57,8 @@ from xnode.core.topic_map import (
     verify_topic,
 )
 from xnode.devtools.postgres import PgCluster, start_cluster
+from xnode.store.migrate import upgrade_to_head
+from xnode.store.topics import append_envelopes
 
 THROUGHPUT_FLOOR = 0.9  # publish with topic commitments on / off
 SIZE_CEILING = 3072  # bytes, one topic present
@@ -228,6 +232,52 @@ async def publish_on_off(seconds: float, rounds: int) -> tuple[float, float]:
     return statistics.median(rates[False]), statistics.median(rates[True])
 
 
+def synthetic_envelope(sequence_id: int) -> bytes:
+    """An originator envelope as the topic map reads it (unsigned: no signature is checked
+    there), its content its own."""
+    unsigned = envelopes_pb2.UnsignedOriginatorEnvelope(
+        originator_node_id=NODE,
+        originator_sequence_id=sequence_id,
+        expiry_unixtime=1_900_000_000,
+        payer_envelope_bytes=os.urandom(32),
+    )
+    return envelopes_pb2.OriginatorEnvelope(
+        unsigned_originator_envelope=unsigned.SerializeToString()
+    ).SerializeToString()
+
+
+async def storage(topics: int) -> dict[str, tuple[int, int]]:
+    """The topic map's tables after `topics` topics of one envelope each, appended in
+    checkpoints of 10,000: (rows, bytes with indexes) per table."""
+    work = Path(tempfile.mkdtemp(prefix="xnode-bench-proofs-"))
+    work.chmod(0o755)
+    cluster = start_cluster(work / "pg", fsync=False)
+    try:
+        cluster.create_database("storage")
+        await asyncio.to_thread(upgrade_to_head, cluster.dsn("storage"))
+        conn = await asyncpg.connect(cluster.dsn("storage"))
+        try:
+            for first in range(1, topics + 1, 10_000):
+                rows = [
+                    (s, b"\x01" + s.to_bytes(16, "big"), synthetic_envelope(s))
+                    for s in range(first, min(first + 10_000, topics + 1))
+                ]
+                async with conn.transaction():
+                    await append_envelopes(conn, NODE, rows)
+            await conn.execute("VACUUM ANALYZE")
+            found = {}
+            for table in ("topic_heads", "topic_map_nodes", "topic_entries"):
+                count = await conn.fetchval(f"SELECT count(*) FROM {table}")
+                size = await conn.fetchval("SELECT pg_total_relation_size($1)", table)
+                found[table] = (int(count), int(size))
+            return found
+        finally:
+            await conn.close()
+    finally:
+        cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def line(what: str, value: float, unit: str, ceiling: float) -> None:
     verdict = "ok" if value <= ceiling else "OVER"
     print(f"{what:<58} {value:>9.1f} {unit:<3} ceiling {ceiling:>7.0f} {unit}  {verdict}")
@@ -240,6 +290,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0, help="time per measurement")
     parser.add_argument("--publish-seconds", type=float, default=8.0, help="0: no publish")
     parser.add_argument("--rounds", type=int, default=2, help="publish rounds, each off and on")
+    parser.add_argument(
+        "--storage-topics", type=int, default=200_000, help="topics stored to size tables; 0: no"
+    )
     args = parser.parse_args()
     rng = random.Random(49)
     log = topic_log(LOG_ENTRIES)
@@ -262,6 +315,25 @@ def main() -> None:
     new = sample(args.topics, random.Random(50), log[-11].sequence_id)[0]
     line(f"proof, present topic, 10 new entries, {t}, max", max(new), "B", SIZE_CEILING)
     line(f"proof, absent topic, {t}, max", max(absent), "B", ABSENT_CEILING)
+    if args.storage_topics:
+        tables = asyncio.run(storage(args.storage_topics))
+        inner_rows = min(args.topics, 2 ** (BUCKET_DEPTH + 1))  # inner nodes down to depth 20
+        heads, nodes, entries = (
+            tables["topic_heads"],
+            tables["topic_map_nodes"],
+            tables["topic_entries"],
+        )
+        per_head, per_node = heads[1] / heads[0], nodes[1] / max(nodes[0], 1)
+        print(
+            f"stored at {args.storage_topics:,} topics: topic_heads {per_head:.0f} B/topic,"
+            f" topic_map_nodes {nodes[0]:,} rows {per_node:.0f} B/row, topic_entries"
+            f" {entries[1] / entries[0]:.0f} B/envelope (tables with their indexes)"
+        )
+        print(
+            f"so at {args.topics:,} topics: topic_heads {per_head * args.topics / 1e9:.2f} GB,"
+            f" topic_map_nodes at most {per_node * inner_rows / 1e9:.2f} GB"
+            " (Postgres; nothing held in memory between checkpoints)"
+        )
     took = verify_us(args.topics, rng, args.seconds)
     line(f"client verification, one topic, one originator, {t}", took, "us", VERIFY_CEILING_US)
     if args.publish_seconds:

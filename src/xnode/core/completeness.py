@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
-from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.core.checkpoints import Checkpoint, CheckpointError, verify_checkpoint
 from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import (
@@ -24,6 +23,8 @@ from xnode.core.crypto import (
     keccak256,
     recover_public_key,
 )
+from xnode.core.envelopes import parse_originator_envelope
+from xnode.core.errors import Rejected
 from xnode.core.leaves import signed_content
 from xnode.core.registry import RegistryKeys
 from xnode.core.retention import is_expired
@@ -152,20 +153,11 @@ def served(raw_envelopes: Sequence[bytes], originator: int) -> list[Served]:
     found = []
     for raw in raw_envelopes:
         try:
-            envelope = envelopes_pb2.OriginatorEnvelope.FromString(raw)
-            unsigned = envelopes_pb2.UnsignedOriginatorEnvelope.FromString(
-                envelope.unsigned_originator_envelope
-            )
-        except DecodeError:
+            e = parse_originator_envelope(raw)
+        except Rejected:
             continue
-        if unsigned.originator_node_id == originator:
-            found.append(
-                Served(
-                    unsigned.originator_sequence_id,
-                    unsigned.expiry_unixtime,
-                    keccak256(envelope.unsigned_originator_envelope),
-                )
-            )
+        if e.originator_node_id == originator:
+            found.append(Served(e.sequence_id, e.expiry, keccak256(e.unsigned_raw)))
     return found
 
 
