@@ -73,10 +73,6 @@ _UPSERT_INNER = """
 INSERT INTO topic_map_nodes SELECT $1, * FROM unnest($2::smallint[], $3::bigint[], $4::bytea[])
 ON CONFLICT (originator_node_id, depth, node_index) DO UPDATE SET hash = excluded.hash
 """
-_DELETE_INNER = """
-DELETE FROM topic_map_nodes WHERE originator_node_id = $1
-    AND (depth, node_index) IN (SELECT * FROM unnest($2::smallint[], $3::bigint[]))
-"""
 _ENTRIES = """
 SELECT sequence_id, expiry, content_hash FROM topic_entries
 WHERE originator_node_id = $1 AND topic_key = $2 ORDER BY position
@@ -219,8 +215,8 @@ async def append_envelopes(
     changed = await _bucket_nodes(conn, originator, buckets)
     siblings = await map_nodes(conn, originator, topic_map.siblings_for_update(buckets))
     made = topic_map.updated_top(changed, lambda depth, index: siblings[(depth, index)])
+    # Topics never leave the map, so an inner node stays one: nothing is ever deleted.
     inner = [(n, node.hash) for n, node in made.items() if node.leaves > 1]
-    gone = [n for n, node in made.items() if node.leaves <= 1]
     await conn.execute(
         _UPSERT_INNER,
         originator,
@@ -228,7 +224,6 @@ async def append_envelopes(
         [n[1] for n, _ in inner],
         [h for _, h in inner],
     )
-    await conn.execute(_DELETE_INNER, originator, [n[0] for n in gone], [n[1] for n in gone])
     return made[(0, 0)].hash
 
 
