@@ -437,6 +437,12 @@ class LogsGroup(BaseModel):
     log_checkpoint_seconds: float = Field(
         5.0, description="Sign a checkpoint of this node's log every N seconds, when it grew", gt=0
     )
+    log_topic_commitments: bool = Field(
+        True,
+        description="Commit, in each checkpoint, to this node's envelopes by topic (a topic map,"
+        " docs/proofs.md): what completeness proofs (CompletenessApi) are checked against."
+        " false only to measure what that costs (bench/bench_logs.py)",
+    )
 
 
 class FeesGroup(BaseModel):

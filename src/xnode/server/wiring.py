@@ -14,6 +14,8 @@ from grpc_health.v1 import health
 
 from xnode.api.auth import PROTECTED_METHODS, Interceptor, NodeAuthInterceptor
 from xnode.api.calls import CallsPerCallerInterceptor
+from xnode.api.completeness import SERVICE_NAME as COMPLETENESS_SERVICE
+from xnode.api.completeness import CompletenessService, add_completeness_service
 from xnode.api.fees import SERVICE_NAME as FEES_SERVICE
 from xnode.api.fees import FeesService
 from xnode.api.forks import SERVICE_NAME as FORK_SERVICE
@@ -93,8 +95,10 @@ from xnode.store.prune import ScheduledPlan
 from xnode.store.replica import Replica
 from xnode.store.scrub import ScrubStore
 from xnode.store.subscription_slots import SharedSubscriptionSlots
+from xnode.store.topics import TopicStore
 from xnode.tls import ServerTls
 from xnode.usecases.admission import Admission
+from xnode.usecases.completeness import CompletenessAnswers
 from xnode.usecases.health import DATABASE, HealthMonitor
 from xnode.usecases.holdings import Holdings
 from xnode.usecases.identity import IdentityUpdates
@@ -260,6 +264,7 @@ async def _start(
         identity,
         replica,
         holdings,
+        CompletenessAnswers(node_id, key, TopicStore(pool)) if logs is not None else None,
     )
     served = await _serve(settings, node_id, parts, tls.served, stops, role)
     if replication is not None:
@@ -328,6 +333,7 @@ class NodeParts:
     identity: IdentityUpdates | None = None
     replica: Replica | None = None  # reads for queries and catch-up, when configured
     holdings: Holdings | None = None  # an originator's signed account of its own log
+    completeness: CompletenessAnswers | None = None  # proven answers of topics per originator
 
 
 @dataclass(frozen=True)
@@ -414,7 +420,7 @@ async def _serve(
         transactions,
         sizes,
     )
-    extensions = [LOG_SERVICE, HOLDINGS_SERVICE, FORK_SERVICE, FEES_SERVICE]
+    extensions = [LOG_SERVICE, HOLDINGS_SERVICE, FORK_SERVICE, FEES_SERVICE, COMPLETENESS_SERVICE]
     limited = LimitsInterceptor(limits, auth.caller, extensions, parts.outage)
     connections = settings.connection_limits()
     interceptors: list[Interceptor] = [auth, limited]
@@ -446,6 +452,7 @@ async def _serve(
     stops.add_sync(Phase.HEALTH, probe.close)
     dependencies = health_dependencies(chain is not None)
     dependencies[LOG_SERVICE] = dependencies["query"]  # the database
+    dependencies[COMPLETENESS_SERVICE] = dependencies["query"]
     monitor = HealthMonitor(
         GrpcHealthBoard(health_servicer),
         {**dependencies, FORK_SERVICE: frozenset({DATABASE})},
@@ -477,6 +484,9 @@ def _add_node_services(
     if parts.holdings is not None:
         add_holdings_service(HoldingsService(parts.holdings, outage), server)
         names.append(HOLDINGS_SERVICE)
+    if parts.completeness is not None:
+        add_completeness_service(CompletenessService(parts.completeness), server, outage)
+        names.append(COMPLETENESS_SERVICE)
     add_fork_service(ForkService(ForkStore(parts.store.pool)), server, outage)
     fees_pb2_grpc.add_FeesApiServicer_to_server(fees, server)  # type: ignore[no-untyped-call]
     return add_health_and_reflection(server, names)

@@ -29,6 +29,7 @@ from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.node_tokens import issue_token
+from xnode_api.completeness.v1 import completeness_pb2 as cp
 from xnode_api.logs.v1 import logs_pb2 as logs
 from xnode_api.withholding.v1 import withholding_pb2 as wh
 
@@ -39,6 +40,7 @@ SUBSCRIPTIONS = 4  # limit_subscriptions_per_ip of the nodes under attack
 ORIGINATORS = "/xmtp.xmtpv4.message_api.ReplicationApi/SubscribeOriginators"
 QUERY = "/xmtp.xmtpv4.message_api.ReplicationApi/QueryEnvelopes"
 HOLDINGS = "/xnode.withholding.v1.HoldingsApi/GetSignedHoldings"
+PROVE = "/xnode.completeness.v1.CompletenessApi/ProveTopics"
 FINGERPRINTS = "/xnode.logs.v1.LogApi/GetFingerprints"
 FOLLOW = "/xnode.logs.v1.LogApi/SubscribeCheckpoints"
 
@@ -163,6 +165,12 @@ async def test_bad_tokens_overcost_requests_and_extension_floods_leave_replicati
         holdings = _unary(channel, HOLDINGS)
         ask = wh.GetSignedHoldingsRequest(originator_node_id=100, first=1, last=1)
         codes = await asyncio.gather(*(_code(holdings(ask, timeout=10)) for _ in range(400)))
+        assert grpc.StatusCode.RESOURCE_EXHAUSTED in codes, Counter(codes)
+        seen.update(codes)
+        prove = _unary(channel, PROVE)
+        topic = cp.TopicCursor(topic=b"\x00" + bytes(16))
+        asked = cp.ProveTopicsRequest(originator_node_id=100, topics=[topic] * 64)
+        codes = await asyncio.gather(*(_code(prove(asked, timeout=10)) for _ in range(400)))
         assert grpc.StatusCode.RESOURCE_EXHAUSTED in codes, Counter(codes)
         seen.update(codes)
         fingerprints = _unary(channel, FINGERPRINTS)

@@ -7,20 +7,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class UnsignedCheckpoint(_message.Message):
-    __slots__ = ("originator_node_id", "tree_size", "root", "originator_ns", "previous_hash", "leaf_format")
+    __slots__ = ("originator_node_id", "tree_size", "root", "originator_ns", "previous_hash", "leaf_format", "topics")
     ORIGINATOR_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TREE_SIZE_FIELD_NUMBER: _ClassVar[int]
     ROOT_FIELD_NUMBER: _ClassVar[int]
     ORIGINATOR_NS_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_HASH_FIELD_NUMBER: _ClassVar[int]
     LEAF_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
     originator_node_id: int
     tree_size: int
     root: bytes
     originator_ns: int
     previous_hash: bytes
     leaf_format: int
-    def __init__(self, originator_node_id: _Optional[int] = ..., tree_size: _Optional[int] = ..., root: _Optional[bytes] = ..., originator_ns: _Optional[int] = ..., previous_hash: _Optional[bytes] = ..., leaf_format: _Optional[int] = ...) -> None: ...
+    topics: TopicCommitment
+    def __init__(self, originator_node_id: _Optional[int] = ..., tree_size: _Optional[int] = ..., root: _Optional[bytes] = ..., originator_ns: _Optional[int] = ..., previous_hash: _Optional[bytes] = ..., leaf_format: _Optional[int] = ..., topics: _Optional[_Union[TopicCommitment, _Mapping]] = ...) -> None: ...
+
+class TopicCommitment(_message.Message):
+    __slots__ = ("format", "map_root", "first_sequence_id")
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    MAP_ROOT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    format: int
+    map_root: bytes
+    first_sequence_id: int
+    def __init__(self, format: _Optional[int] = ..., map_root: _Optional[bytes] = ..., first_sequence_id: _Optional[int] = ...) -> None: ...
 
 class Checkpoint(_message.Message):
     __slots__ = ("unsigned_checkpoint", "signature")

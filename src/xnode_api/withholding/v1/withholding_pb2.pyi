@@ -1,3 +1,4 @@
+from xnode_api.completeness.v1 import completeness_pb2 as _completeness_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -13,10 +14,12 @@ class ExtendedMisbehavior(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MISBEHAVIOR_WITHHOLDING: _ClassVar[ExtendedMisbehavior]
     MISBEHAVIOR_WITHHOLDING_ACCUSATION: _ClassVar[ExtendedMisbehavior]
     MISBEHAVIOR_SPLIT_VIEW: _ClassVar[ExtendedMisbehavior]
+    MISBEHAVIOR_OMISSION: _ClassVar[ExtendedMisbehavior]
 EXTENDED_MISBEHAVIOR_UNSPECIFIED: ExtendedMisbehavior
 MISBEHAVIOR_WITHHOLDING: ExtendedMisbehavior
 MISBEHAVIOR_WITHHOLDING_ACCUSATION: ExtendedMisbehavior
 MISBEHAVIOR_SPLIT_VIEW: ExtendedMisbehavior
+MISBEHAVIOR_OMISSION: ExtendedMisbehavior
 
 class ExpiredLeaf(_message.Message):
     __slots__ = ("sequence_id", "expiry_unixtime")
@@ -119,7 +122,7 @@ class SplitView(_message.Message):
     def __init__(self, first: _Optional[_Union[Commitment, _Mapping]] = ..., second: _Optional[_Union[Commitment, _Mapping]] = ...) -> None: ...
 
 class ExtendedMisbehaviorReport(_message.Message):
-    __slots__ = ("reporter_time_ns", "misbehaving_node_id", "type", "submitted_by_node", "withholding", "withholding_accusation", "split_view")
+    __slots__ = ("reporter_time_ns", "misbehaving_node_id", "type", "submitted_by_node", "withholding", "withholding_accusation", "split_view", "omission")
     REPORTER_TIME_NS_FIELD_NUMBER: _ClassVar[int]
     MISBEHAVING_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +130,7 @@ class ExtendedMisbehaviorReport(_message.Message):
     WITHHOLDING_FIELD_NUMBER: _ClassVar[int]
     WITHHOLDING_ACCUSATION_FIELD_NUMBER: _ClassVar[int]
     SPLIT_VIEW_FIELD_NUMBER: _ClassVar[int]
+    OMISSION_FIELD_NUMBER: _ClassVar[int]
     reporter_time_ns: int
     misbehaving_node_id: int
     type: ExtendedMisbehavior
@@ -134,4 +138,5 @@ class ExtendedMisbehaviorReport(_message.Message):
     withholding: WithholdingProof
     withholding_accusation: WithholdingAccusation
     split_view: SplitView
-    def __init__(self, reporter_time_ns: _Optional[int] = ..., misbehaving_node_id: _Optional[int] = ..., type: _Optional[_Union[ExtendedMisbehavior, str]] = ..., submitted_by_node: _Optional[bool] = ..., withholding: _Optional[_Union[WithholdingProof, _Mapping]] = ..., withholding_accusation: _Optional[_Union[WithholdingAccusation, _Mapping]] = ..., split_view: _Optional[_Union[SplitView, _Mapping]] = ...) -> None: ...
+    omission: _completeness_pb2.SignedAnswer
+    def __init__(self, reporter_time_ns: _Optional[int] = ..., misbehaving_node_id: _Optional[int] = ..., type: _Optional[_Union[ExtendedMisbehavior, str]] = ..., submitted_by_node: _Optional[bool] = ..., withholding: _Optional[_Union[WithholdingProof, _Mapping]] = ..., withholding_accusation: _Optional[_Union[WithholdingAccusation, _Mapping]] = ..., split_view: _Optional[_Union[SplitView, _Mapping]] = ..., omission: _Optional[_Union[_completeness_pb2.SignedAnswer, _Mapping]] = ...) -> None: ...
