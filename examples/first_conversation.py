@@ -64,7 +64,7 @@ GROUP_DEFAULTS = dict.fromkeys(
 
 async def gateway_credential(api_key: str | None) -> Any:
     """The gateway's API key (or JWT), which the library sends as `authorization: Bearer ...`
-    with every call; None when the gateway takes publishes without one."""
+    with its PayerApi calls (publishes); None when the gateway takes publishes without one."""
     if api_key is None:
         return None
     handle: Any = xmtp.FfiAuthHandle  # its constructor is untyped in the bindings

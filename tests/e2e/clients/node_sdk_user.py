@@ -124,7 +124,7 @@ class NodeSdkUser:
         self, sdk: NodeSdk, name: str, node_url: str, gateway_url: str, api_key: str | None
     ) -> None:
         self.sdk = sdk
-        self.api_key = api_key  # the gateway's, sent with every call when set
+        self.api_key = api_key  # the gateway's, sent with publishes when set
         self.name = name
         self.key = SigningKey.generate()
         self.node_url = node_url

@@ -2,7 +2,7 @@
 private CA, and an API key. The Python example (examples/first_conversation.py) and users of
 the Node SDK (@xmtp/node-sdk 6.0.0, in its container: test_node_sdk.py says how) hold a
 conversation through one gateway, trusting the CA through SSL_CERT_FILE (the SDKs' native TLS
-reads it) and sending the key with every call; publishes without it are refused, so a
+reads it) and sending the key with their publishes, which are refused without it, so a
 conversation proves it was sent. The browser's side is tests/e2e/browser."""
 
 from __future__ import annotations

@@ -67,7 +67,8 @@ async function conversation({ client }, groupId) {
 }
 
 // The network options with the gateway's API key (or JWT), sent as `authorization: Bearer
-// ...` with every call: Client.create's own network options have no place for one.
+// ...` with the PayerApi calls (publishes): Client.create's network options have no place
+// for one.
 async function backendWithKey(apiUrl, gatewayHost, apiKey) {
   const auth = new AuthHandle();
   await auth.set({ value: `Bearer ${apiKey}`, expiresAtSeconds: 2 ** 62 });
