@@ -143,16 +143,7 @@ async def _conversation(
         browser = await playwright.chromium.launch(
             executable_path=chromium, headless=True, args=["--no-sandbox"]
         )
-        page = await browser.new_page()
-        page.on("console", lambda m: console.append(m.text))
-        await page.goto(f"{page_url}/index.html?{query}")
-
-        async def registered() -> str | None:
-            status = await page.text_content("#status")
-            assert status is None or not status.startswith("error"), f"{status}; {console}"
-            return await page.text_content("#inbox") or None
-
-        inbox = await until("the browser registers", registered, within_s=180)
+        page, inbox = await registered_page(browser, f"{page_url}/index.html?{query}", console)
         alice = new_user("alice", network.spec.directory / "users", *python_urls)
         try:
             group = await _python_side(alice, key, inbox)
@@ -176,6 +167,21 @@ async def _conversation(
             alice.close()
             await browser.close()
     assert messages.splitlines() == ["hello browser", "from python", "after the node died"]
+
+
+async def registered_page(browser: Any, url: str, console: list[str]) -> tuple[Any, str]:
+    """A new page at `url`, once its client registered: the page and the inbox it shows.
+    The page's console lines go to `console`."""
+    page = await browser.new_page()
+    page.on("console", lambda m: console.append(m.text))
+    await page.goto(url)
+
+    async def registered() -> str | None:
+        status = await page.text_content("#status")
+        assert status is None or not status.startswith("error"), f"{status}; {console}"
+        return await page.text_content("#inbox") or None
+
+    return page, await until("the browser registers", registered, within_s=180)
 
 
 def _preferred(network: ChainNetwork, topic: bytes) -> int:
@@ -226,16 +232,7 @@ async def test_browser_sdk_registers_through_a_tls_gateway_of_a_private_ca(
             env={**os.environ, "HOME": str(home)},
         )
         try:
-            page = await browser.new_page()
-            page.on("console", lambda m: console.append(m.text))
-            await page.goto(f"{page_url}/index.html?{query}")
-
-            async def registered() -> str | None:
-                status = await page.text_content("#status")
-                assert status is None or not status.startswith("error"), f"{status}; {console}"
-                return await page.text_content("#inbox") or None
-
-            inbox = await until("the browser registers over TLS", registered, within_s=180)
+            _, inbox = await registered_page(browser, f"{page_url}/index.html?{query}", console)
         finally:
             await browser.close()
     # Registered: the network, asked through the gateway's gRPC port, knows the inbox.

@@ -143,33 +143,9 @@ async def test_the_gateway_shows_its_client_certificate_to_nodes_that_require_on
 ) -> None:
     """A node that requires client certificates serves the gateway given one
     (tls_client_cert_file), and refuses the same gateway without it."""
-    address = f"127.0.0.1:{free_port()}"
-    registry = Registry(
-        NodeEntry(n, key.public_key, f"https://{address}" if n == 100 else "")
-        for n, key in node_spec.keys.items()
-    )
-    node_spec.nodes_file.write_text(registry.to_json())
-    await start_node(
-        **node_settings(database, node_spec, listen_address=address),
-        tls_cert_file=certs["node_cert"],
-        tls_key_file=certs["node_key"],
-        tls_client_ca_file=certs["ca"],
-        tls_client_cert="require",
-    )
-    async with NodeClient(f"https://{address}", ClientTls.from_files(*certs_of(certs))) as node:
-        await node.publish_group_messages(SigningKey.generate(), 100, GROUP, [b"held"])
-    settings = GatewaySettings(
-        listen_address="127.0.0.1:0",
-        payer_key=SigningKey.generate().hex(),
-        nodes_file=node_spec.nodes_file,
-        registry_source="file",
-        tls_ca_file=certs["ca"],
-        tls_client_cert_file=certs["gateway_cert"],
-        tls_client_key_file=certs["gateway_key"],
-        read_failover_seconds=1,
-        # The node answers from this test's event loop: a busy machine is not a node down.
-        node_check_timeout_seconds=10,
-    )
+    node = node_requiring_client_certificates(database, node_spec, certs, certs["ca"])
+    await start_holding_one_envelope(start_node, node, certs)
+    settings = gateway_towards(node_spec, certs)
     for shown, update in (
         (True, {}),
         (False, {"tls_client_cert_file": None, "tls_client_key_file": None}),
@@ -187,6 +163,53 @@ async def test_the_gateway_shows_its_client_certificate_to_nodes_that_require_on
             await gateway.stop()
 
 
+def node_requiring_client_certificates(
+    database: str, node_spec: Any, certs: dict[str, Path], client_ca: Path
+) -> dict[str, Any]:
+    """Settings of node 100, the registry's only reachable node, over TLS, requiring client
+    certificates of `client_ca`; the registry file is written."""
+    address = f"127.0.0.1:{free_port()}"
+    registry = Registry(
+        NodeEntry(n, key.public_key, f"https://{address}" if n == 100 else "")
+        for n, key in node_spec.keys.items()
+    )
+    node_spec.nodes_file.write_text(registry.to_json())
+    return node_settings(database, node_spec, listen_address=address) | {
+        "tls_cert_file": certs["node_cert"],
+        "tls_key_file": certs["node_key"],
+        "tls_client_ca_file": client_ca,
+        "tls_client_cert": "require",
+    }
+
+
+async def start_holding_one_envelope(
+    start_node: Any, settings: dict[str, Any], certs: dict[str, Path]
+) -> Any:
+    """The node started, with one envelope published to it (by a client it lets in)."""
+    node = await start_node(**settings)
+    url = f"https://{settings['listen_address']}"
+    async with NodeClient(url, ClientTls.from_files(*certs_of(certs))) as client:
+        await client.publish_group_messages(SigningKey.generate(), 100, GROUP, [b"held"])
+    return node
+
+
+def gateway_towards(node_spec: Any, certs: dict[str, Path]) -> GatewaySettings:
+    """A gateway of the node's registry, checking it against the CA, showing its client
+    certificate."""
+    return GatewaySettings(
+        listen_address="127.0.0.1:0",
+        payer_key=SigningKey.generate().hex(),
+        nodes_file=node_spec.nodes_file,
+        registry_source="file",
+        tls_ca_file=certs["ca"],
+        tls_client_cert_file=certs["gateway_cert"],
+        tls_client_key_file=certs["gateway_key"],
+        read_failover_seconds=1,
+        # The node answers from this test's event loop: a busy machine is not a node down.
+        node_check_timeout_seconds=10,
+    )
+
+
 def certs_of(certs: dict[str, Path]) -> tuple[Path, Path, Path]:
     """(CA, certificate, key) of a client the node lets in: the gateway's certificate."""
     return certs["ca"], certs["gateway_cert"], certs["gateway_key"]
@@ -199,34 +222,11 @@ async def test_the_gateway_shows_its_renewed_client_certificate_without_a_restar
     renewed from the new CA, and the node's client CA file names only the new CA. The node
     restarts (every connection to it is new): the gateway shows the renewed certificate,
     and its reads go on."""
-    address = f"127.0.0.1:{free_port()}"
-    registry = Registry(
-        NodeEntry(n, key.public_key, f"https://{address}" if n == 100 else "")
-        for n, key in node_spec.keys.items()
-    )
-    node_spec.nodes_file.write_text(registry.to_json())
     client_ca = tmp_path / "client-ca.pem"
     client_ca.write_bytes(certs["ca"].read_bytes())
-    node = node_settings(database, node_spec, listen_address=address) | {
-        "tls_cert_file": certs["node_cert"],
-        "tls_key_file": certs["node_key"],
-        "tls_client_ca_file": client_ca,
-        "tls_client_cert": "require",
-    }
-    first = await start_node(**node)
-    async with NodeClient(f"https://{address}", ClientTls.from_files(*certs_of(certs))) as client:
-        await client.publish_group_messages(SigningKey.generate(), 100, GROUP, [b"held"])
-    settings = GatewaySettings(
-        listen_address="127.0.0.1:0",
-        payer_key=SigningKey.generate().hex(),
-        nodes_file=node_spec.nodes_file,
-        registry_source="file",
-        tls_ca_file=certs["ca"],
-        tls_client_cert_file=certs["gateway_cert"],
-        tls_client_key_file=certs["gateway_key"],
-        read_failover_seconds=1,
-        node_check_timeout_seconds=10,  # the node answers from this test's event loop
-    )
+    node = node_requiring_client_certificates(database, node_spec, certs, client_ca)
+    first = await start_holding_one_envelope(start_node, node, certs)
+    settings = gateway_towards(node_spec, certs)
     gateway = await start_gateway(settings)
     try:
         async with NodeClient(gateway.address) as reader:
