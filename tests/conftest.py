@@ -284,9 +284,12 @@ def spawn_node(
         node_id: int = 100,
         wait: bool = True,
         command: str = "run",
+        source: Path | None = None,
         **extra: str,
     ) -> NodeProcess:
-        """`command`: the xnode command run with the node's settings (`run`, `watchdog`)."""
+        """`command`: the xnode command run with the node's settings (`run`, `watchdog`).
+        `source`: a directory of another release's packages (xnode, xmtp, xnode_api) run
+        instead of this checkout's, with this environment's dependencies."""
         address = f"127.0.0.1:{free_port()}"
         env = {
             **os.environ,
@@ -298,6 +301,7 @@ def spawn_node(
             "XNODE_LOG_FORMAT": "json",
             "XNODE_WORKERS": "1",  # one process (tests/e2e/ops/test_workers.py runs more)
             **{f"XNODE_{k.upper()}": v for k, v in extra.items()},
+            **({"PYTHONPATH": str(source)} if source is not None else {}),
         }
         name = "node" if command == "run" else command
         log = tmp_path / f"{name}-{node_id}-{len(processes)}.log"

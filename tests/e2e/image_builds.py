@@ -19,6 +19,7 @@ NODE_IMAGES = ["bash", str(REPO / "scripts" / "build_image.sh")]
 NODE_IMAGES_ENV = {"XNODE_IMAGES": "node anvil postgres"}  # no test runs the Patroni image
 USERS = {
     "tests/e2e/clients/test_node_sdk.py": "node_sdk",
+    "tests/e2e/clients/test_sdk_quickstart.py": "node_sdk",
     "tests/e2e/ops/test_container.py": "node",
 }
 
@@ -41,7 +42,7 @@ def start(node_ids: list[str], log: Path) -> None:
     """Starts building, in a thread, the images the collected tests need."""
     global _thread
     files = {node_id.partition("::")[0] for node_id in node_ids}
-    which = [name for path, name in USERS.items() if path in files]
+    which = list(dict.fromkeys(name for path, name in USERS.items() if path in files))
     if not which or _thread is not None:
         _done.set()
         return

@@ -39,7 +39,7 @@ from xnode.server.serving import (
     warn_if_plaintext,
 )
 from xnode.server.stops import Phase, Stops
-from xnode.tls import ClientTls, ServerTls, TlsConfigError
+from xnode.tls import ClientTls, PeerTls, ServerTls, TlsConfigError
 from xnode.usecases.admission import Admission
 from xnode.usecases.limits import Caller, LocalBuckets
 from xnode.usecases.registry_source import RegistrySource
@@ -72,7 +72,7 @@ class _Credentials:
     payer: SigningKey
     tokens: JwtPolicy | None
     served: ServerTls | None  # what the ports serve; None: plaintext
-    nodes: ClientTls | None  # https:// nodes' CA; None: system roots
+    nodes: PeerTls | None  # https:// nodes' CA and the client certificate; None: system roots
 
 
 def _credentials(settings: GatewaySettings) -> _Credentials:
@@ -90,7 +90,13 @@ def _credentials(settings: GatewaySettings) -> _Credentials:
             settings.tls_client_cert_file,
             settings.tls_client_key_file,
         )
-        nodes = ClientTls.from_files(*towards_nodes) if any(towards_nodes) else None
+        nodes = None
+        if any(towards_nodes):
+            shown = ClientTls.from_files(*towards_nodes)  # checks the files fit together
+            client = ServerTls.from_files(
+                settings.tls_client_cert_file, settings.tls_client_key_file
+            )
+            nodes = PeerTls(shown.root_certificates, client)  # read again when they change
         served = ServerTls.from_files(settings.tls_cert_file, settings.tls_key_file)
     except TlsConfigError as exc:
         raise StartupError(f"tls: {exc}") from exc
