@@ -133,14 +133,14 @@ class Originator:
         return self._closing
 
     async def publish(self, envelopes: Sequence[Originable]) -> list[IndexedEnvelope]:
-        if self._closing:
-            raise Rejected(Reason.UNAVAILABLE, "node is shutting down; publish to another node")
         digests = [e.payer_digest for e in envelopes if e.payer_digest]
         if len(set(digests)) < len(digests):
             raise _refused_replay("the request lists one payer envelope twice")
         publishing = self._publishing
         while twins := {f for d in digests if (f := publishing.get(d)) and not f.done()}:
             await asyncio.wait(twins)  # then found stored, or storable again if it failed
+        if self._closing:  # checked after any wait: a closed group commit takes nothing
+            raise Rejected(Reason.UNAVAILABLE, "node is shutting down; publish to another node")
         request = _Request(envelopes, asyncio.get_running_loop().create_future())
         publishing.update((d, request.result) for d in digests)
         try:
