@@ -121,7 +121,7 @@ class HeldLeaf:
         if self.raw is not None:
             if not leaf_matches(self.leaf, self.raw):
                 return Held.MISMATCH
-            if originator_key is not None and _signer(self.raw) != originator_key:
+            if originator_key is not None and not self.signed_by(originator_key):
                 return Held.MISMATCH
             return Held.MATCHES
         if self.committed_expiry is None:
@@ -129,3 +129,7 @@ class HeldLeaf:
         if provably_expired(self.committed_expiry, now_unix):
             return Held.EXPIRED
         return Held.LOST
+
+    def signed_by(self, key: bytes) -> bool:
+        """Whether the envelope held (there must be one) is signed by `key`."""
+        return self.raw is not None and _signer(self.raw) == key

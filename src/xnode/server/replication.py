@@ -13,7 +13,7 @@ from xnode.replication.anti_entropy import AntiEntropy, Repair
 from xnode.replication.checkpoints import CheckpointFollower, Watermarks
 from xnode.replication.fork_sync import ForkSync
 from xnode.replication.ports import MisbehaviorRecorder, StoreHealth
-from xnode.replication.scrub import Scrub
+from xnode.replication.scrub import OwnKey, Scrub
 from xnode.replication.verifiers import Verifiers
 from xnode.replication.withholding import WithholdingCheck
 from xnode.replication.worker import ReplicationConfig, ReplicationWorker
@@ -88,6 +88,7 @@ def replication_worker(
             repair.losses.add,
             SYSTEM_CLOCK.now_s,
             worker.current_keys,
+            None if settings.read_only else OwnKey(state.node_id, key.public_key),
         )
         worker.repair_with(anti_entropy, scrub)
     return worker
