@@ -62,6 +62,12 @@ def holdings_digest(unsigned_holdings: bytes) -> bytes:
     return keccak256(b"holdings|", unsigned_holdings)
 
 
+def question_digest(unsigned_question: bytes) -> bytes:
+    """What a node signs to ask an originator for its holdings, at its own time
+    (xnode.core.withholding)."""
+    return keccak256(b"question|", unsigned_question)
+
+
 def blockchain_proof_digest(unsigned_originator_envelope: bytes, transaction_hash: bytes) -> bytes:
     """What a node signs when it vouches for a payload it indexed from the chain."""
     return keccak256(b"blockchain|", transaction_hash, b"|", unsigned_originator_envelope)

@@ -25,8 +25,8 @@ aggregation job (it counts only what this says is proven). What proves what:
   signature) whose transaction, on the chain, carried other content
   (xnode.core.chain_evidence); checked against `chain`, the looked-up transactions;
 - WITHHOLDING (xnode's extension): the accused's signed checkpoint covering a sequence id and
-  its signed account of its own log leaving that id out, or calling it expired before its
-  committed expiry (xnode.core.withholding);
+  its signed account of its own log, answering an asker's signed question, that leaves the
+  id out or names it expired against its commitment (xnode.core.withholding.judge_holdings);
 - SPLIT_VIEW (xnode's extension): two of the accused's signed checkpoints committing to two
   different opened format 2 leaves at one sequence id (xnode.core.withholding.why_not_split).
 Every envelope in a safety report must be signed by the accused: a report padded with
@@ -175,9 +175,9 @@ def _causal_ordering(signed: Sequence[SignedEnvelope], node_id: int) -> None:
 
 # xnode's extension kinds: the field of ExtendedMisbehaviorReport holding the proof, and
 # what says why it proves nothing (None: it proves the claim).
-_EXTENSION_PROOFS: dict[int, tuple[str, Callable[[Any, int, Collection[bytes]], str | None]]] = {
-    WITHHOLDING: ("withholding", why_not_withheld),
-    SPLIT_VIEW: ("split_view", why_not_split),
+_EXTENSION_PROOFS: dict[int, tuple[str, Callable[[Any, int, RegistryKeys], str | None]]] = {
+    WITHHOLDING: ("withholding", why_not_withheld),  # the asker's key too: the question
+    SPLIT_VIEW: ("split_view", lambda proof, node, keys: why_not_split(proof, node, keys[node])),
 }
 
 
@@ -191,7 +191,9 @@ def _extension_proof(report: mb.UnsignedMisbehaviorReport, keys: RegistryKeys) -
         raise Unproven(f"the {what} proof does not decode ({exc})") from None
     if not proof.HasField(field):
         raise Unproven(f"a {type_name(kind)} report carries no {what} proof")
-    failure = why_not(getattr(proof, field), node_id, keys.get(node_id, ()))
+    if not keys.get(node_id):
+        raise Unproven(f"checkpoint: misbehaving node {node_id} has no registry key")
+    failure = why_not(getattr(proof, field), node_id, keys)
     if failure is not None:
         raise Unproven(failure)
 

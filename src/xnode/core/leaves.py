@@ -114,6 +114,26 @@ class HeldLeaf:
     leaf: bytes
     committed_expiry: int | None  # None: a format 1 leaf
     raw: bytes | None  # None: no envelope held
+    # keccak256 of the signed content, kept beside a format 2 leaf (None: not known): with
+    # committed_expiry, the leaf's opening, which an "expired" account carries
+    content_hash: bytes | None = None
+
+    def opening(self) -> tuple[bytes, int] | None:
+        """(content hash, expiry) opening this format 2 leaf, from the envelope when held,
+        else from the content hash kept beside the leaf; None when neither opens it."""
+        if self.committed_expiry is None:
+            return None
+        content_hash = self.content_hash
+        if self.raw is not None:
+            try:
+                content_hash = keccak256(signed_content(self.raw)[0])
+            except ValueError:
+                return None
+        if content_hash is None:
+            return None
+        if opened_leaf_v2(content_hash, self.committed_expiry) != self.leaf:
+            return None
+        return content_hash, self.committed_expiry
 
     def judge(self, now_unix: int, originator_key: bytes | None = None) -> Held:
         """`originator_key`: when given, the envelope's originator signature must recover

@@ -66,9 +66,17 @@ def replication_worker(
         intake.settle,
     )
     if config.repair_s > 0:
-        withholding = WithholdingCheck(
-            worker.reports, worker.keys_of_node, SYSTEM_CLOCK, config.withholding_patience_s
-        )
+        # A read-only node has no registry key to ask with: it leaves withholding to them.
+        withholding = None
+        if not settings.read_only:
+            withholding = WithholdingCheck(
+                worker.reports,
+                worker.current_keys,
+                (state.node_id, key),
+                SYSTEM_CLOCK,
+                config.withholding_patience_s,
+                worker.repair_peers,
+            )
         repair = Repair(
             logs, store, worker.originator_log, worker.fork_found, withholding=withholding
         )

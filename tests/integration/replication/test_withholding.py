@@ -31,7 +31,7 @@ from tests.integration.replication.test_scrub import SCRUBBING, _flip_bytes
 from tests.waiting import eventually, eventually_value
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import NodeClient
-from xnode.core.crypto import SigningKey
+from xnode.core.crypto import SigningKey, keccak256
 from xnode.core.misbehavior import WITHHOLDING, WITHHOLDING_ACCUSATION
 from xnode.core.topics import TopicKind
 from xnode.core.withholding import check_commitment, extended, sign_holdings, why_not_withheld
@@ -157,8 +157,8 @@ def proves_withholding(found: Reports, log: CommittedLog, spec: NodeSpec) -> Non
     proof = extension(found[0][2]).withholding
     assert proof.commitment.sequence_id == peer.WITHHELD
     assert proof.commitment.checkpoint == log.checkpoint.signed
-    assert why_not_withheld(proof, 500, {spec.keys[500].public_key}) is None
     registry = {n: frozenset({k.public_key}) for n, k in spec.keys.items()}
+    assert why_not_withheld(proof, 500, registry) is None
     checked = verify_report(found[0][2], registry)
     assert checked["proof_error"] is None
     assert checked["host_signer"] == spec.keys[100].public_key
@@ -203,6 +203,7 @@ async def test_a_signed_account_leaving_out_a_committed_envelope_is_reported(
             log_size=SIZE,
             answered_ns=time.time_ns(),
             envelopes=[sent[s - 1] for s in served if s != S],
+            question_hash=keccak256(asked.question.unsigned_question),  # the asker's time
         )
         signed = sign_holdings(key, account)
         return wh.GetSignedHoldingsResponse(holdings=signed).SerializeToString()

@@ -19,15 +19,39 @@ MISBEHAVIOR_WITHHOLDING_ACCUSATION: ExtendedMisbehavior
 MISBEHAVIOR_SPLIT_VIEW: ExtendedMisbehavior
 
 class ExpiredLeaf(_message.Message):
-    __slots__ = ("sequence_id", "expiry_unixtime")
+    __slots__ = ("sequence_id", "expiry_unixtime", "content_hash")
     SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     EXPIRY_UNIXTIME_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
     sequence_id: int
     expiry_unixtime: int
-    def __init__(self, sequence_id: _Optional[int] = ..., expiry_unixtime: _Optional[int] = ...) -> None: ...
+    content_hash: bytes
+    def __init__(self, sequence_id: _Optional[int] = ..., expiry_unixtime: _Optional[int] = ..., content_hash: _Optional[bytes] = ...) -> None: ...
+
+class Question(_message.Message):
+    __slots__ = ("asker_node_id", "originator_node_id", "first", "last", "asked_ns")
+    ASKER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ORIGINATOR_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    ASKED_NS_FIELD_NUMBER: _ClassVar[int]
+    asker_node_id: int
+    originator_node_id: int
+    first: int
+    last: int
+    asked_ns: int
+    def __init__(self, asker_node_id: _Optional[int] = ..., originator_node_id: _Optional[int] = ..., first: _Optional[int] = ..., last: _Optional[int] = ..., asked_ns: _Optional[int] = ...) -> None: ...
+
+class SignedQuestion(_message.Message):
+    __slots__ = ("unsigned_question", "signature")
+    UNSIGNED_QUESTION_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    unsigned_question: bytes
+    signature: bytes
+    def __init__(self, unsigned_question: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class UnsignedHoldings(_message.Message):
-    __slots__ = ("originator_node_id", "first", "last", "log_size", "answered_ns", "envelopes", "expired", "unprovable")
+    __slots__ = ("originator_node_id", "first", "last", "log_size", "answered_ns", "envelopes", "expired", "unprovable", "question_hash")
     ORIGINATOR_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +60,7 @@ class UnsignedHoldings(_message.Message):
     ENVELOPES_FIELD_NUMBER: _ClassVar[int]
     EXPIRED_FIELD_NUMBER: _ClassVar[int]
     UNPROVABLE_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_HASH_FIELD_NUMBER: _ClassVar[int]
     originator_node_id: int
     first: int
     last: int
@@ -44,7 +69,8 @@ class UnsignedHoldings(_message.Message):
     envelopes: _containers.RepeatedScalarFieldContainer[bytes]
     expired: _containers.RepeatedCompositeFieldContainer[ExpiredLeaf]
     unprovable: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, originator_node_id: _Optional[int] = ..., first: _Optional[int] = ..., last: _Optional[int] = ..., log_size: _Optional[int] = ..., answered_ns: _Optional[int] = ..., envelopes: _Optional[_Iterable[bytes]] = ..., expired: _Optional[_Iterable[_Union[ExpiredLeaf, _Mapping]]] = ..., unprovable: _Optional[_Iterable[int]] = ...) -> None: ...
+    question_hash: bytes
+    def __init__(self, originator_node_id: _Optional[int] = ..., first: _Optional[int] = ..., last: _Optional[int] = ..., log_size: _Optional[int] = ..., answered_ns: _Optional[int] = ..., envelopes: _Optional[_Iterable[bytes]] = ..., expired: _Optional[_Iterable[_Union[ExpiredLeaf, _Mapping]]] = ..., unprovable: _Optional[_Iterable[int]] = ..., question_hash: _Optional[bytes] = ...) -> None: ...
 
 class SignedHoldings(_message.Message):
     __slots__ = ("unsigned_holdings", "signature")
@@ -55,14 +81,16 @@ class SignedHoldings(_message.Message):
     def __init__(self, unsigned_holdings: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class GetSignedHoldingsRequest(_message.Message):
-    __slots__ = ("originator_node_id", "first", "last")
+    __slots__ = ("originator_node_id", "first", "last", "question")
     ORIGINATOR_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
     originator_node_id: int
     first: int
     last: int
-    def __init__(self, originator_node_id: _Optional[int] = ..., first: _Optional[int] = ..., last: _Optional[int] = ...) -> None: ...
+    question: SignedQuestion
+    def __init__(self, originator_node_id: _Optional[int] = ..., first: _Optional[int] = ..., last: _Optional[int] = ..., question: _Optional[_Union[SignedQuestion, _Mapping]] = ...) -> None: ...
 
 class GetSignedHoldingsResponse(_message.Message):
     __slots__ = ("holdings",)
@@ -93,12 +121,16 @@ class Commitment(_message.Message):
     def __init__(self, checkpoint: _Optional[bytes] = ..., sequence_id: _Optional[int] = ..., leaf_hash: _Optional[bytes] = ..., inclusion_proof: _Optional[_Iterable[bytes]] = ..., opening: _Optional[_Union[LeafOpening, _Mapping]] = ...) -> None: ...
 
 class WithholdingProof(_message.Message):
-    __slots__ = ("commitment", "holdings")
+    __slots__ = ("commitment", "holdings", "question", "appended_after")
     COMMITMENT_FIELD_NUMBER: _ClassVar[int]
     HOLDINGS_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_AFTER_FIELD_NUMBER: _ClassVar[int]
     commitment: Commitment
     holdings: SignedHoldings
-    def __init__(self, commitment: _Optional[_Union[Commitment, _Mapping]] = ..., holdings: _Optional[_Union[SignedHoldings, _Mapping]] = ...) -> None: ...
+    question: SignedQuestion
+    appended_after: bytes
+    def __init__(self, commitment: _Optional[_Union[Commitment, _Mapping]] = ..., holdings: _Optional[_Union[SignedHoldings, _Mapping]] = ..., question: _Optional[_Union[SignedQuestion, _Mapping]] = ..., appended_after: _Optional[bytes] = ...) -> None: ...
 
 class WithholdingAccusation(_message.Message):
     __slots__ = ("commitment", "answer", "asked_ns")
