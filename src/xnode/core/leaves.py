@@ -62,6 +62,12 @@ def signed_content(raw_originator_envelope: bytes) -> tuple[bytes, int]:
     return content, unsigned.expiry_unixtime
 
 
+def content_hash_of(raw_originator_envelope: bytes) -> bytes:
+    """keccak256 of the envelope's signed content: with its expiry, the opening of its
+    format 2 leaf, kept beside the leaf (raises ValueError when it does not decode)."""
+    return keccak256(signed_content(raw_originator_envelope)[0])
+
+
 def envelope_leaf(raw_originator_envelope: bytes, leaf_format: int = FORMAT_V2) -> bytes:
     """The leaf of a signed OriginatorEnvelope in `leaf_format` (raises ValueError when it
     does not decode)."""
@@ -126,7 +132,7 @@ class HeldLeaf:
         content_hash = self.content_hash
         if self.raw is not None:
             try:
-                content_hash = keccak256(signed_content(self.raw)[0])
+                content_hash = content_hash_of(self.raw)
             except ValueError:
                 return None
         if content_hash is None:

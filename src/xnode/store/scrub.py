@@ -10,7 +10,7 @@ from xnode.core.leaves import HeldLeaf
 from xnode.store.errors import driver_errors_translated
 
 _PAGE = """
-SELECT l.originator_node_id, l.sequence_id, l.leaf_hash, l.expiry, e.envelope
+SELECT l.originator_node_id, l.sequence_id, l.leaf_hash, l.expiry, e.envelope, l.content_hash
 FROM log_leaves AS l
 LEFT JOIN originator_envelopes AS e
     ON e.originator_node_id = l.originator_node_id AND e.originator_sequence_id = l.sequence_id
@@ -34,7 +34,14 @@ class ScrubStore:
     async def page(self, after: tuple[int, int], limit: int) -> list[HeldLeaf]:
         rows = await self._pool.fetch(_PAGE, after[0], after[1], limit)
         return [
-            HeldLeaf(r[0], r[1], bytes(r[2]), r[3], None if r[4] is None else bytes(r[4]))
+            HeldLeaf(
+                r[0],
+                r[1],
+                bytes(r[2]),
+                r[3],
+                None if r[4] is None else bytes(r[4]),
+                None if r[5] is None else bytes(r[5]),
+            )
             for r in rows
         ]
 

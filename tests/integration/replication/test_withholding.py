@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import grpc
 import pytest
 
@@ -32,6 +33,7 @@ from tests.waiting import eventually, eventually_value
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey, keccak256
+from xnode.core.leaves import content_hash_of
 from xnode.core.misbehavior import WITHHOLDING, WITHHOLDING_ACCUSATION
 from xnode.core.topics import TopicKind
 from xnode.core.withholding import check_commitment, extended, sign_holdings, why_not_withheld
@@ -184,6 +186,22 @@ async def test_an_honest_originator_that_lost_an_envelope_is_not_reported(
         assert list(account.envelopes) == sent[S:] and account.log_size == SIZE
     kinds = {WITHHOLDING, WITHHOLDING_ACCUSATION}
     assert [r for r in await _reports(node.address) if r[0] in kinds] == []
+    # Each leaf's opening is kept beside it, by its originator (S's too, its envelope gone)
+    # and by the node that replicated it.
+    openings = {s: content_hash_of(raw) for s, raw in enumerate(sent, 1)}
+    assert await _openings(network.dsns[100]) == openings
+    assert await _openings(network.dsns[300]) == {s: h for s, h in openings.items() if s != S}
+
+
+async def _openings(dsn: str) -> dict[int, bytes]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT sequence_id, content_hash FROM log_leaves WHERE originator_node_id = 100"
+        )
+    finally:
+        await conn.close()
+    return {r[0]: bytes(r[1]) for r in rows}
 
 
 async def test_a_signed_account_leaving_out_a_committed_envelope_is_reported(
