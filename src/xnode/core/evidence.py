@@ -8,10 +8,12 @@ aggregation job (it counts only what this says is proven). What proves what:
   xnode.core.forks);
 - OUT_OF_ORDER: two envelopes of the accused whose signed timestamps go back while their
   sequence ids go up. A sequence gap alone proves nothing: envelopes expire and relays skip;
-- INVALID_PAYLOAD: an envelope the accused signed whose payer envelope breaks the
-  payer-envelope rule (XIP-49 3.3.4, core.envelopes.received_payer), named in the answer so
-  anyone can re-check it. Time-bound rules are judged at the envelope's signed timestamp,
-  never at the checker's clock: the verdict is the same on any day (docs/evidence.md);
+- INVALID_PAYLOAD: an envelope the accused signed whose payer envelope breaks a SHARED rule
+  (one every XIP-49 implementation applies: framing, target originator, topic kind, payer
+  signature) of the rule epoch in force at its signed timestamp (core.rule_epochs), never
+  today's rules or the checker's clock: the verdict is the same on any day and with any
+  code version. xnode's own payload rules (MLS, welcomes, key packages) are judged, not
+  proven (docs/evidence.md);
 - a timestamp further in the future than the XIP allows is judged at receipt against the
   receiver's clock: the report says what its reporter saw, but nothing in it proves that the
   envelope arrived before its time, so it proves no OUT_OF_ORDER by itself;
@@ -45,8 +47,7 @@ from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.chain_evidence import ChainFacts, why_not_inconsistent
 from xnode.core.crypto import SignatureError
-from xnode.core.envelopes import envelope_signer, received_payer
-from xnode.core.errors import Rejected
+from xnode.core.envelopes import envelope_signer
 from xnode.core.misbehavior import (
     BLOCKCHAIN_INCONSISTENCY,
     CAUSAL_ORDERING,
@@ -58,6 +59,7 @@ from xnode.core.misbehavior import (
     type_name,
 )
 from xnode.core.registry import RegistryKeys
+from xnode.core.rule_epochs import Broken, Standing, epoch_at, rule_broken
 from xnode.core.withholding import extended, why_not_split, why_not_withheld
 
 PAYER_ENVELOPE_RULE = "payer-envelope rule (XIP-49 3.3.4)"
@@ -127,26 +129,31 @@ def _out_of_order(signed: Sequence[SignedEnvelope]) -> None:
 
 def payer_rule_broken(
     payer_envelope_bytes: bytes, originator: int, originator_ns: int
-) -> str | None:
-    """What the payer-envelope rule finds wrong with these bytes, originated at
-    `originator_ns`, or None if they pass."""
+) -> Broken | None:
+    """The first rule of the epoch in force at `originator_ns` (core.rule_epochs) these bytes
+    break, shared rules first, or None if they pass every one."""
     try:
         payer = envelopes_pb2.PayerEnvelope.FromString(payer_envelope_bytes)
     except DecodeError as exc:
-        return f"payer envelope does not decode ({exc})"
-    try:
-        received_payer(payer, originator, originator_ns)
-    except Rejected as exc:
-        return f"{exc.reason.value}: {exc.detail}"
-    return None
+        epoch = epoch_at(originator_ns).number
+        return Broken(epoch, "xip49-framing", Standing.SHARED, f"does not decode ({exc})")
+    return rule_broken(payer, originator, originator_ns)
 
 
 def _invalid_payload(signed: Sequence[SignedEnvelope], node_id: int) -> None:
+    judged: list[str] = []
     for envelope in signed:
         broken = payer_rule_broken(envelope.payer_envelope_bytes, node_id, envelope.originator_ns)
-        if broken is not None:
+        if broken is not None and broken.standing is Standing.SHARED:
             return
-    raise Unproven(f"every envelope passes the {PAYER_ENVELOPE_RULE}")
+        if broken is not None:
+            judged.append(broken.describe())
+    if judged:
+        raise Unproven(
+            f"judged, not proven: only rules of xnode's own reading are broken ({judged[0]}); "
+            f"what convicts is a rule every XIP-49 implementation shares"
+        )
+    raise Unproven(f"every envelope passes the {PAYER_ENVELOPE_RULE} of its epoch")
 
 
 def own_dependency_ahead(

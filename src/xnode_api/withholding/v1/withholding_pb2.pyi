@@ -151,7 +151,7 @@ class SplitView(_message.Message):
     def __init__(self, first: _Optional[_Union[Commitment, _Mapping]] = ..., second: _Optional[_Union[Commitment, _Mapping]] = ...) -> None: ...
 
 class ExtendedMisbehaviorReport(_message.Message):
-    __slots__ = ("reporter_time_ns", "misbehaving_node_id", "type", "submitted_by_node", "withholding", "withholding_accusation", "split_view")
+    __slots__ = ("reporter_time_ns", "misbehaving_node_id", "type", "submitted_by_node", "withholding", "withholding_accusation", "split_view", "rule_epoch")
     REPORTER_TIME_NS_FIELD_NUMBER: _ClassVar[int]
     MISBEHAVING_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +159,7 @@ class ExtendedMisbehaviorReport(_message.Message):
     WITHHOLDING_FIELD_NUMBER: _ClassVar[int]
     WITHHOLDING_ACCUSATION_FIELD_NUMBER: _ClassVar[int]
     SPLIT_VIEW_FIELD_NUMBER: _ClassVar[int]
+    RULE_EPOCH_FIELD_NUMBER: _ClassVar[int]
     reporter_time_ns: int
     misbehaving_node_id: int
     type: ExtendedMisbehavior
@@ -166,4 +167,5 @@ class ExtendedMisbehaviorReport(_message.Message):
     withholding: WithholdingProof
     withholding_accusation: WithholdingAccusation
     split_view: SplitView
-    def __init__(self, reporter_time_ns: _Optional[int] = ..., misbehaving_node_id: _Optional[int] = ..., type: _Optional[_Union[ExtendedMisbehavior, str]] = ..., submitted_by_node: _Optional[bool] = ..., withholding: _Optional[_Union[WithholdingProof, _Mapping]] = ..., withholding_accusation: _Optional[_Union[WithholdingAccusation, _Mapping]] = ..., split_view: _Optional[_Union[SplitView, _Mapping]] = ...) -> None: ...
+    rule_epoch: int
+    def __init__(self, reporter_time_ns: _Optional[int] = ..., misbehaving_node_id: _Optional[int] = ..., type: _Optional[_Union[ExtendedMisbehavior, str]] = ..., submitted_by_node: _Optional[bool] = ..., withholding: _Optional[_Union[WithholdingProof, _Mapping]] = ..., withholding_accusation: _Optional[_Union[WithholdingAccusation, _Mapping]] = ..., split_view: _Optional[_Union[SplitView, _Mapping]] = ..., rule_epoch: _Optional[int] = ...) -> None: ...
