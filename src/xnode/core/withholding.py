@@ -30,7 +30,12 @@ from google.protobuf.message import DecodeError
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core import merkle
-from xnode.core.checkpoints import CheckpointError, check_inclusion, verify_checkpoint
+from xnode.core.checkpoints import (
+    Checkpoint,
+    CheckpointError,
+    check_inclusion,
+    verify_checkpoint,
+)
 from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import (
     SignatureError,
@@ -183,19 +188,22 @@ class Opened:
     tree_size: int = 0  # the checkpoint's
 
 
+def _signed_checkpoint(signed: bytes, keys: Collection[bytes]) -> Checkpoint:
+    """The checkpoint, signed by one of `keys`; raises ValueError naming what failed."""
+    failure = "no registry key"
+    for key in keys:
+        try:
+            return verify_checkpoint(signed, key)
+        except CheckpointError as exc:
+            failure = str(exc)
+    raise ValueError(f"checkpoint: {failure}")
+
+
 def check_commitment(commitment: wh.Commitment, node_id: int, keys: Collection[bytes]) -> Opened:
     """The accused's signed checkpoint of its own log covers the sequence id with this leaf
     (format 2), and the opening, when given, is that leaf's; raises ValueError naming what
     failed."""
-    checkpoint = None
-    for key in keys:
-        try:
-            checkpoint = verify_checkpoint(commitment.checkpoint, key)
-            break
-        except CheckpointError as exc:
-            failure = str(exc)
-    if checkpoint is None:
-        raise ValueError(f"checkpoint: {failure if keys else 'no registry key'}")
+    checkpoint = _signed_checkpoint(commitment.checkpoint, keys)
     if checkpoint.originator_node_id != node_id:
         raise ValueError(f"the checkpoint is of node {checkpoint.originator_node_id}'s log")
     if checkpoint.leaf_format != FORMAT_V2:
@@ -328,14 +336,7 @@ def _appended_after(
     below `sequence_id`, or None when the proof carries none."""
     if not proof.appended_after:
         return None
-    for key in keys:
-        try:
-            earlier = verify_checkpoint(proof.appended_after, key)
-            break
-        except CheckpointError as exc:
-            failure = str(exc)
-    else:
-        raise ValueError(failure if keys else "no registry key")
+    earlier = _signed_checkpoint(proof.appended_after, keys)
     if earlier.originator_node_id != node_id or earlier.tree_size >= sequence_id:
         raise ValueError(f"not a checkpoint of node {node_id}'s log ending below {sequence_id}")
     return earlier.originator_ns // NS_PER_SECOND
