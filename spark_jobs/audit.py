@@ -40,7 +40,6 @@ from spark_jobs.inputs import (
     find_node_dirs,
     load_envelopes,
     one_line,
-    read_registry,
     read_registry_history,
     spark_read_errors,
 )
@@ -185,14 +184,14 @@ def audit_node_export(
 def audit_exports(
     spark: SparkSession,
     inputs: Sequence[str | Path],
+    registry: str | Path,
     now_unix: int | None = None,
-    registry: str | Path | None = None,
 ) -> dict[int, Verdict]:
     """node id -> the verdict on its export; expiry judged at `now_unix` (None: now).
     Signatures are checked against `registry`, the NodeRegistry's history (`xnode chain
-    registry-snapshot`), or without it against the keys the exports' own snapshots list (an
-    operator's word: a key it added there would pass)."""
-    keys = read_registry(inputs) if registry is None else read_registry_history(registry).keys()
+    registry-snapshot`), never against the keys an export's own `nodes.parquet` lists: that
+    is its operator's word, and a key it added there would pass."""
+    keys = read_registry_history(registry).keys()
     at = int(time.time()) if now_unix is None else now_unix
     return {
         int(node.name.removeprefix("node-")): audit_node_export(spark, node, keys, at)
@@ -230,9 +229,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--registry",
-        default=None,
+        required=True,
         help="the NodeRegistry's history (`xnode chain registry-snapshot`) to check signatures "
-        "against (default: the keys the exports list, an operator's word)",
+        "against (never the keys the exports list: an operator's word)",
     )
     return parser.parse_args(argv)
 
@@ -243,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         find_envelope_files(args.input)  # before the JVM starts: bad input fails fast
         spark = build_session(args.master, app_name="xnode-audit")
         try:
-            verdicts = audit_exports(spark, args.input, args.at, args.registry)
+            verdicts = audit_exports(spark, args.input, args.registry, args.at)
         finally:
             spark.stop()
         if args.out:

@@ -24,8 +24,6 @@ from xnode.export.manifest import ManifestError, verify_export
 
 ENVELOPES_DIR = "envelopes"
 REPORTS_DIR = "misbehavior_reports"
-NODES_FILE = "nodes.parquet"
-PUBLIC_KEY_LENGTH = 65
 
 
 class InputError(Exception):
@@ -74,11 +72,6 @@ REPORT_COLUMNS: dict[str, ColumnRule] = {
     "type": (_exactly(pa.int32()), "int32", True),
     "submitted_by_node": (_exactly(pa.bool_()), "bool", True),
     "report": (_binary, "binary", True),
-}
-NODES_COLUMNS: dict[str, ColumnRule] = {
-    "node_id": (_exactly(pa.int32()), "int32", True),
-    "public_key": (_binary, "binary", True),
-    "enabled": (_exactly(pa.bool_()), "bool", True),
 }
 
 ENVELOPE_SCHEMA = T.StructType(
@@ -273,27 +266,6 @@ def signed_exports(
             continue
         accepted.append(node_dir)
     return accepted, refused
-
-
-def read_registry(inputs: Sequence[str | Path]) -> dict[int, frozenset[bytes]]:
-    """node_id -> every public key any export's registry snapshot lists for it.
-
-    Snapshots taken at different times may disagree (key rotation); all keys are kept.
-    """
-    keys: dict[int, set[bytes]] = {}
-    paths = [n / NODES_FILE for n in find_node_dirs(inputs) if (n / NODES_FILE).exists()]
-    if not paths:
-        raise InputError(f"no {NODES_FILE} registry snapshot in any export of: {list(inputs)}")
-    validate_files(paths, NODES_COLUMNS)
-    for path in paths:
-        table = pq.read_table(path, columns=["node_id", "public_key"])
-        for node_id, key in zip(
-            table.column("node_id").to_pylist(), table.column("public_key").to_pylist(), strict=True
-        ):
-            if key is None or len(key) != PUBLIC_KEY_LENGTH or key[0] != 4:
-                raise InputError(f"{path}: node {node_id} has a malformed public key")
-            keys.setdefault(int(node_id), set()).add(bytes(key))
-    return {node: frozenset(k) for node, k in keys.items()}
 
 
 # Spark's error classes and Java exceptions for unreadable input files. Deliberately narrow:

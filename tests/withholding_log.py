@@ -47,6 +47,13 @@ class CommittedLog:
         ns = self.now_ns - DAY_NS + sequence_id
         return originate(valid, self.node, sequence_id, ns, self.key).raw
 
+    def checkpoint_of(self, size: int) -> Checkpoint:
+        """The checkpoint its originator signed when its log was `size` long (at the time of
+        that envelope)."""
+        root = merkle.root_of(self.leaves[:size])
+        ns = self.now_ns - DAY_NS + size
+        return sign_checkpoint(self.key, self.node, size, root, ns, None)
+
     def expiry(self, sequence_id: int) -> int:
         return signed_content(self.raws[sequence_id])[1]
 
@@ -66,19 +73,39 @@ class CommittedLog:
             out.opening.content_hash = keccak256(content)
         return out
 
-    def held(self, without: frozenset[int] = frozenset()) -> list[HeldLeaf]:
+    def content_hash(self, sequence_id: int) -> bytes:
+        return keccak256(signed_content(self.raws[sequence_id])[0])
+
+    def held(
+        self, without: frozenset[int] = frozenset(), unopened: frozenset[int] = frozenset()
+    ) -> list[HeldLeaf]:
+        """The leaves with their envelopes, less those `without`; the content hash kept
+        beside each leaf, but for those `unopened` (gone before it was kept)."""
         return [
             HeldLeaf(
-                self.node, s, self.leaves[s - 1], self.expiry(s), None if s in without else raw
+                self.node,
+                s,
+                self.leaves[s - 1],
+                self.expiry(s),
+                None if s in without else raw,
+                None if s in unopened else self.content_hash(s),
             )
             for s, raw in self.raws.items()
         ]
 
     def holdings(
-        self, edit: Edit | None = None, key: SigningKey | None = None, at_ns: int | None = None
+        self,
+        edit: Edit | None = None,
+        key: SigningKey | None = None,
+        at_ns: int | None = None,
+        question: wh.SignedQuestion | None = None,
+        span: tuple[int, int] | None = None,
     ) -> wh.SignedHoldings:
-        """The honest account of the whole log, then `edit`ed (a withholder's lie), signed."""
-        unsigned = account(self.node, 1, self.size, self.size, self.held(), at_ns or self.now_ns)
+        """The honest account of the log (`span`, or all of it), answering `question`, then
+        `edit`ed (a withholder's lie), signed."""
+        at = at_ns or self.now_ns
+        first, last = span or (1, self.size)
+        unsigned = account(self.node, first, last, self.size, self.held(), at, question)
         if edit is not None:
             edit(unsigned)
         return sign_holdings(key or self.key, unsigned)

@@ -101,8 +101,12 @@ def audit() -> ModuleType:
     return _job("audit")
 
 
+def _registry(root: Path, keys: dict[int, Any] = KEYS) -> Path:
+    return g.write_registry(root / "registry.json", keys)
+
+
 def test_a_clean_export_passes(spark: Any, audit: ModuleType, tmp_path: Path) -> None:
-    verdicts = audit.audit_exports(spark, [write_export(tmp_path)])
+    verdicts = audit.audit_exports(spark, [write_export(tmp_path)], _registry(tmp_path))
     verdict = verdicts[100]
     assert verdict.clean, verdict.describe()
     assert verdict.envelopes == 30 - 5 + 12
@@ -113,29 +117,31 @@ def test_a_clean_export_passes(spark: Any, audit: ModuleType, tmp_path: Path) ->
     assert verdict.conflicts == 1
 
 
-def test_signatures_are_checked_against_the_chain_s_keys_when_given(
+def test_signatures_are_checked_against_the_chain_s_keys_never_the_export_s(
     spark: Any, audit: ModuleType, tmp_path: Path
 ) -> None:
     """The export lists node 100's key itself; the NodeRegistry holds another: against the
-    chain's registry nothing of node 100 verifies, whatever the export says."""
+    chain's registry nothing of node 100 verifies, whatever the export says; and the job
+    does not run without the chain's registry."""
     root = write_export(tmp_path / "export")
     other = {100: g.node_key(100, seed=8), 200: KEYS[200]}
-    registry = g.write_registry(tmp_path / "registry.json", other)
-    assert audit.audit_exports(spark, [root], registry=g.write_registry(tmp_path / "r.json", KEYS))[
-        100
-    ].clean
-    verdict = audit.audit_exports(spark, [root], registry=registry)[100]
+    assert audit.audit_exports(spark, [root], _registry(tmp_path))[100].clean
+    (tmp_path / "other").mkdir()
+    verdict = audit.audit_exports(spark, [root], _registry(tmp_path / "other", other))[100]
     assert not verdict.clean, verdict.describe()
+    with pytest.raises(SystemExit):
+        audit._parse_args(["--input", str(root)])
 
 
 def test_with_the_committed_expiry_leaves_without_envelopes_are_provably_expired(
     spark: Any, audit: ModuleType, tmp_path: Path
 ) -> None:
-    verdict = audit.audit_exports(spark, [write_export(tmp_path, with_expiry=True)])[100]
+    registry = _registry(tmp_path)
+    verdict = audit.audit_exports(spark, [write_export(tmp_path, with_expiry=True)], registry)[100]
     assert verdict.clean, verdict.describe()
     assert verdict.expired == 5 and verdict.format1_without_envelope == 0
     # Before that expiry, the same leaves without their envelopes are a loss.
-    before = audit.audit_exports(spark, [tmp_path], now_unix=NS // 10**9)[100]
+    before = audit.audit_exports(spark, [tmp_path], registry, now_unix=NS // 10**9)[100]
     assert before.faults == {FaultKind.LOST: 5}, before.describe()
 
 
@@ -143,7 +149,8 @@ def test_a_tampered_export_is_caught_and_named(
     spark: Any, audit: ModuleType, tmp_path: Path
 ) -> None:
     root = write_export(tmp_path / "tampered", tamper=True)
-    verdict = audit.audit_exports(spark, [root])[100]
+    registry = _registry(tmp_path)
+    verdict = audit.audit_exports(spark, [root], registry)[100]
     assert set(verdict.faults) == {
         FaultKind.BAD_SIGNATURE,
         FaultKind.GAP,
@@ -154,10 +161,11 @@ def test_a_tampered_export_is_caught_and_named(
     out = tmp_path / "verdict.json"
     # The CLI in its own JVM, as an operator runs it (in this process, its spark.stop() would
     # stop the session the other Spark tests share).
-    assert _cli("--input", str(root), "--out", str(out), "--master", "local[1]") == 1
+    flags = ("--registry", str(registry), "--master", "local[1]")
+    assert _cli("--input", str(root), "--out", str(out), *flags) == 1
     assert '"clean": false' in out.read_text()
     shutil.rmtree(root / "node-100" / "logs")
-    assert _cli("--input", str(root), "--master", "local[1]") == 2
+    assert _cli("--input", str(root), *flags) == 2
 
 
 def _cli(*args: str) -> int:

@@ -31,8 +31,9 @@ class HoldingsService:
         self, request: pb.GetSignedHoldingsRequest, context: Context
     ) -> pb.GetSignedHoldingsResponse:
         try:
+            question = request.question if request.HasField("question") else None
             signed, cut = await self._holdings.signed(
-                request.originator_node_id, request.first, request.last
+                request.originator_node_id, request.first, request.last, question
             )
         except Rejected as exc:
             await abort_rejected(context, exc, "holdings", "GetSignedHoldings")

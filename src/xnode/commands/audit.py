@@ -31,7 +31,7 @@ from xnode.core.audit import (
 from xnode.core.chain_payloads import ChainEvent, MalformedPayload
 from xnode.core.registry import Registry, RegistryKeys
 from xnode.export.writer import ExportError
-from xnode.replication.scrub import PassCount, Scrub
+from xnode.replication.scrub import OwnKey, PassCount, Scrub, ScrubRefused
 from xnode.store.audit import AuditSource
 from xnode.store.export import ExportSource, ExportSourceError
 from xnode.store.scrub import ScrubStore
@@ -50,12 +50,14 @@ class AuditOptions:
     now_unix: int | None = None  # when expiry is judged (None: now)
 
 
-async def _registry(settings: Settings, conn: asyncpg.Connection) -> Registry:
+async def _registry(settings: Settings, conn: asyncpg.Connection) -> tuple[Registry, OwnKey]:
+    """The registry the node would use, and the node's own id and key (its database's)."""
     try:
         node_id, public_key = await ExportSource(conn).node_identity()
-        return Registry(await registry_entries(settings, node_id, public_key))
+        entries = await registry_entries(settings, node_id, public_key)
     except (ExportSourceError, ExportError) as exc:
         raise AuditError(str(exc)) from None
+    return Registry(entries), OwnKey(node_id, public_key)
 
 
 async def scrub_node(settings: Settings) -> PassCount:
@@ -64,16 +66,19 @@ async def scrub_node(settings: Settings) -> PassCount:
     originator's) are withdrawn, so they are no longer served; they and the losses are
     fetched again from peers by the node's repair."""
     async with connection(settings.database_dsn, AuditError) as conn:
-        keys = (await _registry(settings, conn)).public_keys()
+        registry, own = await _registry(settings, conn)
+        keys = registry.public_keys()
         try:
-            return await Scrub(ScrubStore(conn), 0, keys=lambda: keys).one_pass()
+            return await Scrub(ScrubStore(conn), 0, keys=lambda: keys, own=own).one_pass()
+        except ScrubRefused as exc:
+            raise AuditError(str(exc)) from None
         except DATABASE_ERRORS as exc:
             raise AuditError(f"the database failed during the repair: {exc}") from None
 
 
 async def audit_node(settings: Settings, options: AuditOptions = AuditOptions()) -> Verdict:
     async with connection(settings.database_dsn, AuditError) as conn:
-        keys = (await _registry(settings, conn)).keys()
+        keys = (await _registry(settings, conn))[0].keys()
         verdict = Verdict()
         try:
             async with AuditSource(conn).snapshot() as source:

@@ -70,7 +70,7 @@ async def watch(settings: Settings, once: bool = False) -> None:
             stack.callback(serve_metrics(settings.metrics_address, own_id or 0).stop)
         transactions = Transactions(chain.rpc, chain.contracts) if chain else None
         config = WatchdogConfig.from_settings(settings)
-        own_logs = _own_logs(settings, registry, clients)
+        own_logs = _own_logs(settings, registry, clients, own_id)
         watchdog = Watchdog(registry, clients, sink, config, own_id, transactions, own_logs)
         log.info("watchdog_started", beside=own_id, chain=chain is not None)
         stop = asyncio.Event()
@@ -97,11 +97,17 @@ async def _sink(
     return own_id, AsNode(MisbehaviorStore(pool, key))
 
 
-def _own_logs(settings: Settings, registry: RegistrySource, clients: NodeClients) -> OwnLogs:
-    """As a client, only proofs are filed: nodes take no WITHHOLDING_ACCUSATION from one."""
-    patience = settings.withholding_patience_seconds if settings.watchdog_as_node else None
+def _own_logs(
+    settings: Settings, registry: RegistrySource, clients: NodeClients, own_id: int | None
+) -> OwnLogs:
+    """As a client, only proofs are filed: nodes take no WITHHOLDING_ACCUSATION from one, and
+    its questions, signed by no registry key, carry no time (only time-free claims prove)."""
+    as_node = settings.watchdog_as_node and own_id is not None
+    patience = settings.withholding_patience_seconds if as_node else None
+    asker = (own_id, settings.signing_key()) if as_node and own_id is not None else None
     return OwnLogs(
-        lambda node_id: registry.current().keys().get(node_id, ()),
+        lambda: registry.current().public_keys(),
         lambda node_id: clients.get(node_id).channel,
         patience,
+        asker,
     )

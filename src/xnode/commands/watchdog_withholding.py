@@ -9,12 +9,13 @@ WITHHOLDING_ACCUSATION, as a node only (nodes take none from clients)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Mapping
 
 import grpc
 import structlog
 
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
+from xnode.core.crypto import SigningKey
 from xnode.core.registry import NodeEntry
 from xnode.core.withholding import MAX_HOLDINGS_SPAN
 from xnode.replication.checkpoints import latest_checkpoint
@@ -41,13 +42,15 @@ class OwnLogs:
 
     def __init__(
         self,
-        keys: Callable[[int], Collection[bytes]],
+        keys: Callable[[], Mapping[int, bytes]],
         channel: Callable[[int], grpc.aio.Channel],
         patience_s: float | None,
+        asker: tuple[int, SigningKey] | None = None,
     ) -> None:
-        """`patience_s` None: non-answers are never filed (the watchdog runs as a client)."""
+        """`patience_s` None: non-answers are never filed (the watchdog runs as a client);
+        `asker`: the node it runs as, which signs its questions (None: a client's)."""
         self._found = Found()
-        self._check = WithholdingCheck(self._found, keys, patience_s=patience_s)
+        self._check = WithholdingCheck(self._found, keys, asker, patience_s=patience_s)
         self._channel = channel
         self._pending: dict[int, list[int]] = {}
 

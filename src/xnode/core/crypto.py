@@ -68,6 +68,12 @@ def completeness_digest(unsigned_answer: bytes) -> bytes:
     return keccak256(b"completeness|", unsigned_answer)
 
 
+def question_digest(unsigned_question: bytes) -> bytes:
+    """What a node signs to ask an originator for its holdings, at its own time
+    (xnode.core.withholding)."""
+    return keccak256(b"question|", unsigned_question)
+
+
 def blockchain_proof_digest(unsigned_originator_envelope: bytes, transaction_hash: bytes) -> bytes:
     """What a node signs when it vouches for a payload it indexed from the chain."""
     return keccak256(b"blockchain|", transaction_hash, b"|", unsigned_originator_envelope)

@@ -268,6 +268,44 @@ def _payer_rules(
     return client, target, topic, payload, framing, depends_on
 
 
+def xip_framing(payer: envelopes_pb2.PayerEnvelope, node_id: int) -> None:
+    """XIP-49 3.3.4: the client envelope is present, decodes, and carries its authenticated
+    data."""
+    if not payer.unsigned_client_envelope:
+        raise Rejected(Reason.MISSING_PAYLOAD, "unsigned_client_envelope is empty")
+    if not _decode_client_envelope(payer.unsigned_client_envelope).HasField("aad"):
+        raise Rejected(Reason.MALFORMED, "client envelope has no authenticated data (aad)")
+
+
+def xip_target(payer: envelopes_pb2.PayerEnvelope, node_id: int) -> None:
+    """XIP-49 3.3.4: the payer envelope targets the originator that signed it."""
+    client = _decode_client_envelope(payer.unsigned_client_envelope)
+    target = _target_of(payer, client.aad)
+    if target != node_id:
+        raise Rejected(Reason.WRONG_ORIGINATOR, f"target originator {target} is not {node_id}")
+
+
+def xip_topic(payer: envelopes_pb2.PayerEnvelope, node_id: int) -> None:
+    """XIP-49 3.3.4: the target topic parses and its kind is the payload's."""
+    client = _decode_client_envelope(payer.unsigned_client_envelope)
+    try:
+        topic = Topic.parse(client.aad.target_topic)
+    except TopicError as exc:
+        raise Rejected(Reason.BAD_TOPIC, f"target_topic: {exc}") from None
+    payload = client.WhichOneof("payload")
+    if payload is None:
+        raise Rejected(Reason.MISSING_PAYLOAD, "client envelope has no payload")
+    if topic.kind is not KIND_OF_PAYLOAD[payload]:
+        raise Rejected(
+            Reason.TOPIC_MISMATCH, f"topic kind {topic.kind.name} does not match {payload}"
+        )
+
+
+def xip_payer_signature(payer: envelopes_pb2.PayerEnvelope, node_id: int) -> None:
+    """XIP-49 3.3.1: the payer's signature over the target and the client envelope recovers."""
+    _payer_address(payer)
+
+
 def validate_payer_envelope(
     payer: envelopes_pb2.PayerEnvelope, node_id: int, now_s: int | None = None
 ) -> ValidPayerEnvelope:

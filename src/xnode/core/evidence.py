@@ -8,10 +8,12 @@ aggregation job (it counts only what this says is proven). What proves what:
   xnode.core.forks);
 - OUT_OF_ORDER: two envelopes of the accused whose signed timestamps go back while their
   sequence ids go up. A sequence gap alone proves nothing: envelopes expire and relays skip;
-- INVALID_PAYLOAD: an envelope the accused signed whose payer envelope breaks the
-  payer-envelope rule (XIP-49 3.3.4, core.envelopes.received_payer), named in the answer so
-  anyone can re-check it. Time-bound rules are judged at the envelope's signed timestamp,
-  never at the checker's clock: the verdict is the same on any day (docs/evidence.md);
+- INVALID_PAYLOAD: an envelope the accused signed whose payer envelope breaks a SHARED rule
+  (one every XIP-49 implementation applies: framing, target originator, topic kind, payer
+  signature) of the rule epoch in force at its signed timestamp (core.rule_epochs), never
+  today's rules or the checker's clock: the verdict is the same on any day and with any
+  code version. xnode's own payload rules (MLS, welcomes, key packages) are judged, not
+  proven (docs/evidence.md);
 - a timestamp further in the future than the XIP allows is judged at receipt against the
   receiver's clock: the report says what its reporter saw, but nothing in it proves that the
   envelope arrived before its time, so it proves no OUT_OF_ORDER by itself;
@@ -25,8 +27,8 @@ aggregation job (it counts only what this says is proven). What proves what:
   signature) whose transaction, on the chain, carried other content
   (xnode.core.chain_evidence); checked against `chain`, the looked-up transactions;
 - WITHHOLDING (xnode's extension): the accused's signed checkpoint covering a sequence id and
-  its signed account of its own log leaving that id out, or calling it expired before its
-  committed expiry (xnode.core.withholding);
+  its signed account of its own log, answering an asker's signed question, that leaves the
+  id out or names it expired against its commitment (xnode.core.withholding.judge_holdings);
 - SPLIT_VIEW (xnode's extension): two of the accused's signed checkpoints committing to two
   different opened format 2 leaves at one sequence id (xnode.core.withholding.why_not_split);
 - OMISSION (xnode's extension): the accused's signed completeness answer for a topic whose
@@ -50,8 +52,7 @@ from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.chain_evidence import ChainFacts, why_not_inconsistent
 from xnode.core.completeness import why_not_omitted
 from xnode.core.crypto import SignatureError
-from xnode.core.envelopes import envelope_signer, received_payer
-from xnode.core.errors import Rejected
+from xnode.core.envelopes import envelope_signer
 from xnode.core.misbehavior import (
     BLOCKCHAIN_INCONSISTENCY,
     CAUSAL_ORDERING,
@@ -64,6 +65,7 @@ from xnode.core.misbehavior import (
     type_name,
 )
 from xnode.core.registry import RegistryKeys
+from xnode.core.rule_epochs import Broken, Standing, epoch_at, rule_broken
 from xnode.core.withholding import extended, why_not_split, why_not_withheld
 
 PAYER_ENVELOPE_RULE = "payer-envelope rule (XIP-49 3.3.4)"
@@ -133,26 +135,31 @@ def _out_of_order(signed: Sequence[SignedEnvelope]) -> None:
 
 def payer_rule_broken(
     payer_envelope_bytes: bytes, originator: int, originator_ns: int
-) -> str | None:
-    """What the payer-envelope rule finds wrong with these bytes, originated at
-    `originator_ns`, or None if they pass."""
+) -> Broken | None:
+    """The first rule of the epoch in force at `originator_ns` (core.rule_epochs) these bytes
+    break, shared rules first, or None if they pass every one."""
     try:
         payer = envelopes_pb2.PayerEnvelope.FromString(payer_envelope_bytes)
     except DecodeError as exc:
-        return f"payer envelope does not decode ({exc})"
-    try:
-        received_payer(payer, originator, originator_ns)
-    except Rejected as exc:
-        return f"{exc.reason.value}: {exc.detail}"
-    return None
+        epoch = epoch_at(originator_ns).number
+        return Broken(epoch, "xip49-framing", Standing.SHARED, f"does not decode ({exc})")
+    return rule_broken(payer, originator, originator_ns)
 
 
 def _invalid_payload(signed: Sequence[SignedEnvelope], node_id: int) -> None:
+    judged: list[str] = []
     for envelope in signed:
         broken = payer_rule_broken(envelope.payer_envelope_bytes, node_id, envelope.originator_ns)
-        if broken is not None:
+        if broken is not None and broken.standing is Standing.SHARED:
             return
-    raise Unproven(f"every envelope passes the {PAYER_ENVELOPE_RULE}")
+        if broken is not None:
+            judged.append(broken.describe())
+    if judged:
+        raise Unproven(
+            f"judged, not proven: only rules of xnode's own reading are broken ({judged[0]}); "
+            f"what convicts is a rule every XIP-49 implementation shares"
+        )
+    raise Unproven(f"every envelope passes the {PAYER_ENVELOPE_RULE} of its epoch")
 
 
 def own_dependency_ahead(
@@ -181,10 +188,11 @@ def _causal_ordering(signed: Sequence[SignedEnvelope], node_id: int) -> None:
 
 # xnode's extension kinds: the field of ExtendedMisbehaviorReport holding the proof, and
 # what says why it proves nothing (None: it proves the claim).
-# An omission names two nodes (the answering one and the originator): its check gets every key.
+# An omission names two nodes (the answering one and the originator), and a withholding proof
+# the asker too (its question): their checks get every key.
 _EXTENSION_PROOFS: dict[int, tuple[str, Callable[[Any, int, RegistryKeys], str | None]]] = {
-    WITHHOLDING: ("withholding", lambda p, n, keys: why_not_withheld(p, n, keys.get(n, ()))),
-    SPLIT_VIEW: ("split_view", lambda p, n, keys: why_not_split(p, n, keys.get(n, ()))),
+    WITHHOLDING: ("withholding", why_not_withheld),
+    SPLIT_VIEW: ("split_view", lambda proof, node, keys: why_not_split(proof, node, keys[node])),
     OMISSION: ("omission", why_not_omitted),
 }
 
@@ -199,6 +207,8 @@ def _extension_proof(report: mb.UnsignedMisbehaviorReport, keys: RegistryKeys) -
         raise Unproven(f"the {what} proof does not decode ({exc})") from None
     if not proof.HasField(field):
         raise Unproven(f"a {type_name(kind)} report carries no {what} proof")
+    if not keys.get(node_id):
+        raise Unproven(f"checkpoint: misbehaving node {node_id} has no registry key")
     failure = why_not(getattr(proof, field), node_id, keys)
     if failure is not None:
         raise Unproven(failure)

@@ -62,6 +62,12 @@ def signed_content(raw_originator_envelope: bytes) -> tuple[bytes, int]:
     return content, unsigned.expiry_unixtime
 
 
+def content_hash_of(raw_originator_envelope: bytes) -> bytes:
+    """keccak256 of the envelope's signed content: with its expiry, the opening of its
+    format 2 leaf, kept beside the leaf (raises ValueError when it does not decode)."""
+    return keccak256(signed_content(raw_originator_envelope)[0])
+
+
 def envelope_leaf(raw_originator_envelope: bytes, leaf_format: int = FORMAT_V2) -> bytes:
     """The leaf of a signed OriginatorEnvelope in `leaf_format` (raises ValueError when it
     does not decode)."""
@@ -114,6 +120,26 @@ class HeldLeaf:
     leaf: bytes
     committed_expiry: int | None  # None: a format 1 leaf
     raw: bytes | None  # None: no envelope held
+    # keccak256 of the signed content, kept beside a format 2 leaf (None: not known): with
+    # committed_expiry, the leaf's opening, which an "expired" account carries
+    content_hash: bytes | None = None
+
+    def opening(self) -> tuple[bytes, int] | None:
+        """(content hash, expiry) opening this format 2 leaf, from the envelope when held,
+        else from the content hash kept beside the leaf; None when neither opens it."""
+        if self.committed_expiry is None:
+            return None
+        content_hash = self.content_hash
+        if self.raw is not None:
+            try:
+                content_hash = content_hash_of(self.raw)
+            except ValueError:
+                return None
+        if content_hash is None:
+            return None
+        if opened_leaf_v2(content_hash, self.committed_expiry) != self.leaf:
+            return None
+        return content_hash, self.committed_expiry
 
     def judge(self, now_unix: int, originator_key: bytes | None = None) -> Held:
         """`originator_key`: when given, the envelope's originator signature must recover
@@ -121,7 +147,7 @@ class HeldLeaf:
         if self.raw is not None:
             if not leaf_matches(self.leaf, self.raw):
                 return Held.MISMATCH
-            if originator_key is not None and _signer(self.raw) != originator_key:
+            if originator_key is not None and not self.signed_by(originator_key):
                 return Held.MISMATCH
             return Held.MATCHES
         if self.committed_expiry is None:
@@ -129,3 +155,7 @@ class HeldLeaf:
         if provably_expired(self.committed_expiry, now_unix):
             return Held.EXPIRED
         return Held.LOST
+
+    def signed_by(self, key: bytes) -> bool:
+        """Whether the envelope held (there must be one) is signed by `key`."""
+        return self.raw is not None and _signer(self.raw) == key

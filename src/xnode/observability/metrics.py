@@ -271,7 +271,9 @@ SCRUB_ENVELOPES = Counter(
     "xnode_scrub_leaves_total",
     "Leaves the scrub checked, by what was held for each (matches, mismatch: stored bytes"
     " the leaf does not commit to, withdrawn; lost: no envelope before the leaf's committed"
-    " expiry, handed to repair; expired; format_1: no envelope, nothing provable)",
+    " expiry, handed to repair; expired; format_1: no envelope, nothing provable;"
+    " own_signature_mismatch: this node's own envelope, its leaf matched, whose signature"
+    " does not recover to its registry key: kept, never withdrawn)",
     ["outcome"],
 )
 SCRUB_PASSES = Counter("xnode_scrub_passes_total", "Passes the scrub finished over every leaf")

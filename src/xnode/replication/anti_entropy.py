@@ -72,6 +72,7 @@ BULK_MIN = 1000
 # (core.reconciliation.Session.name_max): fetched at once, no listing, no descent.
 NAME_MAX = 4096
 FIRST_PASS_S = 10.0  # after start, the first repair pass waits at most this long
+GAP_WINDOW = 65_536  # sequence ids of a log looked over for gaps per repair from its originator
 
 
 class RepairPeer(Protocol):
@@ -188,16 +189,6 @@ def _split_listed(ranges: Iterable[SequenceRange]) -> list[SequenceRange]:
     return out
 
 
-def _unserved(wanted: Iterable[SequenceRange], got: dict[int, bytes]) -> list[int]:
-    """The first sequence ids of `wanted` not stored (MAX_CHECKED at most)."""
-    out: list[int] = []
-    for run in wanted:
-        out += (s for s in range(run.first, run.last + 1) if s not in got)
-        if len(out) >= MAX_CHECKED:
-            return out[:MAX_CHECKED]
-    return out
-
-
 class Repair:
     """Repairs originators' logs here from peers."""
 
@@ -217,6 +208,7 @@ class Repair:
         self._originator_log = originator_log
         self._on_fork = on_fork
         self._withholding = withholding
+        self._gaps_from: dict[int, int] = {}  # originator -> where _uncovered looks next
         self.losses = LossFinder(logs, now_unix)
 
     async def _fingerprints(
@@ -280,6 +272,24 @@ class Repair:
                 wanted += runs(missing)
                 listed = []
         return sorted(wanted), listed_leaves, forks, session.round_trips - trips + listings
+
+    async def _uncovered(
+        self, withholding: WithholdingCheck, originator: int, checkpoint: Checkpoint
+    ) -> list[int]:
+        """Sequence ids the checkpoint accepted here covers and this node holds no leaf of,
+        not yet settled: those left unanswered before, then a window of the log that moves
+        on once it has no more to ask than one check takes (and starts over at the end)."""
+        size = checkpoint.tree_size
+        start = self._gaps_from.get(originator, 1)
+        start = 1 if start > size else start
+        end = min(size, start + GAP_WINDOW - 1)
+        absent = await self._logs.absent(originator, [SequenceRange(start, end)])
+        wanted = withholding.pending(originator)
+        fresh = [s for s in withholding.unsettled(originator, absent) if s not in wanted]
+        wanted += fresh[: max(MAX_CHECKED - len(wanted), 0)]
+        if len(fresh) <= MAX_CHECKED:
+            self._gaps_from[originator] = end + 1
+        return wanted[:MAX_CHECKED]
 
     async def _session(self, originator: int) -> Session:
         return Session(
@@ -352,9 +362,11 @@ class Repair:
                 wanted += runs(again)
                 leaves |= more_leaves
         outcome.expired = outcome.wanted - outcome.stored - outcome.rejected - outcome.unproven
-        if self._withholding is not None and outcome.expired > 0:
-            unserved = _unserved(wanted, got)
-            await self._withholding.check(peer, originator, checkpoint, unserved, leaves)
+        if self._withholding is not None and peer.node_id == originator and checkpoint:
+            # From what this node holds, not from what the originator chose to show: every
+            # id its accepted checkpoint covers that is not here is put to it.
+            uncovered = await self._uncovered(self._withholding, originator, checkpoint)
+            await self._withholding.check(peer, originator, checkpoint, uncovered, leaves)
         await self.restore_lost(peer, originator, outcome)
         REPAIR_ROUND_TRIPS.labels(str(peer.node_id)).inc(outcome.round_trips)
         if forks:

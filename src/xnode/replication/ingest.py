@@ -21,6 +21,7 @@ from xnode.core import forks, misbehavior
 from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.envelopes import IndexedEnvelope, StoredEnvelope
 from xnode.core.fees import FeeSchedule
+from xnode.core.rule_epochs import naming_epoch
 from xnode.core.verification import (
     InvalidEnvelope,
     Position,
@@ -192,12 +193,12 @@ class OriginatorLog:
         # One report per culprit and reason per batch: a peer sending garbage in bulk must
         # not turn into a flood of reports.
         for (culprit, reason), bad in blamed.items():
+            proof = _proof([b.raw for b in bad])
             report = misbehavior.safety_report(
-                misbehavior.INVALID_PAYLOAD,
-                culprit,
-                _proof([b.raw for b in bad]),
-                self._now_ns(),
+                misbehavior.INVALID_PAYLOAD, culprit, proof, self._now_ns()
             )
+            if proof:
+                report = naming_epoch(report, proof[0])  # the rules it was judged by
             detail = (
                 f"{len(bad)} envelope(s) from peer {source} rejected ({reason}): {bad[0].detail}"
             )

@@ -160,10 +160,15 @@ class GrpcRepairPeer:
             if f.originator_node_id == originator
         ]
 
-    async def signed_holdings(self, originator: int, first: int, last: int) -> wh.SignedHoldings:
-        """The originator's signed account of first..last of its own log
-        (xnode.withholding.v1); HoldingsUnanswered names how it answered otherwise."""
-        request = wh.GetSignedHoldingsRequest(originator_node_id=originator, first=first, last=last)
+    async def signed_holdings(
+        self, originator: int, first: int, last: int, question: wh.SignedQuestion | None = None
+    ) -> wh.SignedHoldings:
+        """The originator's signed account of first..last of its own log, answering
+        `question` (xnode.withholding.v1); HoldingsUnanswered names how it answered
+        otherwise."""
+        request = wh.GetSignedHoldingsRequest(
+            originator_node_id=originator, first=first, last=last, question=question
+        )
         try:
             response = await self._call(
                 _HOLDINGS + "/GetSignedHoldings", request, wh.GetSignedHoldingsResponse

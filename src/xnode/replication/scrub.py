@@ -9,7 +9,16 @@ registry key (the leaf commits to the signed content, not to the signature), is 
 at once (deleted, its bytes logged in `scrub_mismatch`), so it is never served in its bad
 form; its leaf stays, which makes it a loss like one whose row is missing, and both are
 handed to repair (replication.losses), which fetches the envelope the leaf commits to
-from any peer that holds it."""
+from any peer that holds it.
+
+Never the node's own envelopes for their signature: when the registry holds another key
+for this node than the one it signs with (a key changed on one side only), every envelope
+it ever signed would fail the check and be withdrawn, its whole log lost at once, and no
+peer could serve it back under the registry's key. So the scrub refuses to start while the
+two keys differ (`ScrubRefused`, naming both), and an envelope of its own whose leaf
+matches but whose signature does not recover to the registry's key (the registry changed
+while it ran) is logged (`scrub_own_signature_mismatch`) and counted
+(`xnode_scrub_leaves_total{outcome="own_signature_mismatch"}`), never withdrawn."""
 
 from __future__ import annotations
 
@@ -34,6 +43,26 @@ MAX_PAGE = 1000  # leaves read per query
 START = (0, 0)  # before every (originator, sequence id)
 
 
+OWN_SIGNATURE_MISMATCH = "own_signature_mismatch"  # the metric's outcome label
+
+
+class ScrubRefused(Exception):
+    """The scrub would withdraw this node's own envelopes: its signer key is not the one the
+    registry holds for it."""
+
+
+@dataclass(frozen=True, slots=True)
+class OwnKey:
+    """This node's id and the public key it signs with."""
+
+    node_id: int
+    public_key: bytes
+
+
+def _hex(key: bytes) -> str:
+    return "0x" + key.hex()
+
+
 class ScrubSource(Protocol):
     async def page(self, after: tuple[int, int], limit: int) -> list[HeldLeaf]: ...
 
@@ -50,6 +79,7 @@ class PassCount:
 
     held: dict[Held, int] = field(default_factory=lambda: dict.fromkeys(Held, 0))
     withdrawn: int = 0
+    own_signature_mismatches: int = 0  # this node's own envelopes, kept (see above)
 
     @property
     def checked(self) -> int:
@@ -64,12 +94,15 @@ class Scrub:
         on_lost: OnLost | None = None,
         now_unix: Callable[[], int] = lambda: int(time.time()),
         keys: Callable[[], Mapping[int, bytes]] = dict,
+        own: OwnKey | None = None,
     ) -> None:
         """`per_second`: leaves checked per second at most (0 or less: no limit). `keys`:
         the originators' registry keys, which their envelopes' signatures must recover to
-        (an originator not in it: the signature is not checked)."""
+        (an originator not in it: the signature is not checked). `own`: this node's id and
+        signer key (None: a read-only node, no log of its own)."""
         self._source = source
         self._keys = keys
+        self._own = own
         self._per_second = per_second
         self._on_lost = on_lost
         self._now_unix = now_unix
@@ -91,7 +124,7 @@ class Scrub:
         now, keys = self._now_unix(), self._keys()
         lost: dict[int, list[int]] = {}
         for row in rows:
-            held = row.judge(now, keys.get(row.originator_node_id))
+            held = self._judge(row, now, keys)
             if held is Held.LOST or (held is Held.MISMATCH and await self._withdraw(row)):
                 lost.setdefault(row.originator_node_id, []).append(row.sequence_id)
             self._count.held[held] += 1
@@ -107,6 +140,45 @@ class Scrub:
             self._finish_pass()
             return True
         return False
+
+    def check_own_key(self) -> None:
+        """Raises ScrubRefused when the registry holds another key for this node than the
+        one it signs with."""
+        if self._own is None:
+            return
+        registered = self._keys().get(self._own.node_id)
+        if registered is not None and registered != self._own.public_key:
+            raise ScrubRefused(
+                f"the scrub will not run: node {self._own.node_id} signs with public key "
+                f"{_hex(self._own.public_key)} but the registry holds "
+                f"{_hex(registered)} for it, so every envelope of its own log would fail "
+                "the signature check and be withdrawn; configure the registered signer key "
+                "(or correct the registry) first"
+            )
+
+    def _judge(self, row: HeldLeaf, now: int, keys: Mapping[int, bytes]) -> Held:
+        key = keys.get(row.originator_node_id)
+        if self._own is None or row.originator_node_id != self._own.node_id or key is None:
+            return row.judge(now, key)
+        held = row.judge(now)  # its own: the leaf alone decides a withdrawal
+        if held is Held.MATCHES and not row.signed_by(key):
+            self._own_signature_mismatch(row, key)
+        return held
+
+    def _own_signature_mismatch(self, row: HeldLeaf, key: bytes) -> None:
+        self._count.own_signature_mismatches += 1
+        SCRUB_ENVELOPES.labels(OWN_SIGNATURE_MISMATCH).inc()
+        if self._count.own_signature_mismatches == 1:  # once a pass: it may be every row
+            log.error(
+                "scrub_own_signature_mismatch",
+                node_id=row.originator_node_id,
+                sequence_id=row.sequence_id,
+                registry_key=_hex(key),
+                signer_key=_hex(self._own.public_key) if self._own else None,
+                kept=True,
+                hint="this node's own envelope does not recover to its registry key: kept, "
+                "never withdrawn; check the signer key against the registry",
+            )
 
     async def _withdraw(self, row: HeldLeaf) -> bool:
         withdrawn = await self._source.withdraw(row)
@@ -130,13 +202,16 @@ class Scrub:
             "scrub_pass_done",
             seconds=round(time.monotonic() - self._started, 1),
             withdrawn=done.withdrawn,
+            own_signature_mismatches=done.own_signature_mismatches,
             **{held.value: n for held, n in done.held.items()},
         )
         self._started = time.monotonic()
         return done
 
     async def one_pass(self) -> PassCount:
-        """A whole pass from the start, as fast as the rate allows (`xnode audit --repair`)."""
+        """A whole pass from the start, as fast as the rate allows (`xnode audit --repair`);
+        raises ScrubRefused as `start` does."""
+        self.check_own_key()
         self._after, self._count = START, PassCount()
         while True:
             count = self._count
@@ -161,7 +236,9 @@ class Scrub:
 
     def start(self, outage: DatabaseOutage) -> None:
         """Scrubs at the rate until `stop`, telling `outage` when the store fails (a pass
-        run by hand, `one_pass`, raises instead)."""
+        run by hand, `one_pass`, raises instead); raises ScrubRefused when this node's
+        signer key is not its registry key."""
+        self.check_own_key()
         if self._per_second > 0:
             self._task = asyncio.create_task(self._run(outage), name="scrub")
 

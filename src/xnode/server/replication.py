@@ -13,7 +13,7 @@ from xnode.replication.anti_entropy import AntiEntropy, Repair
 from xnode.replication.checkpoints import CheckpointFollower, Watermarks
 from xnode.replication.fork_sync import ForkSync
 from xnode.replication.ports import MisbehaviorRecorder, StoreHealth
-from xnode.replication.scrub import Scrub
+from xnode.replication.scrub import OwnKey, Scrub
 from xnode.replication.verifiers import Verifiers
 from xnode.replication.withholding import WithholdingCheck
 from xnode.replication.worker import ReplicationConfig, ReplicationWorker
@@ -66,9 +66,17 @@ def replication_worker(
         intake.settle,
     )
     if config.repair_s > 0:
-        withholding = WithholdingCheck(
-            worker.reports, worker.keys_of_node, SYSTEM_CLOCK, config.withholding_patience_s
-        )
+        # A read-only node has no registry key to ask with: it leaves withholding to them.
+        withholding = None
+        if not settings.read_only:
+            withholding = WithholdingCheck(
+                worker.reports,
+                worker.current_keys,
+                (state.node_id, key),
+                SYSTEM_CLOCK,
+                config.withholding_patience_s,
+                worker.repair_peers,
+            )
         repair = Repair(
             logs, store, worker.originator_log, worker.fork_found, withholding=withholding
         )
@@ -88,6 +96,7 @@ def replication_worker(
             repair.losses.add,
             SYSTEM_CLOCK.now_s,
             worker.current_keys,
+            None if settings.read_only else OwnKey(state.node_id, key.public_key),
         )
         worker.repair_with(anti_entropy, scrub)
     return worker

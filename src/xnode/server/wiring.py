@@ -46,6 +46,7 @@ from xnode.observability.logging import configure_logging
 from xnode.observability.outage import DatabaseOutage
 from xnode.replication.chain_copies import PeerChainCopies
 from xnode.replication.ports import MisbehaviorRecorder
+from xnode.replication.scrub import ScrubRefused
 from xnode.replication.unfiled import UnfiledReports
 from xnode.replication.worker import ReplicationConfig, ReplicationWorker
 from xnode.runtime import crypto_threads
@@ -268,7 +269,10 @@ async def _start(
     )
     served = await _serve(settings, node_id, parts, tls.served, stops, role)
     if replication is not None:
-        await replication.start()
+        try:
+            await replication.start()
+        except ScrubRefused as exc:
+            raise StartupError(str(exc)) from None
     stops.add(Phase.HEALTH, served.health.drain)
     return Node(
         node_id,

@@ -22,6 +22,7 @@ from xnode.core.forks import (
     fork_digest,
     newcomer_wins,
 )
+from xnode.core.leaves import content_hash_of
 from xnode.core.reconciliation import fingerprint_part
 from xnode.store.errors import driver_errors_translated
 from xnode.store.logs import extend_trees
@@ -44,7 +45,7 @@ WHERE originator_node_id = $1 AND originator_sequence_id = $2
 # [node_index << level, (node_index + 1) << level).
 _REPLACE_LEAF = """
 WITH leaf AS (
-    UPDATE log_leaves SET leaf_hash = $3, fingerprint = $4, expiry = $5
+    UPDATE log_leaves SET leaf_hash = $3, fingerprint = $4, expiry = $5, content_hash = $6
     WHERE originator_node_id = $1 AND sequence_id = $2
 ), nodes AS (
     DELETE FROM log_nodes
@@ -66,6 +67,7 @@ async def _replace_leaf(conn: asyncpg.Connection, envelope: IndexedEnvelope) -> 
         leaf,
         fingerprint_part(leaf),
         envelope.expiry,  # the leaf's committed expiry (format 2)
+        content_hash_of(envelope.raw),  # and its opening
     )
     await extend_trees(
         conn, [envelope.originator_node_id], [(envelope.originator_node_id, envelope.sequence_id)]

@@ -27,6 +27,7 @@ from xnode.core.checkpoints import (
     parse_checkpoint,
 )
 from xnode.core.envelopes import IndexedEnvelope
+from xnode.core.leaves import content_hash_of
 from xnode.core.reconciliation import Fingerprint, SequenceRange, fingerprint_part
 from xnode.store.errors import driver_errors_translated
 from xnode.store.topics import advance_topics
@@ -42,7 +43,8 @@ STORED_MIN_LEVEL = 4
 _ISSUE_LOCK = 0x6C6F6773  # "logs"
 
 # originator, sequence id, leaf hash, fingerprint, committed expiry (leaf format 2)
-LeafColumns = tuple[list[int], list[int], list[bytes], list[int], list[int]]
+# originator, sequence id, leaf, fingerprint, expiry, content hash (the leaf's opening)
+LeafColumns = tuple[list[int], list[int], list[bytes], list[int], list[int], list[bytes]]
 
 _LOCK_TREE = """
 INSERT INTO log_trees VALUES ($1, 0)
@@ -185,7 +187,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)
 
 def leaf_columns(envelopes: Sequence[IndexedEnvelope]) -> LeafColumns:
     """The log_leaves rows of the envelopes that belong to a committed log."""
-    columns: LeafColumns = ([], [], [], [], [])
+    columns: LeafColumns = ([], [], [], [], [], [])
     for e in envelopes:
         if has_log(e.originator_node_id):
             leaf = e.leaf or envelope_leaf(e.raw)
@@ -194,6 +196,7 @@ def leaf_columns(envelopes: Sequence[IndexedEnvelope]) -> LeafColumns:
             columns[2].append(leaf)
             columns[3].append(fingerprint_part(leaf))
             columns[4].append(e.expiry)
+            columns[5].append(content_hash_of(e.raw))
     return columns
 
 

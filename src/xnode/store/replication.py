@@ -46,8 +46,9 @@ WITH rows AS (
     RETURNING originator_node_id, originator_sequence_id
 ), leaves AS (
     INSERT INTO log_leaves
-    SELECT l.* FROM unnest($8::int[], $9::bigint[], $10::bytea[], $11::bigint[], $14::bigint[])
-        AS l(originator_node_id, sequence_id, leaf_hash, fingerprint, expiry)
+    SELECT l.* FROM unnest($8::int[], $9::bigint[], $10::bytea[], $11::bigint[], $14::bigint[],
+                           $15::bytea[])
+        AS l(originator_node_id, sequence_id, leaf_hash, fingerprint, expiry, content_hash)
     JOIN inserted AS i ON i.originator_node_id = l.originator_node_id
         AND i.originator_sequence_id = l.sequence_id
     ON CONFLICT DO NOTHING
@@ -97,14 +98,15 @@ class ReplicationStore:
             [e.raw for e in envelopes],
         ]
         fees = [[e.base_fee for e in envelopes], [e.congestion_fee for e in envelopes]]
-        *leaves, expiries = leaf_columns(envelopes)
+        *leaves, expiries, content_hashes = leaf_columns(envelopes)
         async with self._pool.acquire() as conn, conn.transaction():
             rows = await conn.fetch(
                 _INSERT_RECEIVED,
                 *columns,
                 *leaves,
                 *fees,
-                expiries,  # $1-7, $8-11, $12-13, $14
+                expiries,
+                content_hashes,  # $1-7, $8-11, $12-13, $14, $15
             )
             # One row per originator with its keys in an array: a catch-up's thousands of
             # keys are decoded without a record each.

@@ -10,7 +10,7 @@ from xnode.core.leaves import HeldLeaf
 from xnode.store.errors import driver_errors_translated
 
 _PAGE = """
-SELECT l.originator_node_id, l.sequence_id, l.leaf_hash, l.expiry, e.envelope
+SELECT l.originator_node_id, l.sequence_id, l.leaf_hash, l.expiry, e.envelope, l.content_hash
 FROM log_leaves AS l
 LEFT JOIN originator_envelopes AS e
     ON e.originator_node_id = l.originator_node_id AND e.originator_sequence_id = l.sequence_id
@@ -21,11 +21,11 @@ ORDER BY l.originator_node_id, l.sequence_id LIMIT $3
 # $4 (always the first leaf), and whether that left leaves out. octet_length reads a stored
 # value's size without fetching it, so the envelopes cut off are never read.
 _HELD_WITHIN = """
-SELECT r.originator_node_id, r.sequence_id, r.leaf_hash, r.expiry, r.envelope,
+SELECT r.originator_node_id, r.sequence_id, r.leaf_hash, r.expiry, r.envelope, r.content_hash,
        r.total > count(*) OVER () AS cut
 FROM (
     SELECT l.originator_node_id, l.sequence_id, l.leaf_hash, l.expiry, e.envelope,
-           count(*) OVER () AS total, row_number() OVER w AS n,
+           l.content_hash, count(*) OVER () AS total, row_number() OVER w AS n,
            sum(coalesce(octet_length(e.envelope), 0)) OVER w AS upto
     FROM log_leaves AS l
     LEFT JOIN originator_envelopes AS e
@@ -46,10 +46,12 @@ WHERE e.originator_node_id = $1 AND e.originator_sequence_id = $2 AND e.envelope
 """
 
 
+def _bytes(value: bytes | None) -> bytes | None:
+    return None if value is None else bytes(value)
+
+
 def _held(rows: list[asyncpg.Record]) -> list[HeldLeaf]:
-    return [
-        HeldLeaf(r[0], r[1], bytes(r[2]), r[3], None if r[4] is None else bytes(r[4])) for r in rows
-    ]
+    return [HeldLeaf(r[0], r[1], bytes(r[2]), r[3], _bytes(r[4]), _bytes(r[5])) for r in rows]
 
 
 @driver_errors_translated

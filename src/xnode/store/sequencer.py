@@ -25,6 +25,7 @@ from xnode.core.envelopes import (
     unsigned_originator,
 )
 from xnode.core.fees import FeeSchedule, Pricing
+from xnode.core.leaves import content_hash_of
 from xnode.core.merkle import Frontier
 from xnode.runtime.crypto_threads import (
     has_signing_process,
@@ -63,17 +64,20 @@ _ROWS = """
         WITH ORDINALITY AS r(topic, expiry, payer, raw, base, congestion, digest, i)"""
 
 
-def _leaf_rows(joined: str) -> str:
+def _leaf_rows(joined: str, hashes: str) -> str:
     """This node's log leaves (xnode.store.logs), written with the envelopes: sequence ids
     are the envelopes' (from $2), leaf hashes come joined in one bytea (32 bytes each; an array
     costs the driver per element to encode) and each fingerprint is its hash's first
     8 bytes as a signed bigint (core.reconciliation.fingerprint_part); the expiry each
-    format 2 leaf commits to is the envelope's."""
+    format 2 leaf commits to is the envelope's, and its content hash (the leaf's opening)
+    comes joined like the leaves."""
     leaf = f"substr({joined}::bytea, r.i::int * 32 - 31, 32)"
     fingerprint = f"('x' || encode(substr({leaf}, 1, 8), 'hex'))::bit(64)::bigint"
     expiry = "coalesce(($5::bigint[])[r.i], 0)"  # the leaf's committed expiry ($5: NULL = 0)
+    content_hash = f"substr({hashes}::bytea, r.i::int * 32 - 31, 32)"
     rows = "generate_series(1, cardinality($7::bytea[])) AS r(i)"
-    return f"SELECT $10, $2::bigint + r.i - 1, {leaf}, {fingerprint}, {expiry} FROM {rows}"
+    columns = f"{leaf}, {fingerprint}, {expiry}, {content_hash}"
+    return f"SELECT $10, $2::bigint + r.i - 1, {columns} FROM {rows}"
 
 
 # If the row moved on (another process appended), `claimed` is empty and nothing is inserted.
@@ -96,7 +100,7 @@ WITH claimed AS (
 )"""
 _CLAIMED = "SELECT (SELECT count(*) FROM inserted), (SELECT pg_notify($11, $12) FROM claimed)"
 _CLAIM_AND_APPEND = f"""{_CLAIM}, leaves AS (
-    INSERT INTO log_leaves {_leaf_rows("$21")} WHERE EXISTS (SELECT 1 FROM claimed)
+    INSERT INTO log_leaves {_leaf_rows("$21", "$22")} WHERE EXISTS (SELECT 1 FROM claimed)
 ), nodes AS (
     INSERT INTO log_nodes
     SELECT $10, * FROM unnest($18::smallint[], $19::bigint[], $20::bytea[]) AS n
@@ -116,7 +120,7 @@ WITH inserted AS (
     UPDATE vector_clock SET sequence_id = $8, last_ns = $9 WHERE originator_node_id = $10
 )"""
 _APPEND_LOCKED = f"""{_LOCKED}, leaves AS (
-    INSERT INTO log_leaves {_leaf_rows("$16")}
+    INSERT INTO log_leaves {_leaf_rows("$16", "$17")}
 )
 SELECT pg_notify($11, $12)
 """
@@ -203,8 +207,10 @@ async def _sign(
     return signed_all(unsigned, [joined[i : i + size] for i in range(0, len(joined), size)])
 
 
-def _joined_leaves(signed: list[IndexedEnvelope]) -> bytes:
-    return b"".join(e.leaf or envelope_leaf(e.raw) for e in signed)
+def _joined_leaves(signed: list[IndexedEnvelope]) -> tuple[bytes, bytes]:
+    """The leaves, and their content hashes (the leaves' openings), each joined."""
+    leaves = b"".join(e.leaf or envelope_leaf(e.raw) for e in signed)
+    return leaves, b"".join(content_hash_of(e.raw) for e in signed)
 
 
 def _arguments(
@@ -253,7 +259,7 @@ async def _append_locked(
     if not logged:
         await conn.execute(_APPEND_LOCKED_UNLOGGED, *arguments)
         return signed, None
-    await conn.execute(_APPEND_LOCKED, *arguments, _joined_leaves(signed))
+    await conn.execute(_APPEND_LOCKED, *arguments, *_joined_leaves(signed))
     return signed, await extend_tree(conn, node_id)
 
 
@@ -451,7 +457,7 @@ class Sequencer:
         self._frontier = frontier
         self._advance(signed)
         leaves = _joined_leaves(signed)
-        return signed, (_CLAIM_AND_APPEND, *arguments, last_seq, last_ns, *nodes, leaves)
+        return signed, (_CLAIM_AND_APPEND, *arguments, last_seq, last_ns, *nodes, *leaves)
 
     async def held(self, digests: Sequence[bytes]) -> dict[bytes, bytes]:
         """{payer digest: the originator envelope stored} of the payer envelopes among

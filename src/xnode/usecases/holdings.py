@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from google.protobuf.message import DecodeError
+
 from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.crypto import SigningKey
 from xnode.core.errors import Reason, Rejected
 from xnode.core.leaves import HeldLeaf
 from xnode.core.sizes import DEFAULT_ANSWER_BUDGET_BYTES
-from xnode.core.withholding import MAX_HOLDINGS_SPAN, account, sign_holdings
+from xnode.core.withholding import MAX_HOLDINGS_SPAN, QUESTION_SKEW_NS, account, sign_holdings
 from xnode_api.withholding.v1 import withholding_pb2 as wh
 
 
@@ -63,14 +65,40 @@ class Holdings:
                 f"{last - first + 1} sequence ids, the limit is {MAX_HOLDINGS_SPAN}",
             )
 
+    def _check_question(
+        self, question: wh.SignedQuestion, originator: int, first: int, last: int
+    ) -> None:
+        """The question names this range, at a time within QUESTION_SKEW_NS of this node's
+        clock (the account is judged at the asker's time: a stale one is refused)."""
+        try:
+            asked = wh.Question.FromString(question.unsigned_question)
+        except DecodeError as exc:
+            raise Rejected(Reason.MALFORMED, f"question does not decode: {exc}") from None
+        if (asked.originator_node_id, asked.first, asked.last) != (originator, first, last):
+            raise Rejected(
+                Reason.MALFORMED,
+                f"question names node {asked.originator_node_id}'s {asked.first}..{asked.last},"
+                f" the request node {originator}'s {first}..{last}",
+            )
+        off_s = (asked.asked_ns - self._clock.now_ns()) / 1e9
+        if abs(off_s) * 1e9 > QUESTION_SKEW_NS:
+            raise Rejected(
+                Reason.MALFORMED,
+                f"question asked_ns is {off_s:+.0f} s off this node's clock (at most "
+                f"{QUESTION_SKEW_NS // 10**9} s): check the asker's clock",
+            )
+
     async def signed(
-        self, originator: int, first: int, last: int
+        self, originator: int, first: int, last: int, question: wh.SignedQuestion | None = None
     ) -> tuple[wh.SignedHoldings, bool]:
         """The signed account, and whether the byte budget cut it: then it accounts for
         first..its own `last` only (the last envelope that fit), and the asker asks again
         past it. Raises Rejected for a bad request, core.withholding.Healing while a loss in
-        the range is being repaired."""
+        the range is being repaired. With a `question`, the account is judged at its time and
+        names it."""
         self._check(originator, first, last)
+        if question is not None:
+            self._check_question(question, originator, first, last)
         size = await self._logs.highest_leaf(originator)
         held: list[HeldLeaf] = []
         cut = False
@@ -82,5 +110,5 @@ class Holdings:
             last = held[-1].sequence_id
         # Judged after the reads: an envelope pruned meanwhile had expired by then.
         answered_ns = self._clock.now_ns()
-        signed = sign_holdings(self._key, account(originator, first, last, size, held, answered_ns))
-        return signed, cut
+        unsigned = account(originator, first, last, size, held, answered_ns, question)
+        return sign_holdings(self._key, unsigned), cut

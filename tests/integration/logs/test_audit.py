@@ -97,7 +97,7 @@ async def test_clean_node_audits_clean_and_each_tampering_is_named(
         await _sql(database, "DELETE FROM log_leaves WHERE sequence_id = 5")
 
     async def restore_five() -> None:
-        await _sql(database, "INSERT INTO log_leaves VALUES ($1, $2, $3, $4, $5)", *five[0])
+        await _sql(database, "INSERT INTO log_leaves VALUES ($1, $2, $3, $4, $5, $6)", *five[0])
 
     verdict = await _tampered(settings, drop_five, restore_five)
     assert verdict.faults[FaultKind.GAP] == 1, verdict.describe()

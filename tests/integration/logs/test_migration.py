@@ -1,6 +1,6 @@
 """Migration 0003 on a database that already holds envelopes: their leaves are backfilled, and
 the node builds its log's tree from them when it starts. Migration 0008 moves format 1 logs to
-leaf format 2."""
+leaf format 2; migration 0012 keeps the content hash (the opening) beside each leaf."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from xnode.core.envelopes import (
     originate,
     validate_payer_envelope,
 )
-from xnode.core.leaves import FORMAT_V1
+from xnode.core.leaves import FORMAT_V1, content_hash_of
 from xnode.core.reconciliation import fingerprint_part
 from xnode.store.migrate import migrations_dir, sqlalchemy_url, upgrade_to_head
 
@@ -133,7 +133,8 @@ async def test_migration_0008_moves_logs_to_leaf_format_2(
         )
         await asyncio.to_thread(upgrade_to_head, empty_database)
         rows = await conn.fetch(
-            "SELECT sequence_id, leaf_hash, expiry FROM log_leaves ORDER BY sequence_id"
+            "SELECT sequence_id, leaf_hash, expiry, content_hash FROM log_leaves"
+            " ORDER BY sequence_id"
         )
         aside = await conn.fetchval("SELECT conflict FROM log_checkpoints WHERE tree_size = 36")
         tree_size = await conn.fetchval("SELECT tree_size FROM log_trees")
@@ -142,6 +143,9 @@ async def test_migration_0008_moves_logs_to_leaf_format_2(
     expected = [v1[29] if e.sequence_id == 30 else envelope_leaf(e.raw) for e in signed]
     assert [bytes(r[1]) for r in rows] == expected
     assert [r[2] for r in rows] == [None if e.sequence_id == 30 else e.expiry for e in signed]
+    # Migration 0012 keeps each held format 2 leaf's opening beside it (none for the gone one).
+    openings = [None if r[3] is None else bytes(r[3]) for r in rows]
+    assert openings == [None if e.sequence_id == 30 else content_hash_of(e.raw) for e in signed]
     assert aside is not None and "leaf format 1" in aside
     assert tree_size == 37
     node = await start_node(**node_settings(empty_database, node_spec, log_checkpoint_seconds=0.2))

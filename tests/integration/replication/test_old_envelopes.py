@@ -22,6 +22,7 @@ from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import build_payer_envelope, validate_payer_envelope
 from xnode.core.evidence import why_unproven
+from xnode.core.withholding import extended
 from xnode.store.identity import claim_database
 from xnode.store.sequencer import Sequencer
 
@@ -98,7 +99,7 @@ async def test_a_catch_up_months_later_keeps_honest_key_packages_and_audits_clea
     assert verdict.envelopes >= 2
 
 
-async def test_a_key_package_expired_when_signed_is_refused_with_proof(
+async def test_a_key_package_expired_when_signed_is_refused_and_judged(
     start_node: Any, network: Network
 ) -> None:
     then = int(time.time()) - 120 * DAY_S
@@ -117,4 +118,8 @@ async def test_a_key_package_expired_when_signed_is_refused_with_proof(
     stored, reports = await stored_and_reports(network.dsns[200])
     assert stored == []
     keys = {n: [k.public_key] for n, k in network.spec.keys.items()}
-    assert all(why_unproven(r, keys) is None for r in reports)
+    # Refused and reported, naming the rule epoch it was judged by; a key package's
+    # lifetime is MLS, xnode's reading: judged, not proven (docs/evidence.md).
+    for r in reports:
+        assert "judged, not proven" in (why_unproven(r, keys) or "")
+        assert extended(r).rule_epoch == 1

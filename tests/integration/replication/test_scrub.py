@@ -1,10 +1,12 @@
 """The scrub on real Postgres (replication.scrub): envelopes whose stored bytes changed under
 a running node (a disk fault, tampering) are found, withdrawn, and fetched again from peers;
 the node ends up serving the signed bytes and audits clean. `xnode audit --repair` does the
-same at once, for a stopped node."""
+same at once, for a stopped node, and refuses to touch the node's own log while the registry
+holds another key for it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -17,6 +19,8 @@ from tests.waiting import eventually
 from xnode.commands.audit import audit_node
 from xnode.config import Settings
 from xnode.core.audit import FaultKind
+from xnode.core.crypto import SigningKey
+from xnode.core.registry import NodeEntry, Registry
 
 SCRUBBING = {**FAST, "scrub_envelopes_per_second": 500.0}
 # (sequence id, byte flipped): in the signed content, and in the signature (which the leaf
@@ -92,3 +96,33 @@ async def test_audit_repair_withdraws_bad_bytes_at_once_and_the_node_fetches_the
     await eventually(restored, within_s=60)
     clean = await run_cli_async("audit", "--no-progress", *flags)
     assert clean.returncode == 0 and "audit: CLEAN" in clean.stdout, clean.stdout
+
+
+async def test_audit_repair_refuses_to_withdraw_the_node_s_own_log_under_another_key(
+    start_node: Any, network: Network, tmp_path: Path
+) -> None:
+    """The registry holds another key for node 100 than the one its database was claimed
+    with: a scrub would find every envelope node 100 signed "unsigned" and withdraw its
+    whole log. `xnode audit --repair` refuses, naming both keys, and deletes nothing."""
+    nodes, sent = await _published(network, start_node, 20, FAST)
+    for node in nodes:
+        await node.stop()
+    registry = Registry.from_json(network.spec.nodes_file.read_text())
+    entry = registry.nodes[100]
+    other = SigningKey.generate().public_key
+    registry.nodes[100] = NodeEntry(100, other, entry.http_address, entry.enabled)
+    nodes_file = tmp_path / "nodes.json"
+    nodes_file.write_text(registry.to_json())
+    flags = ["--database-dsn", network.dsns[100], "--nodes-file", str(nodes_file)]
+    refused = await run_cli_async("audit", "--repair", "--no-progress", *flags)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "0x" + other.hex() in refused.stderr, refused.stderr
+    assert "0x" + entry.public_key.hex() in refused.stderr, refused.stderr
+    conn = await asyncpg.connect(network.dsns[100])
+    try:
+        held = await conn.fetchval(
+            "SELECT count(*) FROM originator_envelopes WHERE originator_node_id = 100"
+        )
+    finally:
+        await conn.close()
+    assert held == len(sent)

@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import grpc
 import pytest
 
@@ -31,7 +32,8 @@ from tests.integration.replication.test_scrub import SCRUBBING, _flip_bytes
 from tests.waiting import eventually, eventually_value
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import NodeClient
-from xnode.core.crypto import SigningKey
+from xnode.core.crypto import SigningKey, keccak256
+from xnode.core.leaves import content_hash_of
 from xnode.core.misbehavior import WITHHOLDING, WITHHOLDING_ACCUSATION
 from xnode.core.topics import TopicKind
 from xnode.core.withholding import check_commitment, extended, sign_holdings, why_not_withheld
@@ -157,8 +159,8 @@ def proves_withholding(found: Reports, log: CommittedLog, spec: NodeSpec) -> Non
     proof = extension(found[0][2]).withholding
     assert proof.commitment.sequence_id == peer.WITHHELD
     assert proof.commitment.checkpoint == log.checkpoint.signed
-    assert why_not_withheld(proof, 500, {spec.keys[500].public_key}) is None
     registry = {n: frozenset({k.public_key}) for n, k in spec.keys.items()}
+    assert why_not_withheld(proof, 500, registry) is None
     checked = verify_report(found[0][2], registry)
     assert checked["proof_error"] is None
     assert checked["host_signer"] == spec.keys[100].public_key
@@ -184,6 +186,22 @@ async def test_an_honest_originator_that_lost_an_envelope_is_not_reported(
         assert list(account.envelopes) == sent[S:] and account.log_size == SIZE
     kinds = {WITHHOLDING, WITHHOLDING_ACCUSATION}
     assert [r for r in await _reports(node.address) if r[0] in kinds] == []
+    # Each leaf's opening is kept beside it, by its originator (S's too, its envelope gone)
+    # and by the node that replicated it.
+    openings = {s: content_hash_of(raw) for s, raw in enumerate(sent, 1)}
+    assert await _openings(network.dsns[100]) == openings
+    assert await _openings(network.dsns[300]) == {s: h for s, h in openings.items() if s != S}
+
+
+async def _openings(dsn: str) -> dict[int, bytes]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT sequence_id, content_hash FROM log_leaves WHERE originator_node_id = 100"
+        )
+    finally:
+        await conn.close()
+    return {r[0]: bytes(r[1]) for r in rows}
 
 
 async def test_a_signed_account_leaving_out_a_committed_envelope_is_reported(
@@ -203,6 +221,7 @@ async def test_a_signed_account_leaving_out_a_committed_envelope_is_reported(
             log_size=SIZE,
             answered_ns=time.time_ns(),
             envelopes=[sent[s - 1] for s in served if s != S],
+            question_hash=keccak256(asked.question.unsigned_question),  # the asker's time
         )
         signed = sign_holdings(key, account)
         return wh.GetSignedHoldingsResponse(holdings=signed).SerializeToString()

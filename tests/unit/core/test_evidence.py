@@ -98,7 +98,9 @@ def test_out_of_order_needs_timestamps_that_go_back() -> None:
 
 def test_invalid_payload_names_the_payer_envelope_rule() -> None:
     wrong_target = signed(4, target=300)
-    assert "wrong_originator" in (payer_rule_broken(_payer_bytes(wrong_target), 100, NOW) or "")
+    broken = payer_rule_broken(_payer_bytes(wrong_target), 100, NOW)
+    assert broken is not None and "wrong_originator" in broken.describe()
+    assert (broken.rule, broken.standing, broken.epoch) == ("xip49-target-originator", "shared", 1)
     assert why_unproven(report(misbehavior.INVALID_PAYLOAD, wrong_target), KEYS) is None
     honest = report(misbehavior.INVALID_PAYLOAD, signed(4))
     assert "every envelope passes the payer-envelope rule" in (why_unproven(honest, KEYS) or "")

@@ -47,7 +47,9 @@ def test_a_key_package_valid_when_originated_is_accepted_any_day_later(days_ago:
     assert verdict.sequence_id == 1
 
 
-def test_a_key_package_expired_when_originated_is_refused_and_proven() -> None:
+def test_a_key_package_expired_when_originated_is_refused_and_judged_not_proven() -> None:
+    """A key package's lifetime is an MLS rule (RFC 9420), xnode's own reading of payloads:
+    refused, reported, and judged; only the rules every XIP-49 implementation shares prove."""
     then = int(time.time()) - 200 * DAY_S
     raw = originated(then - LIFETIME_S - DAY_S, then)
     verdict = verify_envelope(raw, KEYS, NODE)
@@ -56,7 +58,8 @@ def test_a_key_package_expired_when_originated_is_refused_and_proven() -> None:
     assert verdict.signed_by_originator
     assert "leaf_node.lifetime" in verdict.detail
     report = misbehavior.safety_report(misbehavior.INVALID_PAYLOAD, NODE, [raw], time.time_ns())
-    assert why_unproven(report, {NODE: [KEY.public_key]}) is None
+    failure = why_unproven(report, {NODE: [KEY.public_key]}) or ""
+    assert "judged, not proven" in failure and "xnode-payloads (judged, epoch 1)" in failure
 
 
 def test_a_report_against_an_honest_old_key_package_proves_nothing() -> None:

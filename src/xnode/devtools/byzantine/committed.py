@@ -82,14 +82,17 @@ class CommittedLog:
             raise ValueError(f"sequence id {sequence_id} is not in a tree of {tree_size} leaves")
         return merkle.inclusion_proof(sequence_id - 1, tree_size, self.perfect)
 
-    def holdings(self, first: int, last: int) -> wh.SignedHoldings:
-        """The honest account of first..last, less the withheld envelopes, signed."""
+    def holdings(
+        self, first: int, last: int, question: wh.SignedQuestion | None = None
+    ) -> wh.SignedHoldings:
+        """The honest account of first..last (answering `question`), less the withheld
+        envelopes, signed."""
         top = min(last, self.size)
         held = [
             HeldLeaf(self.node_id, s, self.leaves[s - 1], signed_content(raw)[1], raw)
             for s, raw in enumerate(self.raws[first - 1 : top], first)
         ]
-        unsigned = account(self.node_id, first, last, self.size, held, time.time_ns())
+        unsigned = account(self.node_id, first, last, self.size, held, time.time_ns(), question)
         hidden = {self.raws[s - 1] for s in self.withheld if s <= self.size}
         kept = [raw for raw in unsigned.envelopes if raw not in hidden]
         del unsigned.envelopes[:]
@@ -199,7 +202,8 @@ class LogService:
             raise ValueError(f"node {self._log.node_id} accounts for its own log only")
         if not 1 <= first <= last or last - first + 1 > MAX_HOLDINGS_SPAN:
             raise ValueError(f"range {first}..{last}")
-        return wh.GetSignedHoldingsResponse(holdings=self._log.holdings(first, last))
+        question = request.question if request.HasField("question") else None
+        return wh.GetSignedHoldingsResponse(holdings=self._log.holdings(first, last, question))
 
     def handlers(self) -> list[grpc.GenericRpcHandler[Any, Any]]:
         logs = {

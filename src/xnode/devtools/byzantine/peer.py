@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
-from xnode.client.node import group_message_envelope, key_package_envelope
+from xnode.client.node import group_message_envelope
 from xnode.core import wire
 from xnode.core.chain_payloads import ChainEvent, build_chain_payload
 from xnode.core.constants import NS_PER_SECOND
@@ -66,12 +66,10 @@ class Originator:
         )
         return outer.SerializeToString()
 
-    def expired_key_package(self, seq: int) -> bytes:
-        """A key package whose lifetime had ended a day before this originator signed it."""
-        now_s = int(time.time())
-        made_s = now_s - KEY_PACKAGE_LIFETIME_S - DAY_S
-        client = key_package_envelope(bytes([seq]) * 32, made_s, KEY_PACKAGE_LIFETIME_S)
-        payer = build_payer_envelope(client, self.payer, self.node_id)
+    def misdirected(self, seq: int) -> bytes:
+        """A client's message addressed to another originator (node 100), which this one
+        signs as its own: a rule every XIP-49 implementation shares (3.3.4)."""
+        payer = build_payer_envelope(group_message_envelope(GROUP, b"elsewhere"), self.payer, 100)
         return self.with_payer_envelope(self.message(seq, b"placeholder"), payer)
 
     def forged_payer(self, seq: int) -> bytes:
@@ -136,7 +134,9 @@ def future_timestamps(o: Originator) -> Behavior:
 
 
 def invalid_payload(o: Originator) -> Behavior:
-    return Behavior([[o.message(1, b"one"), o.expired_key_package(2)]])
+    """Breaks a shared rule (the target originator): proven. A key package that had expired
+    when signed breaks only xnode's reading of MLS, which is judged, not proven."""
+    return Behavior([[o.message(1, b"one"), o.misdirected(2)]])
 
 
 def forged_envelope(o: Originator) -> Behavior:
