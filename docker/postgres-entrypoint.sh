@@ -9,7 +9,8 @@ chown postgres:postgres "$PGDATA" /var/run/postgresql
 chmod 700 "$PGDATA"
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
     auth="${POSTGRES_HOST_AUTH_METHOD:-scram-sha-256}"
-    as_postgres initdb -D "$PGDATA" -U postgres --auth-local=trust --auth-host="$auth"
+    as_postgres initdb -D "$PGDATA" -U postgres --auth-local=trust --auth-host="$auth" \
+        --data-checksums
     echo "host all all all $auth" >> "$PGDATA/pg_hba.conf"
     as_postgres pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start
     for f in /docker-entrypoint-initdb.d/*.sql; do

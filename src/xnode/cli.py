@@ -21,6 +21,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from xnode.server.bootstrap import StartupError
     from xnode.server.wiring import run
     from xnode.store.identity import WrongNodeError
+    from xnode.usecases.ports import StoreCorrupt
 
     settings = settings_from_args(args)
     try:
@@ -31,6 +32,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         uvloop.run(run(settings))
     except (StartupError, WrongNodeError) as exc:
         print(f"xnode: cannot start: {exc}", file=sys.stderr)
+        return 2
+    except StoreCorrupt as exc:
+        print(
+            f"xnode: cannot start: the database holds a corrupt page ({exc}); docs/operations.md"
+            ' "Corrupt pages" says how to drop it and let the peers restore its envelopes',
+            file=sys.stderr,
+        )
         return 2
     return 0
 

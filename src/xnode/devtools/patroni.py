@@ -121,7 +121,7 @@ def _config(member: Member, scope: str, etcd: str) -> dict[str, object]:
         "etcd": {"hosts": [etcd], "use_proxies": True},
         "bootstrap": {
             "dcs": DCS,
-            "initdb": [{"encoding": "UTF8"}, {"locale": "C"}, {"auth": "trust"}],
+            "initdb": [{"encoding": "UTF8"}, {"locale": "C"}, {"auth": "trust"}, "data-checksums"],
             "pg_hba": HBA,
         },
         "postgresql": {

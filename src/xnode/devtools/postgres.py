@@ -185,29 +185,42 @@ def _initdb(data_dir: Path) -> None:
             "-E",
             "UTF8",
             "--locale=C",
+            # Data checksums: a page that a disk or a bit flip corrupted is refused when read
+            # ("invalid page"), never served as if whole (docs/operations.md).
+            "--data-checksums",
             "--no-sync",
         ],
         "initdb",
     )
 
 
-def start_cluster(data_dir: Path, *, fsync: bool = True, attempts: int = 5) -> PgCluster:
-    """Starts (initializing if needed) a cluster on a free 127.0.0.1 port; reuses a running one."""
+def start_cluster(
+    data_dir: Path,
+    *,
+    fsync: bool = True,
+    attempts: int = 5,
+    socket_dir: Path | None = None,
+    port: int | None = None,
+) -> PgCluster:
+    """Starts (initializing if needed) a cluster on a free 127.0.0.1 port (or `port`); reuses
+    a running one. `socket_dir`: where its Unix socket goes (the data directory by default; a
+    filesystem that holds no sockets, FUSE, needs another)."""
     data_dir = server_reachable(data_dir.absolute()).resolve()
-    port = _running_port(data_dir)
-    if port is not None:
-        return PgCluster(data_dir, port)
+    running = _running_port(data_dir)
+    if running is not None:
+        return PgCluster(data_dir, running)
     if not (data_dir / "PG_VERSION").exists():
         _initdb(data_dir)
     settings = {
         **SERVER_SETTINGS,
         "fsync": "on" if fsync else "off",
-        "unix_socket_directories": str(data_dir),
+        "unix_socket_directories": str(socket_dir or data_dir),
     }
     options = " ".join(f"-c {k}={v}" for k, v in settings.items())
     last_error = ""
+    chosen = port
     for _ in range(attempts):
-        port = free_port()
+        port = chosen or free_port()
         try:
             _run(
                 [

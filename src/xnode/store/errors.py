@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from xnode.usecases.ports import StoreUnavailable
+from xnode.usecases.ports import StoreCorrupt, StoreUnavailable
 
 # asyncpg raises InternalClientError ("cannot switch to state ...") for a query sent on a
 # connection its server dropped mid-operation (a database host lost, docs/ha.md): retry.
@@ -20,6 +20,9 @@ DRIVER_ERRORS = (
     asyncpg.InternalClientError,
     OSError,
 )
+
+# data_corrupted (a page whose checksum fails, a block read short) and index_corrupted.
+CORRUPT_STATES = frozenset({"XX001", "XX002"})
 
 C = TypeVar("C", bound=type)
 
@@ -31,6 +34,10 @@ def _translated(fn: Callable[..., Any]) -> Callable[..., Any]:
             return await fn(*args, **kwargs)
         except (asyncpg.DataError, ValueError):
             raise  # a value the database cannot take: a retry fails the same, so no retry
+        except asyncpg.InternalServerError as exc:
+            if exc.sqlstate in CORRUPT_STATES:
+                raise StoreCorrupt(str(exc)) from exc
+            raise StoreUnavailable(str(exc) or repr(exc)) from exc
         except DRIVER_ERRORS as exc:
             raise StoreUnavailable(str(exc) or repr(exc)) from exc  # the driver's words
 

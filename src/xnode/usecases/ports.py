@@ -24,6 +24,13 @@ class StoreUnavailable(Exception):
     it for every driver failure, so no layer above it knows the driver."""
 
 
+class StoreCorrupt(StoreUnavailable):
+    """The database holds a page it refuses to read: its data checksum fails, or its file was
+    cut short (SQLSTATE class XX, "invalid page in block ..."). A retry on this node fails
+    the same until an operator repairs the page (docs/operations.md, "Corrupt pages");
+    callers still answer UNAVAILABLE, so clients read from another node."""
+
+
 class CryptoThreads(Protocol):
     """Where signature recoveries and signatures run beside the event loop (libsecp256k1
     releases the GIL); the process's threads are the adapter's (xnode.runtime)."""
