@@ -2,10 +2,16 @@
 (libxmtp through PyPI's `xmtp-bindings`, installed by `make setup`).
 
 Alice and Bob each get an Ethereum key and an inbox; Alice makes a group with Bob and says
-hello; Bob syncs and reads it. Every publish goes through the devnet's gateway, every read
-to a node, exactly as a real application's would.
+hello; Bob syncs and reads it. Every publish goes through the gateway, and every read too
+(its GetNodes names itself), exactly as a real application's would.
 
     .venv/bin/python examples/first_conversation.py [--devnet .xnode/devnet.json]
+
+Against a deployed gateway (https://, an API key; a private CA's certificate is trusted
+through SSL_CERT_FILE):
+
+    SSL_CERT_FILE=ca.pem XMTP_GATEWAY_API_KEY=... .venv/bin/python \
+        examples/first_conversation.py --gateway https://gateway.example.com:5040
 """
 
 from __future__ import annotations
@@ -56,13 +62,29 @@ GROUP_DEFAULTS = dict.fromkeys(
 )
 
 
-async def connect(name: str, urls: tuple[str, str], directory: Path) -> tuple[Any, SigningKey]:
+async def gateway_credential(api_key: str | None) -> Any:
+    """The gateway's API key (or JWT), which the library sends as `authorization: Bearer ...`
+    with its PayerApi calls (publishes); None when the gateway takes publishes without one."""
+    if api_key is None:
+        return None
+    handle: Any = xmtp.FfiAuthHandle  # its constructor is untyped in the bindings
+    auth = handle()
+    credential = xmtp.FfiCredential(name=None, value=f"Bearer {api_key}", expires_at_seconds=2**62)
+    await auth.set(credential)
+    return auth
+
+
+async def connect(
+    name: str, urls: tuple[str, str], directory: Path, api_key: str | None = None
+) -> tuple[Any, SigningKey]:
     """A client with a new key and its own database; registers its inbox on the network."""
     key = SigningKey.generate()
     identifier = xmtp.FfiIdentifier(
         identifier="0x" + key.address.hex(), identifier_kind=xmtp.FfiIdentifierKind.ETHEREUM
     )
-    api = await xmtp.connect_to_backend(*urls, False, None, "xnode-example/1", None, None)
+    auth = await gateway_credential(api_key)
+    secure = urls[1].startswith("https://")  # one flag for both URLs
+    api = await xmtp.connect_to_backend(*urls, secure, None, "xnode-example/1", None, auth)
     db = xmtp.DbOptions(
         db=str(directory / f"{name}.db3"),
         encryption_key=None,
@@ -107,10 +129,9 @@ async def read(client: Any, group_id: bytes) -> list[str]:
         await asyncio.sleep(0.2)
 
 
-async def converse(devnet: dict[str, Any], directory: Path) -> None:
-    urls = (devnet["nodes"][0]["url"], devnet["gateway"]["url"])
-    alice, _ = await connect("alice", urls, directory)
-    bob, _ = await connect("bob", urls, directory)
+async def converse(urls: tuple[str, str], api_key: str | None, directory: Path) -> None:
+    alice, _ = await connect("alice", urls, directory, api_key)
+    bob, _ = await connect("bob", urls, directory, api_key)
     print(f"alice {alice.inbox_id()}\nbob   {bob.inbox_id()}")
     options = xmtp.FfiCreateGroupOptions(**GROUP_DEFAULTS)
     group = await alice.conversations().create_group([bob.inbox_id()], options)
@@ -122,10 +143,19 @@ async def converse(devnet: dict[str, Any], directory: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devnet", default=".xnode/devnet.json", help="written by xnode devnet")
+    parser.add_argument("--gateway", help="the gateway's gRPC URL (default: the devnet's)")
+    parser.add_argument(
+        "--node", help="a node's gRPC URL (default: the devnet's first; with --gateway, it)"
+    )
     args = parser.parse_args()
-    devnet = json.loads(Path(args.devnet).read_text())
+    if args.gateway:
+        urls = (args.node or args.gateway, args.gateway)
+    else:
+        devnet = json.loads(Path(args.devnet).read_text())
+        urls = (args.node or devnet["nodes"][0]["url"], devnet["gateway"]["url"])
+    api_key = os.environ.get("XMTP_GATEWAY_API_KEY") or None
     with tempfile.TemporaryDirectory(prefix="xnode-example-") as directory:
-        asyncio.run(converse(devnet, Path(directory)))
+        asyncio.run(converse(urls, api_key, Path(directory)))
 
 
 if __name__ == "__main__":

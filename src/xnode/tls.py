@@ -248,6 +248,25 @@ class ServedFiles:
             return self._served
 
 
+class PeerTls:
+    """What this node uses towards https:// peers: their CA, and its own certificate in case
+    they ask for one, read again once its files change (checked each time a channel to a
+    peer is wanted), so a renewal is shown to peers from their next connection on, as the
+    listeners serve it."""
+
+    def __init__(self, peer_ca: bytes | None, served: ServerTls | None = None) -> None:
+        self._peer_ca = peer_ca
+        self._files = ServedFiles(served) if served is not None else None
+        self._current = served.as_client(peer_ca) if served is not None else ClientTls(peer_ca)
+
+    def current(self) -> ClientTls:
+        """The same object until the files change: channels made with it stay usable."""
+        renewed = self._files.renewed() if self._files is not None else None
+        if renewed is not None:
+            self._current = renewed.as_client(self._peer_ca)
+        return self._current
+
+
 def certificate_not_after(cert_file: str) -> float | None:
     """When the first certificate of a PEM chain file expires (Unix time); None when it
     cannot be read."""

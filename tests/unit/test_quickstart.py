@@ -44,7 +44,7 @@ def _found_in(snippet: str, source: str) -> bool:
 
 def test_every_sdk_snippet_is_code_the_suite_runs() -> None:
     found = snippets(PAGE.read_text())
-    assert len(found) == 4, found
+    assert len(found) == 5, found
     for path, snippet in found:
         assert _found_in(snippet, (ROOT / path).read_text()), f"{path}:\n{snippet}"
 

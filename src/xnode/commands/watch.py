@@ -63,7 +63,7 @@ async def watch(settings: Settings, once: bool = False) -> None:
             raise WatchdogError("no node registry: set nodes_file or the chain settings")
         await registry.start()
         stack.push_async_callback(registry.stop)
-        clients = NodeClients(registry, NodeTls.from_settings(settings).peers)
+        clients = NodeClients(registry, NodeTls.from_settings(settings).peers.current())
         stack.push_async_callback(clients.close)
         own_id, sink = await _sink(settings, registry, clients, stack)
         if settings.metrics_address:

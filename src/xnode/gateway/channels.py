@@ -13,7 +13,7 @@ import structlog
 
 from xnode.client.node import CHANNEL_OPTIONS
 from xnode.core.registry import Registry
-from xnode.tls import ClientTls
+from xnode.tls import PeerTls
 
 log = structlog.get_logger(__name__)
 
@@ -40,10 +40,12 @@ class NodeChannels:
         self,
         max_message_bytes: int,
         down_s: float,
-        tls: ClientTls | None = None,
+        tls: PeerTls | None = None,
         stream_connections: int = 1,
     ) -> None:
-        self._tls = tls or ClientTls()
+        self._tls = tls or PeerTls(None)
+        self._made_with = self._tls.current()
+        self._retired: list[grpc.aio.Channel] = []  # made with a client certificate since renewed
         self._options = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
@@ -57,6 +59,7 @@ class NodeChannels:
         self._down_s = down_s
 
     def channel(self, url: str) -> grpc.aio.Channel:
+        self._renew()
         channel = self._channels.get(url)
         if channel is None:
             channel = self._channels[url] = self._open(url, [])
@@ -64,6 +67,7 @@ class NodeChannels:
 
     def stream_channel(self, url: str) -> grpc.aio.Channel:
         """One of the node's stream channels, in turn (each connects on its first stream)."""
+        self._renew()
         channels = self._streams.get(url)
         if channels is None:
             # A subchannel pool each: channels to one target otherwise share a connection.
@@ -74,11 +78,21 @@ class NodeChannels:
         self._turn[url] = turn + 1
         return channels[turn % len(channels)]
 
+    def _renew(self) -> None:
+        """After the client certificate's files change, new calls go over new channels that
+        show the renewed one; calls on the old channels go on, which close with the rest."""
+        current = self._tls.current()
+        if current is self._made_with:
+            return
+        self._made_with = current
+        for url in self._channels.keys() | self._streams.keys():
+            self._retired.extend(self._dropped(url))
+
     def _open(self, url: str, extra: list[tuple[str, int]]) -> grpc.aio.Channel:
         target, secure = grpc_target(url)
         options = [*self._options, *extra]
         if secure:
-            return grpc.aio.secure_channel(target, self._tls.credentials(), options)
+            return grpc.aio.secure_channel(target, self._made_with.credentials(), options)
         return grpc.aio.insecure_channel(target, options)
 
     def mark_down(self, node_id: int) -> None:
@@ -102,8 +116,10 @@ class NodeChannels:
 
     async def close(self) -> None:
         for url in self._channels.keys() | self._streams.keys():
-            for channel in self._dropped(url):
-                await channel.close(None)
+            self._retired.extend(self._dropped(url))
+        for channel in self._retired:
+            await channel.close(None)
+        self._retired.clear()
 
     def _dropped(self, url: str) -> list[grpc.aio.Channel]:
         own = self._channels.pop(url, None)

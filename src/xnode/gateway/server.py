@@ -11,6 +11,7 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2
 
+from xnode.api.calls import CallsPerCallerInterceptor
 from xnode.api.http import GATEWAY_JSON_ROUTES, HttpApi, health_handler, methods_of
 from xnode.api.proxies import ClientAddresses
 from xnode.core.crypto import SigningKey
@@ -38,9 +39,9 @@ from xnode.server.serving import (
     warn_if_plaintext,
 )
 from xnode.server.stops import Phase, Stops
-from xnode.tls import ClientTls, ServerTls, TlsConfigError
+from xnode.tls import ClientTls, PeerTls, ServerTls, TlsConfigError
 from xnode.usecases.admission import Admission
-from xnode.usecases.limits import LocalBuckets
+from xnode.usecases.limits import Caller, LocalBuckets
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -71,7 +72,7 @@ class _Credentials:
     payer: SigningKey
     tokens: JwtPolicy | None
     served: ServerTls | None  # what the ports serve; None: plaintext
-    nodes: ClientTls | None  # https:// nodes' CA; None: system roots
+    nodes: PeerTls | None  # https:// nodes' CA and the client certificate; None: system roots
 
 
 def _credentials(settings: GatewaySettings) -> _Credentials:
@@ -89,7 +90,13 @@ def _credentials(settings: GatewaySettings) -> _Credentials:
             settings.tls_client_cert_file,
             settings.tls_client_key_file,
         )
-        nodes = ClientTls.from_files(*towards_nodes) if any(towards_nodes) else None
+        nodes = None
+        if any(towards_nodes):
+            shown = ClientTls.from_files(*towards_nodes)  # checks the files fit together
+            client = ServerTls.from_files(
+                settings.tls_client_cert_file, settings.tls_client_key_file
+            )
+            nodes = PeerTls(shown.root_certificates, client)  # read again when they change
         served = ServerTls.from_files(settings.tls_cert_file, settings.tls_key_file)
     except TlsConfigError as exc:
         raise StartupError(f"tls: {exc}") from exc
@@ -187,7 +194,11 @@ async def _start(settings: GatewaySettings, credentials: _Credentials, stops: St
         addresses,
         auth=None if settings.anonymous_reads or not clients.auth.required else clients.auth,
     )
-    server = grpc_server(settings.max_message_mib, connections=settings.connection_limits())
+    connections = settings.connection_limits()
+    calls = CallsPerCallerInterceptor(
+        connections.grpc_calls_per_ip, lambda context: Caller(addresses.of(context))
+    )
+    server = grpc_server(settings.max_message_mib, [calls], connections=connections)
     address = bind(server, settings.listen_address, credentials.served)
     # Streams never end on their own: they would hold the grace. In-flight publishes finish
     # within it (the gateway admits every request: nothing is refused before the server stops).

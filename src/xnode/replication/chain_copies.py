@@ -23,7 +23,8 @@ from xnode.core.errors import Rejected
 from xnode.core.reconciliation import SequenceRange
 from xnode.core.registry import NodeEntry
 from xnode.replication.repair_peer import GrpcRepairPeer
-from xnode.replication.worker import ReplicationConfig, has_address, peer_channel
+from xnode.replication.worker import ReplicationConfig, channel_key, has_address, peer_channel
+from xnode.tls import ClientTls
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -33,7 +34,7 @@ class PeerChainCopies:
     def __init__(self, source: RegistrySource, config: ReplicationConfig) -> None:
         self._source = source
         self._config = config
-        self._channels: dict[int, tuple[str, grpc.aio.Channel]] = {}
+        self._channels: dict[int, tuple[tuple[str, ClientTls | None], grpc.aio.Channel]] = {}
         self._retired: list[grpc.aio.Channel] = []
 
     async def vouched(self, payloads: Sequence[ChainPayload]) -> list[ChainPayload]:
@@ -64,6 +65,8 @@ class PeerChainCopies:
         found: dict[tuple[int, int], bytes],
     ) -> None:
         own = {_key(p): p.raw for p in missing}
+        # No token: this is a read-only node, whose token (anyone can make one) is limited
+        # as its client IP anyway (api.auth); QueryEnvelopes is a client API.
         client = GrpcRepairPeer(peer.node_id, self._channel(peer))
         for originator in sorted({p.event.originator for p in missing}):
             seqs = [s for o, s in own if o == originator]
@@ -79,13 +82,14 @@ class PeerChainCopies:
                     found[key] = raw
 
     def _channel(self, entry: NodeEntry) -> grpc.aio.Channel:
+        key = channel_key(entry, self._config)
         cached = self._channels.get(entry.node_id)
-        if cached is not None and cached[0] == entry.http_address:
+        if cached is not None and cached[0] == key:
             return cached[1]
-        if cached is not None:
-            self._retired.append(cached[1])  # the node moved: closed with the rest
-        channel = peer_channel(entry.http_address, self._config)
-        self._channels[entry.node_id] = (entry.http_address, channel)
+        if cached is not None:  # the node moved, or a renewed certificate: closed at the end
+            self._retired.append(cached[1])
+        channel = peer_channel(entry.http_address, self._config, key[1])
+        self._channels[entry.node_id] = (key, channel)
         return channel
 
     async def close(self) -> None:

@@ -50,12 +50,12 @@ class CheckpointFollower:
     async def alongside(
         self,
         stream: Callable[[], Coroutine[Any, Any, None]],
-        channel: grpc.aio.Channel,
+        channel: Callable[[], grpc.aio.Channel],
         peer: int,
         originator: int,
     ) -> None:
         """Runs `stream()` (a peer stream) with the checkpoint follower of the same peer and
-        originator; both end together."""
+        originator, on the stream's channel of each attempt; both end together."""
         if not has_log(originator):
             await stream()
             return
@@ -66,12 +66,14 @@ class CheckpointFollower:
             follower.cancel()
             await asyncio.wait([follower])
 
-    async def run(self, channel: grpc.aio.Channel, peer: int, originator: int) -> None:
+    async def run(
+        self, channel: Callable[[], grpc.aio.Channel], peer: int, originator: int
+    ) -> None:
         backoff = self._backoff()
         bound = log.bind(peer=peer, originator=originator)
         while True:
             try:
-                await self._follow(channel, peer, originator)
+                await self._follow(channel(), peer, originator)
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                     bound.info("peer_without_log_api")

@@ -164,7 +164,7 @@ class PeerStream:
     def __init__(
         self,
         peer: int,
-        channel: grpc.aio.Channel,
+        channel: Callable[[], grpc.aio.Channel],
         target: OriginatorLog,
         mode: Mode,
         tokens: TokenProvider,
@@ -174,11 +174,12 @@ class PeerStream:
         outage: DatabaseOutage,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        """A lost store is told to `outage`."""
+        """A lost store is told to `outage`. `channel` gives the channel to the peer for each
+        attempt: after a certificate renewal, the next one is made with the new certificate."""
         self.peer = peer
         self._outage = outage
         self.originator = target.originator
-        self._channel = channel
+        self.channel = channel
         self._target = target
         self._mode = mode
         self._tokens = tokens
@@ -186,9 +187,6 @@ class PeerStream:
         self._backoff = backoff
         self._hooks = hooks
         self._clock = clock
-        self._call = channel.unary_stream(
-            SUBSCRIBE_ORIGINATORS, request_serializer=identity, response_deserializer=identity
-        )
         self._log = log.bind(peer=peer, originator=target.originator, mode=mode.value)
         self._tls_refused = False
         self._unreachable_since: float | None = None
@@ -210,7 +208,10 @@ class PeerStream:
         """One stream; True when the peer answered at least once."""
         after = self._target.sequence_id
         started = self._clock.monotonic_s()
-        call = self._call(
+        subscribe = self.channel().unary_stream(
+            SUBSCRIBE_ORIGINATORS, request_serializer=identity, response_deserializer=identity
+        )
+        call = subscribe(
             originators_request(self._target.originator, after).SerializeToString(),
             metadata=self._tokens.metadata_for(self.peer),
         )

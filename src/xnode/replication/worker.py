@@ -45,7 +45,7 @@ from xnode.replication.repair_peer import GrpcRepairPeer
 from xnode.replication.scrub import Scrub
 from xnode.replication.stream import Hooks, Mode, PeerStream, Timeouts
 from xnode.replication.verifiers import Verifiers
-from xnode.tls import ClientTls, open_channel
+from xnode.tls import ClientTls, PeerTls, open_channel
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -61,14 +61,14 @@ class ReplicationConfig:
     verify_threads: int
     max_message_bytes: int
     verify_processes: int = 0  # for bulk verification (repair); 0: threads only
-    peer_tls: ClientTls | None = None  # https:// peers: their CA (None: system roots)
+    peer_tls: PeerTls | None = None  # https:// peers: their CA (None: system roots)
     repair_s: float = 0.0  # anti-entropy repair interval; 0: off
     scrub_per_second: float = 0.0  # leaves the scrub checks per second; 0: off
     withholding_patience_s: float = PATIENCE_S  # before a non-answer is an accusation
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, peer_tls: ClientTls | None = None
+        cls, settings: Settings, peer_tls: PeerTls | None = None
     ) -> ReplicationConfig:
         return cls(
             timeouts=Timeouts(
@@ -94,9 +94,11 @@ def has_address(entry: NodeEntry) -> bool:
     return bool(entry.http_address.removeprefix("https://").removeprefix("http://").strip("/"))
 
 
-def peer_channel(address: str, config: ReplicationConfig) -> grpc.aio.Channel:
-    """A channel to a registry `http_address`: https:// is TLS (checked against the peer CA),
-    http:// or bare is plaintext."""
+def peer_channel(
+    address: str, config: ReplicationConfig, tls: ClientTls | None
+) -> grpc.aio.Channel:
+    """A channel to a registry `http_address`: https:// is TLS (checked against the peer CA,
+    showing `tls`'s certificate), http:// or bare is plaintext."""
     options = [
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
@@ -107,7 +109,13 @@ def peer_channel(address: str, config: ReplicationConfig) -> grpc.aio.Channel:
         ("grpc.max_reconnect_backoff_ms", int(config.backoff_max_s * 1000)),
         ("grpc.use_local_subchannel_pool", 1),
     ]
-    return open_channel(address, config.peer_tls, options)
+    return open_channel(address, tls, options)
+
+
+def channel_key(entry: NodeEntry, config: ReplicationConfig) -> tuple[str, ClientTls | None]:
+    """What a cached channel to `entry` was made for: its address and the TLS of the moment
+    (a renewed certificate needs a channel of its own)."""
+    return entry.http_address, config.peer_tls.current() if config.peer_tls else None
 
 
 class PeerLink:
@@ -246,7 +254,8 @@ class ReplicationWorker:
         self._keys: Mapping[int, bytes] = {}
         self._links: dict[int, PeerLink] = {}
         self._logs: dict[int, OriginatorLog] = {}
-        self._channels: dict[int, tuple[str, grpc.aio.Channel]] = {}
+        self._channels: dict[int, tuple[tuple[str, ClientTls | None], grpc.aio.Channel]] = {}
+        self._retired: list[grpc.aio.Channel] = []  # made with a certificate since renewed
         self._tasks: set[asyncio.Task[None]] = set()
         self._verifiers = verifiers
         self.fees = FeeSchedules(config.backoff_initial_s, config.backoff_max_s)
@@ -357,7 +366,7 @@ class ReplicationWorker:
             # Also when the node's stop forces this one (usecases.concurrency.StopSteps): the
             # channels, threads and processes are released either way, the pools waited for
             # in a thread so that the loop, and the stop's deadline, keep running meanwhile.
-            for _, channel in self._channels.values():
+            for channel in [*self._retired, *(c for _, c in self._channels.values())]:
                 await channel.close(None)
             await self._verifiers.close()
 
@@ -472,13 +481,16 @@ class ReplicationWorker:
         return cached[1] if cached is not None else None
 
     def _channel(self, entry: NodeEntry) -> grpc.aio.Channel:
+        key = channel_key(entry, self.config)
         cached = self._channels.get(entry.node_id)
-        if cached is not None and cached[0] == entry.http_address:
+        if cached is not None and cached[0] == key:
             return cached[1]
-        if cached is not None:
+        if cached is not None and cached[0][0] != entry.http_address:
             self.spawn_coroutine(cached[1].close(1.0))
-        channel = peer_channel(entry.http_address, self.config)
-        self._channels[entry.node_id] = (entry.http_address, channel)
+        elif cached is not None:  # a renewed certificate: calls on the old one go on
+            self._retired.append(cached[1])
+        channel = peer_channel(entry.http_address, self.config, key[1])
+        self._channels[entry.node_id] = (key, channel)
         return channel
 
     def stream(
@@ -487,7 +499,7 @@ class ReplicationWorker:
         backoff = Backoff(self.config.backoff_initial_s, self.config.backoff_max_s)
         return PeerStream(
             server.node_id,
-            self._channel(server),
+            lambda: self._channel(server),
             self.originator_log(originator),
             mode,
             self._tokens,
@@ -503,8 +515,9 @@ class ReplicationWorker:
             return self.spawn_coroutine(stream.run(), name)
         # The peer's checkpoints of the same originator alongside. The stream's coroutine is
         # made inside the task: a task cancelled before it starts leaves none un-awaited.
-        channel = self._channels[stream.peer][1]
-        run = self._checkpoints.alongside(stream.run, channel, stream.peer, stream.originator)
+        run = self._checkpoints.alongside(
+            stream.run, stream.channel, stream.peer, stream.originator
+        )
         return self.spawn_coroutine(run, name)
 
     def spawn_coroutine(

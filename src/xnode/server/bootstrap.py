@@ -30,7 +30,7 @@ from xnode.store.identity import claim_database
 from xnode.store.migrate import upgrade_to_head
 from xnode.store.primary import Connect, Database
 from xnode.store.replica import Replica, ReplicaWatch
-from xnode.tls import ClientTls, ServerTls, TlsConfigError
+from xnode.tls import ClientTls, PeerTls, ServerTls, TlsConfigError
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -108,7 +108,7 @@ class NodeTls:
     """What the listeners serve (None: plaintext) and how peers are checked."""
 
     served: ServerTls | None
-    peers: ClientTls
+    peers: PeerTls
 
     @classmethod
     def from_settings(cls, settings: Settings) -> NodeTls:
@@ -122,7 +122,7 @@ class NodeTls:
             peer_ca = ClientTls.from_files(settings.tls_peer_ca_file).root_certificates
         except TlsConfigError as exc:
             raise StartupError(str(exc)) from exc
-        return cls(served, served.as_client(peer_ca) if served else ClientTls(peer_ca))
+        return cls(served, PeerTls(peer_ca, served))
 
 
 def node_key(settings: Settings) -> tuple[SigningKey, Settings]:

@@ -12,7 +12,8 @@ import grpc
 import structlog
 from grpc_health.v1 import health
 
-from xnode.api.auth import PROTECTED_METHODS, NodeAuthInterceptor
+from xnode.api.auth import PROTECTED_METHODS, Interceptor, NodeAuthInterceptor
+from xnode.api.calls import CallsPerCallerInterceptor
 from xnode.api.completeness import SERVICE_NAME as COMPLETENESS_SERVICE
 from xnode.api.completeness import CompletenessService, add_completeness_service
 from xnode.api.fees import SERVICE_NAME as FEES_SERVICE
@@ -105,7 +106,7 @@ from xnode.usecases.limits import ApiLimits
 from xnode.usecases.logs import LogQueries
 from xnode.usecases.node_state import NodeState
 from xnode.usecases.originator import Originator
-from xnode.usecases.ports import AnswerReader, EnvelopeReader
+from xnode.usecases.ports import AnswerReader
 from xnode.usecases.publish import Publish
 from xnode.usecases.query import Query
 from xnode.usecases.reads import RoutedReads, for_catch_up, for_queries
@@ -240,7 +241,13 @@ async def _start(
     if role.primary:
         await _start_retention(settings, pool, stops)
     holdings = (
-        Holdings(node_id, key, ScrubStore(pool), logs)
+        Holdings(
+            node_id,
+            key,
+            ScrubStore(pool),
+            logs,
+            budget=settings.size_caps().answer_budget_bytes,
+        )
         if logs is not None and not settings.read_only
         else None
     )
@@ -362,7 +369,7 @@ async def _serve(
     slots = SharedSubscriptionSlots(parts.store.pool)
     stops.add(Phase.LISTENERS, slots.close)
     limits = ApiLimits(settings.limit_policy(), SharedBuckets(parts.store.pool), slots)
-    catch_up: EnvelopeReader = store
+    catch_up: AnswerReader = store
     queried: AnswerReader = store
     if parts.replica is not None:
         replica, watch = parts.replica.store, parts.replica.watch
@@ -374,6 +381,7 @@ async def _serve(
         keepalive_s=settings.keepalive_seconds,
         limits=limits,
         max_lag_s=settings.subscription_max_lag_seconds,
+        budget=settings.size_caps().answer_budget_bytes,
     )
     admission = Admission()
     publish = Publish(
@@ -422,7 +430,11 @@ async def _serve(
     extensions = [LOG_SERVICE, HOLDINGS_SERVICE, FORK_SERVICE, FEES_SERVICE, COMPLETENESS_SERVICE]
     limited = LimitsInterceptor(limits, auth.caller, extensions, parts.outage)
     connections = settings.connection_limits()
-    server = grpc_server(settings.max_message_mib, [auth, limited], role.shares_ports, connections)
+    interceptors: list[Interceptor] = [auth, limited]
+    if settings.limits_enabled:  # off: nothing limits a caller (benchmarks of one client)
+        calls = CallsPerCallerInterceptor(connections.grpc_calls_per_ip, auth.caller)
+        interceptors.insert(0, calls)
+    server = grpc_server(settings.max_message_mib, interceptors, role.shares_ports, connections)
     fees = FeesService(node_id, settings.fee_schedule())
     health_servicer = _add_node_services(server, service, misbehavior, fees, logs, parts)
     address = bind(server, settings.listen_address, tls)

@@ -18,15 +18,19 @@ import pytest
 import xmtp_bindings.xmtpv3 as xmtp
 from aiohttp import web
 
-from tests.e2e.clients.conftest import _spawn_gateway
+from tests.e2e.clients.conftest import TlsGateway, _spawn_gateway
 from tests.e2e.clients.xmtp_users import group_options, new_user, until
 from tests.e2e.replication.conftest import ChainNetwork
+from xmtp.identity.associations import association_pb2
+from xmtp.xmtpv4.message_api import message_api_pb2 as api
+from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.originator_selection import preferred_node
 from xnode.core.registry import NodeEntry
 from xnode.core.topics import Topic, TopicKind
 from xnode.devtools.devnet import GATEWAY_READ_LIMITS, wait_serving
 from xnode.devtools.postgres import free_port
+from xnode.tls import ClientTls
 
 pytestmark = pytest.mark.slow
 PAGE = Path(__file__).parent / "page"
@@ -43,6 +47,23 @@ def system_chromium() -> str:
     if found is None:
         pytest.fail("Debian's chromium is missing and this is not root: apt-get install chromium")
     return found
+
+
+def nss_trusting(home: Path, ca_file: Path) -> Path:
+    """A home directory whose NSS database (where Chromium on Linux looks for certificates
+    a user added) trusts `ca_file` to issue servers' certificates."""
+    certutil = shutil.which("certutil")
+    if certutil is None and os.geteuid() == 0:
+        subprocess.run(["apt-get", "install", "-y", "-q", "libnss3-tools"], check=True)
+        certutil = shutil.which("certutil")
+    if certutil is None:
+        pytest.fail("certutil is missing and this is not root: apt-get install libnss3-tools")
+    database = f"sql:{home / '.pki' / 'nssdb'}"
+    (home / ".pki" / "nssdb").mkdir(parents=True)
+    subprocess.run([certutil, "-N", "-d", database, "--empty-password"], check=True)
+    trust = [certutil, "-A", "-d", database, "-n", "xnode test CA", "-t", "C,,", "-i"]
+    subprocess.run([*trust, str(ca_file)], check=True)
+    return home
 
 
 def build_page() -> Path:
@@ -122,16 +143,7 @@ async def _conversation(
         browser = await playwright.chromium.launch(
             executable_path=chromium, headless=True, args=["--no-sandbox"]
         )
-        page = await browser.new_page()
-        page.on("console", lambda m: console.append(m.text))
-        await page.goto(f"{page_url}/index.html?{query}")
-
-        async def registered() -> str | None:
-            status = await page.text_content("#status")
-            assert status is None or not status.startswith("error"), f"{status}; {console}"
-            return await page.text_content("#inbox") or None
-
-        inbox = await until("the browser registers", registered, within_s=180)
+        page, inbox = await registered_page(browser, f"{page_url}/index.html?{query}", console)
         alice = new_user("alice", network.spec.directory / "users", *python_urls)
         try:
             group = await _python_side(alice, key, inbox)
@@ -155,6 +167,21 @@ async def _conversation(
             alice.close()
             await browser.close()
     assert messages.splitlines() == ["hello browser", "from python", "after the node died"]
+
+
+async def registered_page(browser: Any, url: str, console: list[str]) -> tuple[Any, str]:
+    """A new page at `url`, once its client registered: the page and the inbox it shows.
+    The page's console lines go to `console`."""
+    page = await browser.new_page()
+    page.on("console", lambda m: console.append(m.text))
+    await page.goto(url)
+
+    async def registered() -> str | None:
+        status = await page.text_content("#status")
+        assert status is None or not status.startswith("error"), f"{status}; {console}"
+        return await page.text_content("#inbox") or None
+
+    return page, await until("the browser registers", registered, within_s=180)
 
 
 def _preferred(network: ChainNetwork, topic: bytes) -> int:
@@ -181,3 +208,42 @@ async def _python_side(alice: Any, browser_key: SigningKey, inbox: str) -> Any:
     await group.send_text("hello browser")
     await group.send_text("from python")
     return group
+
+
+async def test_browser_sdk_registers_through_a_tls_gateway_of_a_private_ca(
+    tls_gateways: Callable[[str | None], TlsGateway], page_url: str, tmp_path: Path
+) -> None:
+    """docs/clients.md's browser quickstart against a deployed gateway: only its HTTP port's
+    https:// URL (reads go through it too), its certificate's CA trusted by the browser (here
+    Chromium's NSS database), and no API key: the SDK cannot send one."""
+    from playwright.async_api import async_playwright
+
+    chromium = system_chromium()
+    gateway = tls_gateways(None)
+    home = nss_trusting(tmp_path / "home", gateway.ca_file)
+    key = SigningKey.generate()
+    query = f"key=0x{key.hex()}&node={gateway.http_url}&gateway={gateway.http_url}"
+    console: list[str] = []
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=chromium,
+            headless=True,
+            args=["--no-sandbox"],
+            env={**os.environ, "HOME": str(home)},
+        )
+        try:
+            _, inbox = await registered_page(browser, f"{page_url}/index.html?{query}", console)
+        finally:
+            await browser.close()
+    # Registered: the network, asked through the gateway's gRPC port, knows the inbox.
+    request = api.GetInboxIdsRequest(
+        requests=[
+            api.GetInboxIdsRequest.Request(
+                identifier="0x" + key.address.hex(),
+                identifier_kind=association_pb2.IDENTIFIER_KIND_ETHEREUM,
+            )
+        ]
+    )
+    async with NodeClient(gateway.url, ClientTls.from_files(gateway.ca_file)) as client:
+        reply = await client.replication.GetInboxIds(request, timeout=30)
+    assert reply.responses[0].inbox_id == inbox

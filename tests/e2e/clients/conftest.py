@@ -7,21 +7,30 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ChainEnv
-from tests.e2e.podman_host import docker_api
+from tests.e2e import image_builds
+from tests.e2e.podman_host import docker_api, install_tools, podman_env
 from tests.e2e.replication.conftest import ChainNetwork, chain_network
 from tests.failure_logs import print_logs_if_failed
 from xnode.core.crypto import SigningKey
+from xnode.devtools.certs import CertAuthority
 from xnode.devtools.devnet import GATEWAY_ADDRESS, GATEWAY_READ_LIMITS, wait_serving
 from xnode.devtools.postgres import free_port
+from xnode.tls import ClientTls
 
-__all__ = ["chain_network", "docker_api"]  # the fixtures, shared with other tests
+__all__ = [
+    "chain_network",
+    "docker_api",
+    "node_sdk_image",
+    "tls_gateways",
+]  # the fixtures, shared with other tests
 
 # As `xnode devnet` runs its nodes: they believe the gateways naming their clients.
 BEHIND_GATEWAYS = {**GATEWAY_READ_LIMITS, "trusted_proxies": GATEWAY_ADDRESS}
@@ -99,3 +108,74 @@ def client_network(
             gateway.proc.kill()
             gateway.proc.wait(30)
     print_logs_if_failed(request, [g.log for g in network.gateways])
+
+
+@dataclass
+class TlsGateway:
+    """A gateway serving TLS on its gRPC and HTTP ports with a certificate of a private CA
+    (`ca_file`), in front of the nodes on loopback; with `api_key`, publishes need it."""
+
+    process: GatewayProcess
+    http_address: str
+    ca_file: Path
+    api_key: str | None
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.process.address}"
+
+    @property
+    def http_url(self) -> str:
+        return f"https://{self.http_address}"
+
+
+@pytest.fixture
+def tls_gateways(
+    chain_network: ChainNetwork, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[[str | None], TlsGateway]]:
+    """Starts nodes 100, 200, 300 (plaintext, on loopback) and then, for each call, a gateway
+    over TLS (one CA for all), with that API key or none."""
+    for node_id in chain_network.addresses:
+        chain_network.start(node_id, **BEHIND_GATEWAYS)
+    ca = CertAuthority.create("xnode test CA")
+    ca_file = tmp_path / "ca.pem"
+    ca_file.write_bytes(ca.pem)
+    started: list[GatewayProcess] = []
+
+    def start(api_key: str | None) -> TlsGateway:
+        index = len(started)
+        cert_file, key_file = ca.issue_files(tmp_path, f"gateway-{index}")
+        http_address = f"127.0.0.1:{free_port()}"
+        keys = {"XNODE_GATEWAY_API_KEYS": f"app={api_key}"} if api_key else {}
+        gateway = _spawn_gateway(
+            chain_network.chain,
+            tmp_path,
+            index,
+            XNODE_GATEWAY_TLS_CERT_FILE=str(cert_file),
+            XNODE_GATEWAY_TLS_KEY_FILE=str(key_file),
+            XNODE_GATEWAY_HTTP_LISTEN_ADDRESS=http_address,
+            XNODE_GATEWAY_HTTP_CORS_ORIGINS="*",
+            **keys,
+        )
+        started.append(gateway)
+        tls = TlsGateway(gateway, http_address, ca_file, api_key)
+        if not wait_serving(tls.url, 60, ClientTls.from_files(ca_file)):
+            pytest.fail(f"xnode gateway did not start serving:\n{gateway.output()[-3000:]}")
+        return tls
+
+    yield start
+    for gateway in started:
+        gateway.proc.kill()
+        gateway.proc.wait(30)
+    print_logs_if_failed(request, [g.log for g in started])
+
+
+@pytest.fixture(scope="module")
+def node_sdk_image() -> str:
+    """The Node SDK's image, built (or found) by scripts/build_node_sdk_image.sh."""
+    image_builds.wait()
+    install_tools()
+    started = time.monotonic()
+    out = image_builds.build(image_builds.NODE_SDK, podman_env(), timeout=1500)
+    print(f"node sdk image: {time.monotonic() - started:.0f} s")
+    return out.strip().splitlines()[-1]

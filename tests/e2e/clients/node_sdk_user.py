@@ -24,6 +24,7 @@ from xnode.devtools.postgres import free_port
 
 SCRIPT = Path(__file__).resolve().parent / "node_sdk" / "user.mjs"
 IMAGE_ENV = "XNODE_NODE_SDK_IMAGE"  # set by the test to the image it built
+CA_FILE = "/etc/xnode-test/ca.pem"  # where a private CA's certificate is mounted
 COMMAND_TIMEOUT_S = 120.0
 LOG_LINES = 120  # of the container's output shown with a failure (every user's lines)
 
@@ -33,7 +34,8 @@ class NodeSdk:
     signing request must be answered before anything else is sent, so a command holds the
     line from its request to its answer."""
 
-    def __init__(self) -> None:
+    def __init__(self, ca_file: Path | None = None) -> None:
+        self._ca_file = ca_file  # trusted through SSL_CERT_FILE, read by the SDK's native TLS
         self._port = free_port()
         self._url = f"http://127.0.0.1:{self._port}/"
         self._container: DockerContainer | None = None
@@ -41,8 +43,10 @@ class NodeSdk:
         self._line = asyncio.Lock()
         self._output = ""  # what the container printed, kept for failures once it is gone
 
-    def user(self, name: str, node_url: str, gateway_url: str) -> NodeSdkUser:
-        return NodeSdkUser(self, name, node_url, gateway_url)
+    def user(
+        self, name: str, node_url: str, gateway_url: str, api_key: str | None = None
+    ) -> NodeSdkUser:
+        return NodeSdkUser(self, name, node_url, gateway_url, api_key)
 
     async def start(self) -> None:
         container = (
@@ -52,10 +56,16 @@ class NodeSdk:
             .with_volume_mapping(str(SCRIPT), "/opt/xnode-node-sdk/user.mjs", "ro")
             .with_kwargs(network_mode="host")
         )
+        if self._ca_file is not None:
+            container.with_volume_mapping(str(self._ca_file), CA_FILE, "ro")
+            container.with_env("SSL_CERT_FILE", CA_FILE)
         self._container = container
         await asyncio.to_thread(container.start)
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=COMMAND_TIMEOUT_S))
-        await eventually(self._listening, 60, f"node sdk listening\n{self.log()}")
+        try:
+            await eventually(self._listening, 60, "node sdk listening")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.log()}") from None
 
     async def _listening(self) -> bool:
         assert self._http is not None
@@ -110,8 +120,11 @@ class NodeSdk:
 class NodeSdkUser:
     """One account with its own client (and database) in the SDK's container."""
 
-    def __init__(self, sdk: NodeSdk, name: str, node_url: str, gateway_url: str) -> None:
+    def __init__(
+        self, sdk: NodeSdk, name: str, node_url: str, gateway_url: str, api_key: str | None
+    ) -> None:
         self.sdk = sdk
+        self.api_key = api_key  # the gateway's, sent with publishes when set
         self.name = name
         self.key = SigningKey.generate()
         self.node_url = node_url
@@ -129,6 +142,7 @@ class NodeSdkUser:
             "create",
             apiUrl=self.node_url,
             gatewayHost=self.gateway_url,
+            apiKey=self.api_key,
             address=self.address,
             dbPath=f"/tmp/{self.name}.db3",
         )

@@ -184,8 +184,8 @@ async def test_the_official_client_sends_the_api_key_it_is_given(
     gateway: LimitedGateway, chain_network: ChainNetwork, tmp_path: Path
 ) -> None:
     """The Python bindings (libxmtp 1.10.0) send a credential set on an FfiAuthHandle as the
-    authorization header of every call to the gateway: registering an inbox is paid for as
-    bob's (docs/clients.md)."""
+    authorization header of their PayerApi calls to the gateway: registering an inbox is paid
+    for as bob's (docs/clients.md)."""
     handle: Any = xmtp.FfiAuthHandle  # its constructor is untyped in the bindings
     auth = handle()
     bearer = f"Bearer {KEYS['bob']}"

@@ -12,30 +12,16 @@ and debootstrap with apt when root; fails, never skips."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from testcontainers.core.docker_client import DockerClient
 
-from tests.e2e import image_builds
 from tests.e2e.clients.conftest import ClientNetwork
 from tests.e2e.clients.node_sdk_user import IMAGE_ENV
 from tests.e2e.clients.test_python_bindings import run_scenario
-from tests.e2e.podman_host import install_tools, podman_env, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
-
-
-@pytest.fixture(scope="module")
-def node_sdk_image() -> str:
-    """The SDK's image, built (or found) by scripts/build_node_sdk_image.sh."""
-    image_builds.wait()
-    install_tools()
-    started = time.monotonic()
-    out = run(image_builds.NODE_SDK, podman_env(), timeout=1500)
-    print(f"node sdk image: {time.monotonic() - started:.0f} s")
-    return out.strip().splitlines()[-1]
 
 
 @pytest.mark.timeout(900)

@@ -72,7 +72,8 @@ class TlsNetwork:
         ca = self.rogue_ca if node_id == ROGUE else self.ca
         return ClientTls(ca.pem, key_file.read_bytes(), cert_file.read_bytes())
 
-    def start(self, node_id: int) -> None:
+    def start(self, node_id: int, client: ClientTls | None = None) -> None:
+        """`client`: what the test calls it with once it serves (default: client_tls)."""
         issuer = self.rogue_ca if node_id == ROGUE else self.ca
         cert_file, key_file = issuer.issue_files(self.directory, f"node-{node_id}")
         settings = {
@@ -92,11 +93,13 @@ class TlsNetwork:
             wait=False,
             **{k: str(v) for k, v in settings.items()},
         )
-        if not wait_serving(self.url(node_id), 60, self.client_tls(node_id)):
+        if not wait_serving(self.url(node_id), 60, client or self.client_tls(node_id)):
             pytest.fail(f"node {node_id} did not serve:\n{self.processes[node_id].output()}")
 
-    async def originated_by(self, node_id: int, originator: int) -> list[bytes]:
-        async with NodeClient(self.url(node_id), self.client_tls(node_id)) as client:
+    async def originated_by(
+        self, node_id: int, originator: int, tls: ClientTls | None = None
+    ) -> list[bytes]:
+        async with NodeClient(self.url(node_id), tls or self.client_tls(node_id)) as client:
             found = await client.query(originators=[originator])
         return [e.SerializeToString() for e in found]
 
@@ -403,3 +406,45 @@ async def test_a_renewed_certificate_is_served_without_a_restart_and_no_call_fai
         if sample.name == "xnode_tls_certificate_expiry_timestamp_seconds"
     ]
     assert served == expiry.timestamp()
+
+
+def replace_file(path: Path, content: bytes) -> None:
+    """As a renewal tool writes: a new file moved over the old one."""
+    partial = path.with_name(path.name + ".new")
+    partial.write_bytes(content)
+    os.replace(partial, path)
+
+
+async def test_a_renewed_certificate_is_shown_to_peers_as_a_client_without_a_restart(
+    tls_network: TlsNetwork,
+) -> None:
+    """Node 100 replicates from node 200, which requires a client certificate. The CA
+    changes: node 100's certificate is renewed from the new CA, and every node's client CA
+    file names only the new CA. Node 200 restarts, so node 100 connects again: it shows the
+    renewed certificate (the old one would be refused) and goes on replicating."""
+    tls_network.start(100)
+    tls_network.start(200)
+    async with NodeClient(tls_network.url(200), tls_network.client_tls(200)) as client:
+        await client.publish_group_messages(PAYER, 200, GROUP, [b"before the renewal"])
+
+    async def replicated(count: int, tls: ClientTls | None = None) -> bool:
+        return len(await tls_network.originated_by(100, 200, tls)) == count
+
+    await eventually(lambda: replicated(1))
+
+    new_ca = CertAuthority.create("renewed CA")
+    cert_pem, key_pem = new_ca.issue("node-100")
+    replace_file(tls_network.directory / "node-100.key", key_pem)
+    replace_file(tls_network.directory / "node-100.pem", cert_pem)
+    replace_file(tls_network.ca_file, new_ca.pem)  # client certificates of the new CA only
+    client_pem, client_key = new_ca.issue("client")
+    # Node 200 keeps a certificate of the first CA, which node 100 checks peers against.
+    towards_200 = ClientTls(tls_network.ca.pem, client_key, client_pem)
+    towards_100 = ClientTls(new_ca.pem, client_key, client_pem)
+
+    tls_network.processes.pop(200).kill()
+    tls_network.start(200, client=towards_200)
+    async with NodeClient(tls_network.url(200), towards_200) as client:
+        await client.publish_group_messages(PAYER, 200, GROUP, [b"after the renewal"])
+    await eventually(lambda: replicated(2, towards_100))
+    assert '"tls_reloaded"' in tls_network.processes[100].output()

@@ -16,12 +16,13 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.conftest import Network, node_settings
+from tests.waiting import eventually
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.payer_api import payer_api_pb2, payer_api_pb2_grpc
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.registry import NodeEntry, Registry
-from xnode.devtools.certs import devnet_ca
+from xnode.devtools.certs import CertAuthority, devnet_ca
 from xnode.devtools.postgres import free_port
 from xnode.gateway.server import start_gateway
 from xnode.gateway.settings import GatewaySettings
@@ -142,33 +143,9 @@ async def test_the_gateway_shows_its_client_certificate_to_nodes_that_require_on
 ) -> None:
     """A node that requires client certificates serves the gateway given one
     (tls_client_cert_file), and refuses the same gateway without it."""
-    address = f"127.0.0.1:{free_port()}"
-    registry = Registry(
-        NodeEntry(n, key.public_key, f"https://{address}" if n == 100 else "")
-        for n, key in node_spec.keys.items()
-    )
-    node_spec.nodes_file.write_text(registry.to_json())
-    await start_node(
-        **node_settings(database, node_spec, listen_address=address),
-        tls_cert_file=certs["node_cert"],
-        tls_key_file=certs["node_key"],
-        tls_client_ca_file=certs["ca"],
-        tls_client_cert="require",
-    )
-    async with NodeClient(f"https://{address}", ClientTls.from_files(*certs_of(certs))) as node:
-        await node.publish_group_messages(SigningKey.generate(), 100, GROUP, [b"held"])
-    settings = GatewaySettings(
-        listen_address="127.0.0.1:0",
-        payer_key=SigningKey.generate().hex(),
-        nodes_file=node_spec.nodes_file,
-        registry_source="file",
-        tls_ca_file=certs["ca"],
-        tls_client_cert_file=certs["gateway_cert"],
-        tls_client_key_file=certs["gateway_key"],
-        read_failover_seconds=1,
-        # The node answers from this test's event loop: a busy machine is not a node down.
-        node_check_timeout_seconds=10,
-    )
+    node = node_requiring_client_certificates(database, node_spec, certs, certs["ca"])
+    await start_holding_one_envelope(start_node, node, certs)
+    settings = gateway_towards(node_spec, certs)
     for shown, update in (
         (True, {}),
         (False, {"tls_client_cert_file": None, "tls_client_key_file": None}),
@@ -186,6 +163,88 @@ async def test_the_gateway_shows_its_client_certificate_to_nodes_that_require_on
             await gateway.stop()
 
 
+def node_requiring_client_certificates(
+    database: str, node_spec: Any, certs: dict[str, Path], client_ca: Path
+) -> dict[str, Any]:
+    """Settings of node 100, the registry's only reachable node, over TLS, requiring client
+    certificates of `client_ca`; the registry file is written."""
+    address = f"127.0.0.1:{free_port()}"
+    registry = Registry(
+        NodeEntry(n, key.public_key, f"https://{address}" if n == 100 else "")
+        for n, key in node_spec.keys.items()
+    )
+    node_spec.nodes_file.write_text(registry.to_json())
+    return node_settings(database, node_spec, listen_address=address) | {
+        "tls_cert_file": certs["node_cert"],
+        "tls_key_file": certs["node_key"],
+        "tls_client_ca_file": client_ca,
+        "tls_client_cert": "require",
+    }
+
+
+async def start_holding_one_envelope(
+    start_node: Any, settings: dict[str, Any], certs: dict[str, Path]
+) -> Any:
+    """The node started, with one envelope published to it (by a client it lets in)."""
+    node = await start_node(**settings)
+    url = f"https://{settings['listen_address']}"
+    async with NodeClient(url, ClientTls.from_files(*certs_of(certs))) as client:
+        await client.publish_group_messages(SigningKey.generate(), 100, GROUP, [b"held"])
+    return node
+
+
+def gateway_towards(node_spec: Any, certs: dict[str, Path]) -> GatewaySettings:
+    """A gateway of the node's registry, checking it against the CA, showing its client
+    certificate."""
+    return GatewaySettings(
+        listen_address="127.0.0.1:0",
+        payer_key=SigningKey.generate().hex(),
+        nodes_file=node_spec.nodes_file,
+        registry_source="file",
+        tls_ca_file=certs["ca"],
+        tls_client_cert_file=certs["gateway_cert"],
+        tls_client_key_file=certs["gateway_key"],
+        read_failover_seconds=1,
+        # The node answers from this test's event loop: a busy machine is not a node down.
+        node_check_timeout_seconds=10,
+    )
+
+
 def certs_of(certs: dict[str, Path]) -> tuple[Path, Path, Path]:
     """(CA, certificate, key) of a client the node lets in: the gateway's certificate."""
     return certs["ca"], certs["gateway_cert"], certs["gateway_key"]
+
+
+async def test_the_gateway_shows_its_renewed_client_certificate_without_a_restart(
+    start_node: Any, database: str, node_spec: Any, certs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The CA of client certificates changes: the gateway's client certificate files are
+    renewed from the new CA, and the node's client CA file names only the new CA. The node
+    restarts (every connection to it is new): the gateway shows the renewed certificate,
+    and its reads go on."""
+    client_ca = tmp_path / "client-ca.pem"
+    client_ca.write_bytes(certs["ca"].read_bytes())
+    node = node_requiring_client_certificates(database, node_spec, certs, client_ca)
+    first = await start_holding_one_envelope(start_node, node, certs)
+    settings = gateway_towards(node_spec, certs)
+    gateway = await start_gateway(settings)
+    try:
+        async with NodeClient(gateway.address) as reader:
+            assert len(await reader.query(originators=[100])) == 1
+            new_ca = CertAuthority.create("renewed CA")
+            cert_pem, key_pem = new_ca.issue("gateway")
+            certs["gateway_key"].write_bytes(key_pem)
+            certs["gateway_cert"].write_bytes(cert_pem)
+            client_ca.write_bytes(new_ca.pem)
+            await first.stop()
+            await start_node(**node)
+
+            async def read() -> bool:
+                try:
+                    return len(await reader.query(originators=[100])) == 1
+                except grpc.aio.AioRpcError:  # the gateway's reconnect backoff, at first
+                    return False
+
+            await eventually(read, 30, "a read through the renewed certificate")
+    finally:
+        await gateway.stop()

@@ -140,7 +140,7 @@ async def test_a_peer_without_log_api_is_left_alone(pool: asyncpg.Pool) -> None:
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             with capture_logs() as logged:
-                await follower.run(channel, PEER, PEER)  # returns instead of retrying
+                await follower.run(lambda: channel, PEER, PEER)  # returns instead of retrying
     finally:
         await server.stop(None)
     assert [e["event"] for e in logged] == ["peer_without_log_api"]

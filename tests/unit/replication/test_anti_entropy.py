@@ -359,8 +359,9 @@ async def test_a_gap_in_many_groups_is_stored_in_order_a_window_at_a_time(
     assert [s for batch in inserted for s in batch] == list(range(100, 181))
     # 9 groups of 9 (one run each), stored two at a time; 2 groups (2 fetches) in flight
     # groups of 2, 5, 10 x 6, 6, 2 x 4 (anti_entropy._groups), stored as they come, whole
-    # batches at most; 2 groups (2 fetches) in flight
-    assert all(len(batch) <= 10 for batch in inserted) and most == 2
+    # batches at most; 2 groups (2 fetches) in flight at most (fewer when a loaded machine
+    # verifies one group before the next fetch starts)
+    assert all(len(batch) <= 10 for batch in inserted) and 1 <= most <= 2
 
 
 def test_groups_start_and_end_small(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -62,7 +62,7 @@ async def test_a_cancel_coming_with_a_frame_ends_the_stream() -> None:
     target = OriginatorLog(PEER, None, cast(IngestContext, None))  # nothing is stored
     stream = PeerStream(
         PEER,
-        cast(Any, Channel(call)),
+        lambda: cast(Any, Channel(call)),
         target,
         Mode.DIRECT,
         TokenProvider(SigningKey.generate(), 100, lambda: 1_700_000_000),

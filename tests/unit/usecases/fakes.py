@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
@@ -23,6 +24,7 @@ from xnode.core.sizes import within_budget
 NODE = 100
 PAYER = SigningKey.generate()
 GROUP = b"g" * 16
+TOPIC = b"\x00" + GROUP  # the group's topic
 
 
 class FixedClock:
@@ -47,18 +49,34 @@ def payer_envelope(
     return build_payer_envelope(group_message_envelope(GROUP, data, depends_on), PAYER, target)
 
 
+def budgeted(found: list[StoredEnvelope], budget: int) -> tuple[list[StoredEnvelope], bool]:
+    """What a store's query_within answers of `found`: the rows within `budget` bytes, and
+    whether that cut any."""
+    held = within_budget((len(e.raw) for e in found), budget)
+    return found[:held], held < len(found)
+
+
 class MemoryStore:
-    """EnvelopeReader over a list; `clock` is what other processes have committed."""
+    """EnvelopeReader over a list. `clock`: what other processes have committed; without
+    one, the vector clock is the rows' own. `read_gate`, when set, holds queries until it is."""
 
     def __init__(self, clock: Cursor | None = None) -> None:
         self.rows: list[StoredEnvelope] = []
-        self.clock = clock or Cursor()
+        self.clock = clock
         self.clock_reads = 0
         self.newest_asked: list[list[bytes]] = []
         self.queries: list[tuple[EnvelopeQuery, int]] = []
+        self.read_gate: asyncio.Event | None = None
+
+    def add(self, node: int, seq: int, topic: bytes = TOPIC) -> StoredEnvelope:
+        envelope = StoredEnvelope(node, seq, topic, f"{node}:{seq}".encode())
+        self.rows.append(envelope)
+        return envelope
 
     async def query(self, query: EnvelopeQuery, limit: int) -> list[StoredEnvelope]:
         self.queries.append((query, limit))
+        if self.read_gate is not None:
+            await self.read_gate.wait()
         hits = [
             e
             for e in self.rows
@@ -70,9 +88,7 @@ class MemoryStore:
     async def query_within(
         self, query: EnvelopeQuery, limit: int, budget: int
     ) -> tuple[list[StoredEnvelope], bool]:
-        found = await self.query(query, limit)
-        held = within_budget((len(e.raw) for e in found), budget)
-        return found[:held], held < len(found)
+        return budgeted(await self.query(query, limit), budget)
 
     async def newest(self, topics: Sequence[bytes], budget: int) -> list[bytes | None]:
         self.newest_asked.append(list(topics))
@@ -80,12 +96,20 @@ class MemoryStore:
 
     async def vector_clock(self) -> Cursor:
         self.clock_reads += 1
-        return self.clock
+        if self.clock is not None:
+            return self.clock
+        rows = sorted(self.rows, key=lambda e: e.sequence_id)
+        return Cursor({e.originator_node_id: e.sequence_id for e in rows})
 
     async def originator_range(self, node: int, after: int, up_to: int) -> list[StoredEnvelope]:
-        return [
-            e for e in self.rows if e.originator_node_id == node and after < e.sequence_id <= up_to
-        ]
+        return sorted(
+            (
+                e
+                for e in self.rows
+                if e.originator_node_id == node and after < e.sequence_id <= up_to
+            ),
+            key=lambda e: e.sequence_id,
+        )
 
 
 class FakeOriginator:

@@ -6,6 +6,7 @@
 // answers {"sign": text} and the next POST carries {"signature": hex}. GET answers once
 // listening.
 import { createServer } from "node:http";
+import { AuthHandle, BackendBuilder } from "@xmtp/node-bindings"; // the SDK's own dependency
 import { Client } from "@xmtp/node-sdk";
 
 const waiting = []; // the main loop waiting for a message
@@ -65,8 +66,22 @@ async function conversation({ client }, groupId) {
   return found;
 }
 
+// The network options with the gateway's API key (or JWT), sent as `authorization: Bearer
+// ...` with the PayerApi calls (publishes): Client.create's network options have no place
+// for one.
+async function backendWithKey(apiUrl, gatewayHost, apiKey) {
+  const auth = new AuthHandle();
+  await auth.set({ value: `Bearer ${apiKey}`, expiresAtSeconds: 2 ** 62 });
+  const builder = new BackendBuilder("Local")
+    .setApiUrl(apiUrl)
+    .setGatewayHost(gatewayHost)
+    .setAppVersion("xnode-e2e-node/1");
+  builder.authHandle(auth);
+  return await builder.build();
+}
+
 const commands = {
-  async create({ user: name, apiUrl, gatewayHost, address, dbPath }) {
+  async create({ user: name, apiUrl, gatewayHost, apiKey, address, dbPath }) {
     if (users.has(name)) throw new Error(`user ${name} exists`);
     const signer = {
       type: "EOA",
@@ -77,16 +92,15 @@ const commands = {
         return Uint8Array.from(Buffer.from(signature, "hex"));
       },
     };
+    const network = apiKey
+      ? { backend: await backendWithKey(apiUrl, gatewayHost, apiKey) }
+      : { env: "local", apiUrl, gatewayHost, appVersion: "xnode-e2e-node/1" };
     const client = await Client.create(signer, {
-      env: "local",
-      apiUrl,
-      gatewayHost,
+      ...network,
       dbPath,
       disableDeviceSync: true,
-      appVersion: "xnode-e2e-node/1",
       loggingLevel: "Warn", // the library's warnings, in the container's log a failure shows
-    });
-    users.set(name, { client, streamed: [], trouble: [] });
+    });    users.set(name, { client, streamed: [], trouble: [] });
     console.log(`user ${name}: inbox ${client.inboxId}`); // the SDK's log lines name inboxes
     return { inboxId: client.inboxId, version: process.version };
   },
