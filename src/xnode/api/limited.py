@@ -1,6 +1,7 @@
 """Per-caller limits on the APIs whose use cases charge none of their own: the extensions
-(LogApi, HoldingsApi, ForkApi, FeesApi). Without them a stranger could ask for 700 signed
-holdings answers a second, or follow checkpoints outside the subscription limits.
+(LogApi, HoldingsApi, ForkApi, FeesApi, CompletenessApi). Without them a stranger could ask
+for 700 signed holdings answers a second, or follow checkpoints outside the subscription
+limits.
 
 Each unary call is charged as a query (the caller's query buckets: a proof, a fingerprint
 round or a signed answer costs what a query does), each server stream (SubscribeCheckpoints)

@@ -116,12 +116,14 @@ def unsigned_answer(
     log: Sequence[TopicEntry],
     held: Mapping[int, bytes],
     answered_ns: int,
+    budget_bytes: int | None = None,
 ) -> cp.UnsignedAnswer:
     """The answer for `topic` after `after`: the proof from its whole log (`log`, as the
-    checkpoint's topic map commits it) and the envelopes `held` of the proven entries.
+    checkpoint's topic map commits it) and the envelopes `held` of the proven entries, as
+    many as fit `budget_bytes` (at least one: the client pages on from the last).
     Raises Healing when an entry is neither held nor expired at `answered_ns` (lost, being
     repaired): an honest node does not sign an answer that proves its own omission."""
-    proof = prove_topic(topic, after, map_proof, log, MAX_ENTRIES)
+    proof = prove_topic(topic, after, map_proof, log, _fitting(log, after, held, budget_bytes))
     now_s = answered_ns // NS_PER_SECOND
     unservable = [
         e.sequence_id
@@ -141,6 +143,22 @@ def unsigned_answer(
         envelopes=[held[i] for i in newer if i in held],
         answered_ns=answered_ns,
     )
+
+
+def _fitting(
+    log: Sequence[TopicEntry], after: int, held: Mapping[int, bytes], budget: int | None
+) -> int:
+    """How many entries after the cursor an answer holds: MAX_ENTRIES, fewer when their
+    envelopes would pass the answer's byte budget, never none."""
+    if budget is None:
+        return MAX_ENTRIES
+    count = used = 0
+    for entry in (e for e in log if e.sequence_id > after):
+        used += len(held.get(entry.sequence_id, b""))
+        if count == MAX_ENTRIES or (count and used > budget):
+            break
+        count += 1
+    return max(count, 1)
 
 
 def sign_answer(key: SigningKey, unsigned: cp.UnsignedAnswer) -> cp.SignedAnswer:

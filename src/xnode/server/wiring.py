@@ -265,7 +265,14 @@ async def _start(
         identity,
         replica,
         holdings,
-        CompletenessAnswers(node_id, key, TopicStore(pool)) if logs is not None else None,
+        CompletenessAnswers(
+            node_id,
+            key,
+            TopicStore(pool),
+            budget_bytes=settings.size_caps().answer_budget_bytes,
+        )
+        if logs is not None
+        else None,
     )
     served = await _serve(settings, node_id, parts, tls.served, stops, role)
     if replication is not None:

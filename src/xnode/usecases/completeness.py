@@ -13,6 +13,7 @@ from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.completeness import MAX_ENTRIES, MAX_TOPICS, sign_answer, unsigned_answer
 from xnode.core.crypto import SigningKey
 from xnode.core.errors import Reason, Rejected
+from xnode.core.sizes import DEFAULT_ANSWER_BUDGET_BYTES
 from xnode.core.topic_map import MapProof, TopicEntry
 from xnode.core.topics import Topic
 from xnode.usecases.logs import NotHeld
@@ -44,12 +45,20 @@ class TopicMaps(Protocol):
 
 class CompletenessAnswers:
     def __init__(
-        self, node_id: int, key: SigningKey, maps: TopicMaps, clock: Clock = SYSTEM_CLOCK
+        self,
+        node_id: int,
+        key: SigningKey,
+        maps: TopicMaps,
+        clock: Clock = SYSTEM_CLOCK,
+        budget_bytes: int = DEFAULT_ANSWER_BUDGET_BYTES,
     ) -> None:
+        """`budget_bytes`: the envelopes of one response together (sizes.answer_budget_bytes);
+        each topic's answer holds at least one, the client pages on from there."""
         self._node_id = node_id
         self._key = key
         self._maps = maps
         self._clock = clock
+        self._budget = budget_bytes
 
     async def prove(
         self, originator: int, topics: Sequence[tuple[bytes, int]]
@@ -70,19 +79,20 @@ class CompletenessAnswers:
             raise NotHeld(f"no checkpoint of originator {originator} with a topic map is held here")
         checkpoint, materials = found
         now_ns = self._clock.now_ns()
-        return [
-            sign_answer(
-                self._key,
-                unsigned_answer(
-                    self._node_id,
-                    checkpoint,
-                    m.topic,
-                    m.after,
-                    m.map_proof,
-                    m.log,
-                    m.held,
-                    now_ns,
-                ),
+        left = self._budget
+        answers = []
+        for m in materials:
+            unsigned = unsigned_answer(
+                self._node_id,
+                checkpoint,
+                m.topic,
+                m.after,
+                m.map_proof,
+                m.log,
+                m.held,
+                now_ns,
+                max(left, 0),
             )
-            for m in materials
-        ]
+            left -= sum(len(raw) for raw in unsigned.envelopes)
+            answers.append(sign_answer(self._key, unsigned))
+        return answers

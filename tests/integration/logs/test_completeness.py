@@ -75,6 +75,26 @@ def ids(verdict: Verdict) -> list[int]:
     return [e.sequence_id for e in verdict.complete.entries]
 
 
+async def bad_requests_are_refused_precisely(address: str) -> None:
+    async def code(originator: int, topics: list[bytes]) -> tuple[grpc.StatusCode, str]:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            async with completeness_api(address) as api:
+                await api.ProveTopics(
+                    cp.ProveTopicsRequest(
+                        originator_node_id=originator,
+                        topics=[cp.TopicCursor(topic=t) for t in topics],
+                    )
+                )
+        return refused.value.code(), refused.value.details() or ""
+
+    assert (await code(100, []))[0] is grpc.StatusCode.INVALID_ARGUMENT
+    assert (await code(100, [TOPIC_A] * 65))[0] is grpc.StatusCode.INVALID_ARGUMENT
+    status, details = await code(100, [b"\xee" + bytes(16)])
+    assert status is grpc.StatusCode.INVALID_ARGUMENT and "kind" in details
+    status, details = await code(300, [TOPIC_A])
+    assert status is grpc.StatusCode.NOT_FOUND and "originator 300" in details
+
+
 async def test_a_nodes_answers_prove_its_topics_complete_across_a_restart(
     start_node: Any, database: str, node_spec: NodeSpec
 ) -> None:
@@ -93,6 +113,7 @@ async def test_a_nodes_answers_prove_its_topics_complete_across_a_restart(
     assert ids(b) == [2, 5]
     assert ids(absent) == []
     assert a.omissions is not None and not a.omissions.omitted and not a.omissions.expired
+    await bad_requests_are_refused_precisely(node.address)
 
     await node.stop()
     node = await start_node(**{**settings, "listen_address": "127.0.0.1:0"})

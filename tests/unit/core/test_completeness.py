@@ -178,3 +178,34 @@ def test_nothing_is_proven_with_a_checkpoint_not_the_originators() -> None:
     )
     problem = why_not_omitted(sign_answer(NODE_KEY, unsigned), NODE, KEYS)
     assert problem == "the checkpoint is not the originator's"
+
+
+def test_an_answer_holds_what_fits_its_budget_and_proves_that_far() -> None:
+    one = len(LOG.raws[3])
+    unsigned = unsigned_answer(
+        NODE,
+        LOG.checkpoint,
+        TOPIC,
+        1,
+        LOG.map.prove(topic_key(TOPIC)),
+        LOG.logs[TOPIC],
+        LOG.raws,
+        T_NS,
+        budget_bytes=one + 1,
+    )
+    assert len(unsigned.envelopes) == 1
+    verdict = judge(open_answer(sign_answer(NODE_KEY, unsigned), KEYS[NODE]), KEYS[ORIGINATOR])
+    assert verdict.problem is None and verdict.complete is not None
+    assert verdict.complete.through == 3  # the client asks again after 3
+    nothing = unsigned_answer(
+        NODE,
+        LOG.checkpoint,
+        TOPIC,
+        1,
+        LOG.map.prove(topic_key(TOPIC)),
+        LOG.logs[TOPIC],
+        LOG.raws,
+        T_NS,
+        budget_bytes=0,
+    )
+    assert len(nothing.envelopes) == 1  # never none: the read always moves on
