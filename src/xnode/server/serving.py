@@ -169,9 +169,11 @@ def warn_if_plaintext(
         )
 
 
-async def until_signaled() -> None:
-    """Returns on SIGTERM or SIGINT."""
-    stop = asyncio.Event()
+async def until_signaled(stop: asyncio.Event | None = None) -> None:
+    """Returns on SIGTERM or SIGINT, or once `stop` (which the signals set too) is set by
+    another cause. The handlers stay: a second signal during the drain that follows is
+    absorbed, not the default exit."""
+    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
