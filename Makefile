@@ -21,6 +21,8 @@ $(STAMP):
 		|| { echo "PostgreSQL server (initdb, pg_ctl) is required: apt-get install postgresql"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	@# grpc-stubs was replaced by types-grpcio, which writes the same files: gone first.
+	$(PY) -m pip uninstall --quiet --yes grpc-stubs
 	$(PY) -m pip install --quiet -e ".[dev,spark]"
 	npm ci --no-audit --no-fund --loglevel=error
 	rm -f $(VENV)/.setup-* && touch $@

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Any
+from typing import Any, Literal
 
 from google.protobuf.message import DecodeError
 
@@ -175,7 +175,8 @@ def _causal_ordering(signed: Sequence[SignedEnvelope], node_id: int) -> None:
 
 # xnode's extension kinds: the field of ExtendedMisbehaviorReport holding the proof, and
 # what says why it proves nothing (None: it proves the claim).
-_EXTENSION_PROOFS: dict[int, tuple[str, Callable[[Any, int, Collection[bytes]], str | None]]] = {
+_ProofCheck = Callable[[Any, int, Collection[bytes]], str | None]
+_EXTENSION_PROOFS: dict[int, tuple[Literal["withholding", "split_view"], _ProofCheck]] = {
     WITHHOLDING: ("withholding", why_not_withheld),
     SPLIT_VIEW: ("split_view", why_not_split),
 }

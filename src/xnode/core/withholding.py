@@ -211,7 +211,7 @@ def _upstream(report: wh.ExtendedMisbehaviorReport) -> mb.UnsignedMisbehaviorRep
 
 
 def _own_report(
-    node_id: int, kind: wh.ExtendedMisbehavior, reporter_time_ns: int, **proof: Any
+    node_id: int, kind: wh.ExtendedMisbehavior.ValueType, reporter_time_ns: int, **proof: Any
 ) -> mb.UnsignedMisbehaviorReport:
     """A node's own report of one of xnode's extension kinds, `proof` in its field."""
     return _upstream(

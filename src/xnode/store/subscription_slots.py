@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from xnode.store.errors import driver_errors_translated
 
@@ -46,10 +47,10 @@ WHERE key = $1 AND (pid, backend_start) = ({_SESSION}) AND held <= 0
 class SharedSubscriptionSlots:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
-        self._connection: asyncpg.Connection | None = None
+        self._connection: PoolConnectionProxy | None = None
         self._lock = asyncio.Lock()  # one statement at a time on the dedicated connection
 
-    async def _session(self) -> asyncpg.Connection:
+    async def _session(self) -> PoolConnectionProxy:
         if self._connection is not None and self._connection.is_closed():
             # Its session ended, and with it every slot it held: nothing to give back.
             await self._pool.release(self._connection)

@@ -16,7 +16,11 @@ from xnode.api.service import ANSWER_CUT_TRAILER
 from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
-from xnode.core.envelopes import build_payer_envelope, parse_originator_envelope
+from xnode.core.envelopes import (
+    build_payer_envelope,
+    cursor_to_proto,
+    parse_originator_envelope,
+)
 from xnode.core.sizes import MAX_LIVENESS_REPORT_BYTES
 from xnode.core.topics import Topic, TopicKind
 
@@ -52,7 +56,7 @@ async def query_page(client: NodeClient, cursor: Cursor) -> tuple[list[int], boo
         api.QueryEnvelopesRequest(
             query=api.EnvelopesQuery(
                 topics=[topic(GROUPS[0])],
-                last_seen={"node_id_to_sequence_id": cursor.to_dict()},
+                last_seen=cursor_to_proto(cursor),
             ),
             limit=1000,
         )
@@ -110,7 +114,7 @@ async def test_a_report_over_its_cap_is_refused_and_not_kept(
         ),
     )
     async with grpc.aio.insecure_channel(node.address) as channel:
-        stub = misbehavior_api_pb2_grpc.MisbehaviorApiStub(channel)  # type: ignore[no-untyped-call]
+        stub = misbehavior_api_pb2_grpc.MisbehaviorApiStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await stub.SubmitMisbehaviorReport(mb.SubmitMisbehaviorReportRequest(report=liveness))
         assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT

@@ -201,7 +201,7 @@ class LogService:
             raise ValueError(f"range {first}..{last}")
         return wh.GetSignedHoldingsResponse(holdings=self._log.holdings(first, last))
 
-    def handlers(self) -> list[grpc.GenericRpcHandler[Any, Any]]:
+    def handlers(self) -> list[grpc.GenericRpcHandler]:
         logs = {
             "GetCheckpoints": _unary(
                 self.checkpoints, pb.GetCheckpointsRequest, pb.GetCheckpointsResponse
