@@ -60,9 +60,9 @@ image:
 	bash scripts/build_image.sh
 
 # What spark-submit ships to a cluster (docs/data-pipeline.md): dist/spark/xnode_spark.zip,
-# launcher.py, requirements.txt, environment.tar.gz. SPARK_PYTHON: the executors' interpreter.
+# launcher.py, requirements.txt, environment.pex. SPARK_PYTHON: the executors' interpreter.
 spark-dist: setup
 	$(PY) -m spark_jobs.packaging --out dist/spark $(if $(SPARK_PYTHON),--python $(SPARK_PYTHON))
 
 clean:
-	rm -rf $(VENV) node_modules .xnode dist/spark build/spark
+	rm -rf $(VENV) node_modules .xnode dist/spark
