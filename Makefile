@@ -4,6 +4,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# The suite on two workers, whole groups at a time in collection order (tests/conftest.py
+# names the groups); `make test PARALLEL=` runs it in one process.
+PARALLEL ?= -n 2 --dist loadgroup --no-loadscope-reorder
 STAMP := $(VENV)/.setup-$(shell cat pyproject.toml package-lock.json 2>/dev/null | sha1sum | cut -c1-12)
 NODES ?= 3
 
@@ -31,10 +34,10 @@ run: setup
 	$(VENV)/bin/xnode devnet --nodes $(NODES)
 
 test: setup lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PARALLEL)
 
 test-fast: setup
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q $(PARALLEL) tests/unit
 
 lint: setup
 	$(VENV)/bin/ruff check src tests bench spark_jobs migrations examples

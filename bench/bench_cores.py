@@ -1,15 +1,19 @@
-"""Worker processes under honest load: `h2load` (Debian's nghttp2-client, one
-C thread) sends pre-built gRPC requests to `xnode run --workers N` for N = 1, 2; every figure is
-printed beside its ceiling from the same run.
+"""Worker processes under honest load: pre-built gRPC requests sent to `xnode run --workers N`
+for N = 1, 2; every figure is printed beside its ceiling from the same run. Empty calls come
+from `h2load` (Debian's nghttp2-client, one C thread), which posts one body over and over;
+publishes from bench/grpc_bodies_load.mjs (Node's http2, one process), which sends each of a
+file's bodies once: every publish carries payer envelopes of its own (a node answers a payer
+envelope it stored already from the store, storing nothing, so a repeated body would measure
+that). The loader's own CPU per request is printed: it shares the machine's cores.
 
     .venv/bin/python bench/bench_cores.py [--workers 1,2] [--singles 20000] [--batches 400]
         [--lone 2000]
 
 Each publish run prints every worker's share of a core.
 
-h2load counts an HTTP 200 as success whatever the grpc-status says, so after every publish run
-the node's stored envelopes are counted: the run fails unless exactly as many were stored as
-were sent. Starts its own Postgres cluster (fsync on: answers are durable).
+After every publish run the node's stored envelopes are counted: the run fails unless
+exactly as many were stored as were sent (and every grpc-status was OK). Starts its own
+Postgres cluster (fsync on: answers are durable).
 """
 
 from __future__ import annotations
@@ -91,6 +95,15 @@ def grpc_frame(message: bytes) -> bytes:
     return b"\x00" + len(message).to_bytes(4, "big") + message
 
 
+def write_publishes(path: Path, requests: int, envelopes: int, group: bytes) -> Path:
+    """`requests` publishes of `envelopes` payer envelopes each, every one its own, framed
+    back to back (what grpc_bodies_load.mjs sends)."""
+    with path.open("wb") as out:
+        for _ in range(requests):
+            out.write(publish_request(envelopes, group))
+    return path
+
+
 def publish_request(envelopes: int, group: bytes) -> bytes:
     payer = [
         build_payer_envelope(group_message_envelope(group, os.urandom(160)), PAYER, NODE)
@@ -143,6 +156,33 @@ def h2load(
     scale = {"s": 1000, "ms": 1, "us": 0.001}
     mean_ms = float(mean[1]) * scale[mean[2]] if mean else 0.0
     return H2Result(int(counts[1]), int(counts[2]), seconds, mean_ms)
+
+
+LOADER = Path(__file__).with_name("grpc_bodies_load.mjs")
+
+
+def require_node() -> None:
+    if shutil.which("node") is None:
+        raise SystemExit("node (Node.js) is missing: it sends the publishes")
+
+
+def bodies_load(
+    address: str, path: str, bodies: Path, in_flight: tuple[int, int]
+) -> tuple[H2Result, float]:
+    """Each of `bodies`' requests sent once; and the loader's CPU seconds."""
+    connections, streams = in_flight
+    before = os.times()
+    command = ["node", str(LOADER), address, path, str(bodies), str(connections), str(streams)]
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    after = os.times()
+    loader_cpu = (after.children_user - before.children_user) + (
+        after.children_system - before.children_system
+    )
+    got = json.loads(out)
+    result = H2Result(got["succeeded"], got["failed"], got["seconds"], got["mean_ms"])
+    if result.failed:
+        raise SystemExit(f"publishes refused: grpc-status counts {got['statuses']}")
+    return result, loader_cpu
 
 
 # --- the node -------------------------------------------------------------------------------
@@ -295,26 +335,28 @@ class Figures:
     peak_rss_mb: float = 0.0
 
 
-def publish_run(
-    node: NodeRun, body: Path, requests: int, each: int, in_flight: tuple[int, int]
-) -> Rate:
+def publish_run(node: NodeRun, bodies: Path, each: int, in_flight: tuple[int, int]) -> Rate:
     """Envelopes per second, after checking that every one sent was stored."""
     before = node.stored()
     named = node.named_workers()
     each_cpu = {pid: cpu_seconds([pid]) for pid in named}
     node_cpu, pg_cpu = node.cpu()
-    result = h2load(node.address, PUBLISH, body, requests, in_flight)
+    result, loader_cpu = bodies_load(node.address, PUBLISH, bodies, in_flight)
     node_after, pg_after = node.cpu()
     shares = ", ".join(
         f"{named[pid]} {(cpu_seconds([pid]) - cpu) / result.seconds:.0%}"
         for pid, cpu in sorted(each_cpu.items(), key=lambda item: named[item[0]])
     )
-    print(f"      share of a core per worker: {shares}")
+    print(
+        f"      share of a core per worker: {shares}; the loader's "
+        f"{loader_cpu / result.seconds:.0%} ({loader_cpu * 1e6 / result.succeeded:,.0f} us "
+        "per request)"
+    )
     stored = node.stored() - before
-    if result.failed or stored != result.succeeded * each:
+    if stored != result.succeeded * each:
         raise SystemExit(
-            f"h2load: {result.succeeded} requests OK, {result.failed} failed, but the node "
-            f"stored {stored} envelopes (expected {result.succeeded * each})"
+            f"{result.succeeded} publishes answered OK, but the node stored {stored} "
+            f"envelopes (expected {result.succeeded * each})"
         )
     envelopes = result.succeeded * each
     return Rate(
@@ -347,13 +389,13 @@ def measure(node: NodeRun, bodies: dict[str, Path], args: argparse.Namespace) ->
             f"    empty calls (Health/Check)  {figures.health:9,.0f}/s   CPU per call: node "
             f"{per_call:,.0f} us   {load()}"
         )
-        publish_run(node, bodies["single"], 1000, 1, SINGLES_IN_FLIGHT)  # warm-up
-        figures.singles = publish_run(node, bodies["single"], args.singles, 1, SINGLES_IN_FLIGHT)
+        publish_run(node, bodies["warm-up"], 1, SINGLES_IN_FLIGHT)
+        figures.singles = publish_run(node, bodies["single"], 1, SINGLES_IN_FLIGHT)
         print(f"    single publishes            {figures.singles}   {load()}")
         # One at a time: the latency a lone client sees (the group commit must not hold it).
-        lone = publish_run(node, bodies["single"], args.lone, 1, (1, 1))
+        lone = publish_run(node, bodies["lone"], 1, (1, 1))
         print(f"    single publishes, 1 in flight {lone}   {load()}")
-        figures.batches = publish_run(node, bodies["batch"], args.batches, 100, BATCHES_IN_FLIGHT)
+        figures.batches = publish_run(node, bodies["batch"], 100, BATCHES_IN_FLIGHT)
         print(f"    batches of 100 (envelopes)  {figures.batches}   {load()}")
     finally:
         stop.set()
@@ -390,23 +432,25 @@ def main() -> None:
     parser.add_argument("--lone", type=int, default=2000, help="single publishes, 1 in flight")
     args = parser.parse_args()
     require_h2load()
+    require_node()
     work = Path(tempfile.mkdtemp(prefix="xnode-bench-cores-"))
     work.chmod(0o755)
     print(f"start: {load()}, {os.cpu_count()} cores")
     signing = {cores: signing_ceiling(cores) for cores in (1, 2)}
     print(f"signing: {signing[1]:,.0f}/s on 1 core, {signing[2]:,.0f}/s on 2 cores   {load()}")
-    bodies = {
-        "health": work / "health.bin",
-        "single": work / "single.bin",
-        "batch": work / "batch.bin",
-    }
+    bodies = {"health": work / "health.bin"}
     bodies["health"].write_bytes(grpc_frame(b""))
-    bodies["single"].write_bytes(publish_request(1, b"\x01" * 16))
-    bodies["batch"].write_bytes(publish_request(100, b"\x02" * 16))
     cluster = start_cluster(work / "pg", fsync=True)
     by_workers: dict[int, Figures] = {}
     try:
         for workers in (int(w) for w in args.workers.split(",")):
+            # Publishes of their own for each node (the same again would be replays).
+            bodies |= {
+                "warm-up": write_publishes(work / "warm-up.bin", 1000, 1, b"\x01" * 16),
+                "single": write_publishes(work / "single.bin", args.singles, 1, b"\x01" * 16),
+                "lone": write_publishes(work / "lone.bin", args.lone, 1, b"\x01" * 16),
+                "batch": write_publishes(work / "batch.bin", args.batches, 100, b"\x02" * 16),
+            }
             print(f"{workers} worker(s):")
             node = start_node(cluster, work, SigningKey.generate(), workers)
             try:

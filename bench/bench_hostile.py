@@ -10,9 +10,15 @@ whatever the grpc-status says). The attacks: QueryEnvelopes carrying a node toke
 subject is "²"; publishes of 1,000 envelopes (the payer's burst is 400); GetSignedHoldings
 and GetFingerprints floods (each holdings answer is a node signature); GetFingerprints over
 1,024 copies of 1..2^63; 150 SubscribeCheckpoints follows (100 allowed per IP); silent gRPC
-connections and slowloris HTTP headers. Printed, each beside its ceiling: node A's peak
-RSS, the honest client's replication lag, signed holdings answers per second, how long
-silent and slow connections stayed open, the statuses seen and the reports filed.
+connections and slowloris HTTP headers; then big answers: the largest envelopes node A
+takes on a few topics, and concurrent callers asking for them again and again
+(GetNewestEnvelope, QueryEnvelopes of 1,000, GetSignedHoldings of 256, SubscribeEnvelopes
+catch-up), an envelope over the cap, a payer envelope replayed as it was and with another
+retention, an oversized report. Printed, each beside its ceiling: node A's peak RSS through
+all of it (the bound of docs/operations.md "Sizes and budgets": idle, plus per concurrent
+big answer twice the answer budget and one envelope), the honest client's replication lag,
+signed holdings answers per second, how long silent and slow connections stayed open, the
+statuses seen and the reports filed.
 """
 
 from __future__ import annotations
@@ -38,10 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_cores import grpc_frame, h2load, require_h2load
 from bench_replication import A, B, Nodes, fresh_database
 
+from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
-from xnode.client.node import NodeClient
+from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import build_payer_envelope
 from xnode.devtools.postgres import free_port, start_cluster
 from xnode_api.logs.v1 import logs_pb2 as logs
 from xnode_api.withholding.v1 import withholding_pb2 as wh
@@ -52,16 +60,23 @@ FINGERPRINTS = "/xnode.logs.v1.LogApi/GetFingerprints"
 FOLLOW = "/xnode.logs.v1.LogApi/SubscribeCheckpoints"
 GROUP = b"\x61" * 16
 PAYER = SigningKey.generate()
-RSS_BOUND_MIB = 1024  # node A's resident memory through every attack
+MIB = 1024 * 1024
+ANSWER_BUDGET_MIB = 16  # answer_budget_bytes, the default
+LARGEST = 4 * MIB - 1024  # a payer envelope just under max_payer_envelope_bytes (4 MiB)
+BIG_CALLERS = 4  # concurrent callers asking for big answers
+BIG_TOPICS = 4
+# The rest of the attacks (floods, follows, connections) hold no envelopes: an allowance.
+OTHER_ATTACKS_MIB = 64
 LAG_CEILING_S = 5.0  # the honest client's publish-to-replica time
 HOLDINGS_CEILING = 50 * 1.25  # limit_query_requests_per_second, plus its burst over the run
 HANDSHAKE_S = 10.0  # connection_handshake_seconds (the default)
 FORBIDDEN = {"UNKNOWN", "INTERNAL"}
 
 
-def rss_mib(pid: int) -> float:
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """`field` of /proc/<pid>/status in MiB: VmRSS now, VmHWM its peak so far."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return 0.0
 
@@ -163,6 +178,72 @@ async def open_until_closed(address: str, count: int, slow: bool) -> float:
     return max(await asyncio.gather(*(held(r, w) for r, w in opened)))
 
 
+def largest_envelope(group: bytes, size: int = LARGEST) -> envelopes_pb2.PayerEnvelope:
+    """A payer envelope of about `size` bytes, from a payer of its own (a payer's byte
+    limit holds two of them)."""
+    data = (group * (size // len(group) + 1))[: size - 512]
+    return build_payer_envelope(group_message_envelope(group, data), SigningKey.generate(), A)
+
+
+async def big_answers(address: str, groups: list[bytes], rounds: int) -> Counter[str]:
+    """One caller asking, `rounds` times, for answers as big as the node gives."""
+    codes: Counter[str] = Counter()
+    topics = [b"\x00" + g for g in groups]
+    async with NodeClient(address, own_connection=True) as client:
+        stub = client.replication
+        holdings = wh.GetSignedHoldingsRequest(originator_node_id=A, first=1, last=256)
+        catch_up = api.SubscribeEnvelopesRequest(query=api.EnvelopesQuery(topics=topics))
+        for _ in range(rounds):
+            newest = api.GetNewestEnvelopeRequest(topics=topics)
+            codes[await code_of(stub.GetNewestEnvelope(newest, timeout=60))] += 1
+            query = api.QueryEnvelopesRequest(
+                query=api.EnvelopesQuery(originator_node_ids=[A]), limit=1000
+            )
+            codes[await code_of(stub.QueryEnvelopes(query, timeout=60))] += 1
+            codes[await code_of(unary(client.channel, HOLDINGS)(holdings, timeout=60))] += 1
+            stream = stub.SubscribeEnvelopes(catch_up, timeout=60)
+            codes[await code_of(stream.read())] += 1
+            stream.cancel()
+            await asyncio.sleep(0.1)
+    return codes
+
+
+async def big_answer_attacks(address: str, rounds: int) -> Counter[str]:
+    """The largest envelopes on a few topics, then concurrent callers asking for them, an
+    envelope over the cap, a replay as it was and with another retention, an oversized
+    report: the statuses."""
+    codes: Counter[str] = Counter()
+    groups = [bytes([0x70 + i]) * 16 for i in range(BIG_TOPICS)]
+    async with NodeClient(address) as client:
+        for group in groups:
+            codes[await code_of(client.publish([largest_envelope(group)], deadline_s=120))] += 1
+        over = largest_envelope(groups[0], 5 * MIB)
+        codes[await code_of(client.publish([over], deadline_s=120))] += 1
+        replayed = largest_envelope(groups[0], 1000)
+        for _ in range(2):  # the second is answered from the store
+            codes[await code_of(client.publish([replayed]))] += 1
+        other = envelopes_pb2.PayerEnvelope()
+        other.CopyFrom(replayed)
+        other.message_retention_days += 1
+        codes[await code_of(client.publish([other]))] += 1
+        report = mb.UnsignedMisbehaviorReport(
+            reporter_time_ns=1,
+            misbehaving_node_id=B,
+            type=mb.MISBEHAVIOR_UNRESPONSIVE_NODE,
+            liveness=mb.LivenessFailure(
+                response_time_ns=1,
+                subscribe=api.SubscribeEnvelopesRequest(
+                    query=api.EnvelopesQuery(topics=[b"\x01" * (1 * MIB)])
+                ),
+            ),
+        )
+        codes[await code_of(client.submit_misbehavior_report(report))] += 1
+    callers = [big_answers(address, groups, rounds) for _ in range(BIG_CALLERS)]
+    for caller_codes in await asyncio.gather(*callers):
+        codes += caller_codes
+    return codes
+
+
 async def filed(nodes: Nodes) -> list[tuple[int, str, int, int]]:
     """Every report A and B hold: (accused, type, filed at, reporter's time)."""
     reports: list[tuple[int, str, int, int]] = []
@@ -248,6 +329,9 @@ async def attack(nodes: Nodes, http: str, metrics: str, args: argparse.Namespace
         follow_codes = Counter(c if isinstance(c, str) else "held" for c in ended)
         seen += Counter(c for c in ended if isinstance(c, str))
 
+    seen += await big_answer_attacks(address, args.big_rounds)
+    print(f"big answers: {BIG_CALLERS} callers x {args.big_rounds} rounds")
+
     silent_s, slow_s = await asyncio.gather(
         open_until_closed(address, args.connections, slow=False),
         open_until_closed(http, args.connections, slow=True),
@@ -256,13 +340,17 @@ async def attack(nodes: Nodes, http: str, metrics: str, args: argparse.Namespace
     honest.stop.set()
     await honest_task
     await rss_task
+    peak[0] = max(peak[0], rss_mib(pid, "VmHWM"))
 
     reports = [r for r in await filed(nodes) if r not in before_attacks]
 
     lag = max(honest.lags, default=float("inf"))
+    per_answer = 2 * (ANSWER_BUDGET_MIB + LARGEST / MIB)
+    bound = baseline + BIG_CALLERS * per_answer + OTHER_ATTACKS_MIB
     print(
-        f"node A RSS peak          {peak[0]:>8.0f} MiB   bound {RSS_BOUND_MIB} MiB "
-        f"(at start {baseline:.0f} MiB)"
+        f"node A RSS peak          {peak[0]:>8.0f} MiB   bound {bound:.0f} MiB (at start "
+        f"{baseline:.0f}, + {BIG_CALLERS} big answers x {per_answer:.0f}, + "
+        f"{OTHER_ATTACKS_MIB} for the rest)"
     )
     print(
         f"replication lag max      {lag:>8.2f} s     ceiling {LAG_CEILING_S} s "
@@ -294,6 +382,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--flood", type=int, default=20_000, help="requests per h2load flood")
     parser.add_argument("--connections", type=int, default=500)
+    parser.add_argument("--big-rounds", type=int, default=20, help="rounds per big-answer caller")
     parser.add_argument("--keep", action="store_true", help="keep the nodes' logs and Postgres")
     args = parser.parse_args()
     require_h2load()

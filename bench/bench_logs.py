@@ -61,8 +61,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def start_node(
-    cluster: PgCluster, work: Path, key: SigningKey, name: str, logs: bool
+    cluster: PgCluster,
+    work: Path,
+    key: SigningKey,
+    name: str,
+    logs: bool,
+    extra_env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """`extra_env`: more settings (bench_proofs.py turns topic commitments off)."""
     cluster.create_database(name)
     nodes = work / "nodes.json"
     nodes.write_text(Registry([NodeEntry(NODE, key.public_key, "")]).to_json())
@@ -82,6 +88,7 @@ def start_node(
         "XNODE_LOG_COMMIT_ENABLED": str(logs).lower(),
         # One serving process: the CPU counted is this pid's (workers would be its children).
         "XNODE_WORKERS": "1",
+        **(extra_env or {}),
     }
     proc = subprocess.Popen([sys.executable, "-m", "xnode.cli", "run"], env=env)
     if not wait_serving(address, 120):

@@ -45,6 +45,41 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     image_builds.start([item.nodeid for item in session.items], log)
 
 
+# `make test` runs on two pytest-xdist workers (--dist loadgroup): a group runs whole, on one
+# worker, in collection order. A module is a group, so its module-scoped fixtures (networks,
+# images, clusters) start once. Some groups span modules: those sharing a session-scoped fixture
+# that is costly to start twice (Spark's cluster, the chain tests' anvil), and those using the
+# host's podman, whose image store and apt-get take turns anyway.
+SHARED_GROUPS = {
+    "tests/spark/": "spark",
+    "tests/integration/chain/": "chain",
+}
+PODMAN_FIXTURES = {"docker_api", "images", "node_sdk_image"}
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.partition("::")[0]
+
+
+def xdist_groups(items: list[pytest.Item]) -> dict[str, str]:
+    """Each collected module's group."""
+    podman = {i for i in items if PODMAN_FIXTURES & set(getattr(i, "fixturenames", ()))}
+    groups = {_module(i): "podman" for i in podman}
+    for item in items:
+        path = _module(item)
+        shared = [g for prefix, g in SHARED_GROUPS.items() if path.startswith(prefix)]
+        groups.setdefault(path, shared[0] if shared else path)
+    return groups
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    groups = xdist_groups(items)
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(groups[_module(item)]))
+
+
 # Property tests check what holds, not how fast: on a loaded CI machine an example may take
 # longer than hypothesis' default 200 ms deadline without anything being wrong.
 settings.register_profile("xnode", deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -133,6 +133,12 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p.add_argument("--originator", action="append", type=int, default=[])
         p.add_argument("--cursor", default="", help="node:seq,node:seq")
     query.add_argument("--limit", type=int, default=100)
+    query.add_argument(
+        "--prove",
+        action="store_true",
+        help="read through CompletenessApi: each originator's envelopes proven complete after"
+        " the cursor (docs/proofs.md); omissions are reported and read from another node",
+    )
     subscribe.add_argument("--max", type=int, default=0, help="stop after N envelopes")
     for p in (publish, query, subscribe):
         p.set_defaults(func=_cmd_client, command=p.prog.split()[-1])

@@ -13,7 +13,9 @@ import grpc
 
 from xnode.client.network import NetworkClient, NoNodeAvailable
 from xnode.client.node import NodeClient
+from xnode.client.proven import ProvenReader
 from xnode.client.registry_file import RegistryFileError, load_registry
+from xnode.core.checkpoints import has_log
 from xnode.core.client_checks import CheckedEnvelope, EnvelopeCheckFailed
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
@@ -105,6 +107,8 @@ async def _run(client: NetworkClient, args: argparse.Namespace) -> None:
         payloads = [f"{args.message} {i}".encode() for i in range(args.count)]
         for envelope in await client.publish_group_messages(bytes.fromhex(args.group_id), payloads):
             _print(envelope, args.json)
+    elif args.command == "query" and args.prove:
+        await _query_proven(client, args)
     elif args.command == "query":
         found = await client.query(
             _topics(args), args.originator, _parse_cursor(args.cursor), args.limit
@@ -120,6 +124,30 @@ async def _run(client: NetworkClient, args: argparse.Namespace) -> None:
             if args.max and seen >= args.max:
                 subscription.close()
                 break
+
+
+async def _query_proven(client: NetworkClient, args: argparse.Namespace) -> None:
+    """`query --prove`: each topic of each originator (all the registry's logs unless
+    --originator) proven complete after the cursor; omissions reported, reads completed
+    from the next node."""
+    reader = ProvenReader(client)
+    originators = args.originator or [n for n in sorted(client.registry.nodes) if has_log(n)]
+    reads = await reader.read(_topics(args), originators, _parse_cursor(args.cursor))
+    for omission in reader.omissions:
+        filed = "reported" if omission.reported else "not reported"
+        print(
+            f"xnode: node {omission.node_id} omission ({filed}): {omission.problem}",
+            file=sys.stderr,
+        )
+    for read in reads:
+        for envelope in read.envelopes:
+            _print(envelope, args.json)
+        print(
+            f"xnode: complete: topic {read.topic.hex()} of originator {read.originator} through"
+            f" sequence id {read.through}, proven by node {read.node_id}"
+            + (f"; expired: {read.expired}" if read.expired else ""),
+            file=sys.stderr,
+        )
 
 
 def _failure(exc: BaseException, node: str | None) -> str:
@@ -143,7 +171,7 @@ async def run_client_command(args: argparse.Namespace) -> int:
     ) as client:
         try:
             await _run(client, args)
-        except (grpc.aio.AioRpcError, NoNodeAvailable, EnvelopeCheckFailed) as exc:
+        except (grpc.aio.AioRpcError, NoNodeAvailable, EnvelopeCheckFailed, ValueError) as exc:
             print(f"xnode: {_failure(exc, args.node)}", file=sys.stderr)
             return 1
         finally:

@@ -49,6 +49,7 @@ class ConnectionLimits:
     handshake_s: float = 10.0
     idle_s: float = 120.0
     http_per_ip: int = 256
+    grpc_calls_per_ip: int = 512
 
 
 DEFAULT_CONNECTIONS = ConnectionLimits()
@@ -94,6 +95,14 @@ class ServingGroup(BaseModel):
         "closed at once (the gRPC port: see docs/operations.md#hostile-clients)",
         ge=1,
     )
+    grpc_calls_per_ip: int = Field(
+        512,
+        description="gRPC calls one client IP (or peer node, by its token) may have in "
+        "progress at once, streams included; more end at once with RESOURCE_EXHAUSTED "
+        "(grpcio has no per-IP connection cap: docs/operations.md#hostile-clients); a node "
+        "with limits_enabled=false caps none",
+        ge=1,
+    )
 
     @field_validator("http_listen_address")
     @classmethod
@@ -109,6 +118,7 @@ class ServingGroup(BaseModel):
             self.connection_handshake_seconds,
             self.connection_idle_seconds,
             self.http_connections_per_ip,
+            self.grpc_calls_per_ip,
         )
 
 
@@ -426,6 +436,12 @@ class LogsGroup(BaseModel):
     )
     log_checkpoint_seconds: float = Field(
         5.0, description="Sign a checkpoint of this node's log every N seconds, when it grew", gt=0
+    )
+    log_topic_commitments: bool = Field(
+        True,
+        description="Commit, in each checkpoint, to this node's envelopes by topic (a topic map,"
+        " docs/proofs.md): what completeness proofs (CompletenessApi) are checked against."
+        " false only to measure what that costs (bench/bench_logs.py)",
     )
 
 

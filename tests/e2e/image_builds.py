@@ -11,7 +11,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from tests.e2e.podman_host import REPO, install_tools, podman_env
+from tests.e2e.podman_host import HOST_LOCK, REPO, install_tools, podman_env, run
 
 # The modules whose fixtures build images, and the builds they need, in the order tests run.
 NODE_SDK = ["bash", str(REPO / "scripts" / "build_node_sdk_image.sh")]
@@ -31,7 +31,7 @@ def _build(which: list[str], log: Path) -> None:
         install_tools()
     except BaseException:
         return
-    with log.open("ab") as out:
+    with HOST_LOCK, log.open("ab") as out:
         for name in which:
             cmd, extra = (NODE_SDK, {}) if name == "node_sdk" else (NODE_IMAGES, NODE_IMAGES_ENV)
             subprocess.run(cmd, env={**podman_env(), **extra}, stdout=out, stderr=out, timeout=1800)
@@ -59,3 +59,10 @@ def start(node_ids: list[str], log: Path) -> None:
 def wait(timeout_s: float = 1800) -> None:
     """Returns once the background builds ended (at once when none was started)."""
     _done.wait(timeout_s)
+
+
+def build(cmd: list[str], env: dict[str, str], timeout: float) -> str:
+    """Runs an image's build script (which returns at once when the image is made), taking
+    turns with the other test workers' builds."""
+    with HOST_LOCK:
+        return run(cmd, env, timeout)

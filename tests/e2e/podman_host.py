@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from testcontainers.core.docker_client import DockerClient
 
 from tests.waiting import wait_until
@@ -20,6 +21,10 @@ TOOLS = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
 REPO = Path(__file__).resolve().parents[2]
 # runc (crun fails on hybrid cgroups), no default rlimits, cgroupfs: docker/containers.conf.
 CONTAINERS_CONF = str(REPO / "docker" / "containers.conf")
+# apt-get and image builds from two test workers at once would collide (dpkg's lock, podman's
+# store): each takes this machine-wide lock first. Reentrant within a thread, and a thread
+# that does not hold it waits.
+HOST_LOCK = FileLock(Path(tempfile.gettempdir()) / "xnode-podman-host.lock")
 
 
 def podman_env() -> dict[str, str]:
@@ -37,6 +42,11 @@ def run(cmd: list[str], env: dict[str, str], timeout: float = 300) -> str:
 def install_tools(tools: dict[str, str] = TOOLS) -> None:
     """apt-get installs what is missing ({command: package}); fails clearly where that is
     impossible."""
+    with HOST_LOCK:
+        _install_missing(tools)
+
+
+def _install_missing(tools: dict[str, str]) -> None:
     missing = [pkg for tool, pkg in tools.items() if shutil.which(tool) is None]
     if not missing:
         return

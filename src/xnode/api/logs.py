@@ -20,6 +20,7 @@ from xnode_api.logs.v1 import logs_pb2_grpc
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["LogApi"].full_name
 MAX_ID = 2**63 - 1  # the store keeps sequence ids and sizes as bigint
+MAX_NODE_ID = 2**31 - 1  # and node ids as integer
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -42,6 +43,12 @@ def _bounded(*values: int) -> None:
         raise ValueError(f"sequence ids and tree sizes are at most {MAX_ID}")
 
 
+def _node(originator: int) -> int:
+    if originator > MAX_NODE_ID:
+        raise ValueError(f"originator_node_id {originator}: node ids are at most {MAX_NODE_ID}")
+    return originator
+
+
 # The LogApi's own errors (the first that matches wins).
 LOG_STATUSES: Statuses = {
     NotHeld: grpc.StatusCode.NOT_FOUND,
@@ -59,7 +66,10 @@ class LogService:
     ) -> pb.GetCheckpointsResponse:
         _bounded(request.after_sequence_id)
         found = await self._queries.checkpoints(
-            request.originator_node_id, request.after_sequence_id, request.latest, request.limit
+            _node(request.originator_node_id),
+            request.after_sequence_id,
+            request.latest,
+            request.limit,
         )
         return pb.GetCheckpointsResponse(checkpoints=_proto(found))
 
@@ -68,7 +78,7 @@ class LogService:
     ) -> AsyncIterator[pb.SubscribeCheckpointsResponse]:
         _bounded(request.after_sequence_id)
         async for found in self._queries.follow(  # Rejected(UNAVAILABLE) as the node drains
-            request.originator_node_id, request.after_sequence_id
+            _node(request.originator_node_id), request.after_sequence_id
         ):
             yield pb.SubscribeCheckpointsResponse(checkpoints=_proto(found))
 
@@ -77,7 +87,7 @@ class LogService:
     ) -> pb.GetInclusionProofResponse:
         _bounded(request.sequence_id, request.tree_size)
         found = await self._queries.inclusion(
-            request.originator_node_id, request.sequence_id, request.tree_size
+            _node(request.originator_node_id), request.sequence_id, request.tree_size
         )
         response = pb.GetInclusionProofResponse(
             leaf_hash=found.leaf, tree_size=found.tree_size, proof=found.proof
@@ -91,7 +101,7 @@ class LogService:
     ) -> pb.GetRunProofsResponse:
         _bounded(request.tree_size)
         size, proofs = await self._queries.run_proofs(
-            request.originator_node_id, request.tree_size, _ranges(request.runs)
+            _node(request.originator_node_id), request.tree_size, _ranges(request.runs)
         )
         return pb.GetRunProofsResponse(
             tree_size=size,
@@ -103,7 +113,7 @@ class LogService:
     ) -> pb.GetConsistencyProofResponse:
         _bounded(request.first_size, request.second_size)
         proof = await self._queries.consistency(
-            request.originator_node_id, request.first_size, request.second_size
+            _node(request.originator_node_id), request.first_size, request.second_size
         )
         return pb.GetConsistencyProofResponse(proof=proof)
 
@@ -111,7 +121,7 @@ class LogService:
         self, request: pb.GetFingerprintsRequest, context: Context
     ) -> pb.GetFingerprintsResponse:
         found = await self._queries.fingerprints(
-            request.originator_node_id, _ranges(request.ranges)
+            _node(request.originator_node_id), _ranges(request.ranges)
         )
         return pb.GetFingerprintsResponse(
             fingerprints=[pb.Fingerprint(count=f.count, xor=f.xor) for f in found]
@@ -120,7 +130,9 @@ class LogService:
     async def GetLeaves(
         self, request: pb.GetLeavesRequest, context: Context
     ) -> pb.GetLeavesResponse:
-        found = await self._queries.leaves(request.originator_node_id, _ranges(request.ranges))
+        found = await self._queries.leaves(
+            _node(request.originator_node_id), _ranges(request.ranges)
+        )
         return pb.GetLeavesResponse(leaves=[pb.Leaf(sequence_id=s, leaf_hash=h) for s, h in found])
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 
 from xnode.api.errors import StoreErrors, abort_rejected, abort_store
+from xnode.api.service import ANSWER_CUT_TRAILER
 from xnode.core.errors import Rejected
 from xnode.core.withholding import Healing
 from xnode.observability.outage import DatabaseOutage
@@ -30,7 +31,7 @@ class HoldingsService(withholding_pb2_grpc.HoldingsApiServicer):
         self, request: pb.GetSignedHoldingsRequest, context: Context
     ) -> pb.GetSignedHoldingsResponse:
         try:
-            signed = await self._holdings.signed(
+            signed, cut = await self._holdings.signed(
                 request.originator_node_id, request.first, request.last
             )
         except Rejected as exc:
@@ -41,6 +42,8 @@ class HoldingsService(withholding_pb2_grpc.HoldingsApiServicer):
         except StoreErrors as exc:
             await abort_store(context, "holdings", "GetSignedHoldings", exc, self._outage)
             raise
+        if cut:  # the account's own `last` says how far it goes
+            context.set_trailing_metadata(((ANSWER_CUT_TRAILER, "bytes"),))
         return pb.GetSignedHoldingsResponse(holdings=signed)
 
 

@@ -20,6 +20,8 @@ from xnode.core.key_packages import encode_key_package, installation_key_of
 from xnode.core.mls import mls_group_message as mls_group_message
 from xnode.core.topics import Topic, TopicKind
 from xnode.tls import ClientTls, open_channel
+from xnode_api.completeness.v1 import completeness_pb2 as cp
+from xnode_api.completeness.v1 import completeness_pb2_grpc
 
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 25 * 1024 * 1024),
@@ -73,6 +75,7 @@ class NodeClient:
         self.channel = open_channel(address, tls, options)
         self.replication = message_api_pb2_grpc.ReplicationApiStub(self.channel)
         self.misbehavior = misbehavior_api_pb2_grpc.MisbehaviorApiStub(self.channel)
+        self.completeness = completeness_pb2_grpc.CompletenessApiStub(self.channel)
 
     async def __aenter__(self) -> NodeClient:
         return self
@@ -95,6 +98,20 @@ class NodeClient:
             api.PublishPayerEnvelopesRequest(payer_envelopes=payer_envelopes), timeout=deadline_s
         )
         return list(response.originator_envelopes)
+
+    async def prove_topics(
+        self, originator: int, topics: Sequence[tuple[bytes, int]], deadline_s: float = 30.0
+    ) -> list[cp.SignedAnswer]:
+        """The node's signed completeness answers (xnode.completeness.v1), one per
+        (topic, after sequence id), for `originator`'s envelopes."""
+        response = await self.completeness.ProveTopics(
+            cp.ProveTopicsRequest(
+                originator_node_id=originator,
+                topics=[cp.TopicCursor(topic=t, after_sequence_id=a) for t, a in topics],
+            ),
+            timeout=deadline_s,
+        )
+        return list(response.answers)
 
     async def submit_misbehavior_report(
         self, report: mb.UnsignedMisbehaviorReport, deadline_s: float = 10.0

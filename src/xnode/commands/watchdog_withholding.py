@@ -62,6 +62,8 @@ class OwnLogs:
         try:
             checkpoint = await latest_checkpoint(channel, node_id, node.public_key, node_id)
             if checkpoint is not None:
+                # No node token: the watchdog asks as any client would, so that a node
+                # cannot serve it apart from its clients.
                 peer = GrpcRepairPeer(node_id, channel)
                 await self._check.check(peer, node_id, checkpoint, wanted, {})
         except grpc.aio.AioRpcError as exc:  # no LogApi, or down: asked again next round

@@ -55,6 +55,7 @@ class Checkpoint:
     previous_hash: bytes
     signed: bytes
     leaf_format: int = FORMAT_V2
+    topics: TopicCommitment | None = None  # per-topic commitments, when signed with them
 
     @property
     def hash(self) -> bytes:
@@ -62,17 +63,41 @@ class Checkpoint:
         return keccak256(self.signed)
 
 
+@dataclass(frozen=True, slots=True)
+class TopicCommitment:
+    """The root of the originator's topic map (xnode.core.topic_map) over sequence ids
+    first_sequence_id..tree_size."""
+
+    map_root: bytes
+    first_sequence_id: int = 1
+    format: int = 1
+
+
 def _unsigned(
-    originator: int, tree_size: int, root: bytes, originator_ns: int, previous: bytes
+    originator: int,
+    tree_size: int,
+    root: bytes,
+    originator_ns: int,
+    previous: bytes,
+    topics: TopicCommitment | None,
 ) -> bytes:
-    return logs_pb2.UnsignedCheckpoint(
+    message = logs_pb2.UnsignedCheckpoint(
         originator_node_id=originator,
         tree_size=tree_size,
         root=root,
         originator_ns=originator_ns,
         previous_hash=previous,
         leaf_format=FORMAT_V2,
-    ).SerializeToString()
+    )
+    if topics is not None:
+        message.topics.CopyFrom(
+            logs_pb2.TopicCommitment(
+                format=topics.format,
+                map_root=topics.map_root,
+                first_sequence_id=topics.first_sequence_id,
+            )
+        )
+    return message.SerializeToString()
 
 
 def sign_checkpoint(
@@ -82,13 +107,20 @@ def sign_checkpoint(
     root: bytes,
     originator_ns: int,
     previous: Checkpoint | None,
+    topics: TopicCommitment | None = None,
 ) -> Checkpoint:
     previous_hash = previous.hash if previous is not None else FIRST_PREVIOUS
-    unsigned = _unsigned(originator, tree_size, root, originator_ns, previous_hash)
+    unsigned = _unsigned(originator, tree_size, root, originator_ns, previous_hash, topics)
     signature = key.sign(checkpoint_digest(unsigned))
     signed = logs_pb2.Checkpoint(unsigned_checkpoint=unsigned, signature=signature)
     return Checkpoint(
-        originator, tree_size, root, originator_ns, previous_hash, signed.SerializeToString()
+        originator,
+        tree_size,
+        root,
+        originator_ns,
+        previous_hash,
+        signed.SerializeToString(),
+        topics=topics,
     )
 
 
@@ -103,6 +135,14 @@ def parse_checkpoint(signed: bytes) -> tuple[Checkpoint, bytes, bytes]:
         merkle.HASH_LENGTH
     ):
         raise CheckpointError("checkpoint root and previous_hash must be 32 bytes")
+    topics = None
+    if unsigned.HasField("topics"):
+        commitment = unsigned.topics
+        if len(commitment.map_root) != merkle.HASH_LENGTH:
+            raise CheckpointError("a checkpoint's topic map root must be 32 bytes")
+        topics = TopicCommitment(
+            commitment.map_root, commitment.first_sequence_id, commitment.format
+        )
     if not has_log(unsigned.originator_node_id) or unsigned.tree_size == 0:
         raise CheckpointError(
             f"no checkpoint for originator {unsigned.originator_node_id} "
@@ -116,6 +156,7 @@ def parse_checkpoint(signed: bytes) -> tuple[Checkpoint, bytes, bytes]:
         unsigned.previous_hash,
         signed,
         unsigned.leaf_format or FORMAT_V1,
+        topics,
     )
     return checkpoint, message.unsigned_checkpoint, message.signature
 

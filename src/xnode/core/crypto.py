@@ -62,6 +62,12 @@ def holdings_digest(unsigned_holdings: bytes) -> bytes:
     return keccak256(b"holdings|", unsigned_holdings)
 
 
+def completeness_digest(unsigned_answer: bytes) -> bytes:
+    """What a node signs to answer "these are all of a topic's envelopes after a cursor"
+    (xnode.core.completeness)."""
+    return keccak256(b"completeness|", unsigned_answer)
+
+
 def blockchain_proof_digest(unsigned_originator_envelope: bytes, transaction_hash: bytes) -> bytes:
     """What a node signs when it vouches for a payload it indexed from the chain."""
     return keccak256(b"blockchain|", transaction_hash, b"|", unsigned_originator_envelope)

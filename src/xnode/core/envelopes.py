@@ -518,6 +518,31 @@ def parse_originator_envelope(raw: bytes) -> ReceivedEnvelope:
     )
 
 
+def stored_twin(payer: Originable, stored_raw: bytes) -> IndexedEnvelope | None:
+    """The originator envelope this node stored for `payer` (`stored_raw`, found by its payer
+    digest) when it holds exactly these payer envelope bytes: a client's retry of a publish
+    whose answer it lost, answered with what was stored. None when the stored payer
+    envelope differs in what the signature does not cover (its retention)."""
+    envelope = envelopes_pb2.OriginatorEnvelope.FromString(stored_raw)
+    unsigned = envelopes_pb2.UnsignedOriginatorEnvelope.FromString(
+        envelope.unsigned_originator_envelope
+    )
+    if unsigned.payer_envelope_bytes != payer.raw:
+        return None
+    stored = parse_originator_envelope(stored_raw)
+    return IndexedEnvelope(
+        stored.originator_node_id,
+        stored.sequence_id,
+        stored.originator_ns,
+        payer.topic.raw,
+        stored.expiry,
+        payer.payer_address,
+        stored_raw,
+        base_fee=stored.fees.base,
+        congestion_fee=stored.fees.congestion,
+    )
+
+
 def build_payer_envelope(
     client: envelopes_pb2.ClientEnvelope,
     payer_key: SigningKey,

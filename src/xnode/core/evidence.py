@@ -28,7 +28,11 @@ aggregation job (it counts only what this says is proven). What proves what:
   its signed account of its own log leaving that id out, or calling it expired before its
   committed expiry (xnode.core.withholding);
 - SPLIT_VIEW (xnode's extension): two of the accused's signed checkpoints committing to two
-  different opened format 2 leaves at one sequence id (xnode.core.withholding.why_not_split).
+  different opened format 2 leaves at one sequence id (xnode.core.withholding.why_not_split);
+- OMISSION (xnode's extension): the accused's signed completeness answer for a topic whose
+  proof does not hold against the originator's signed checkpoint, or that leaves out an
+  entry the proof commits to, not expired when it answered
+  (xnode.core.completeness.why_not_omitted).
 Every envelope in a safety report must be signed by the accused: a report padded with
 someone else's envelopes is not clean evidence."""
 
@@ -44,6 +48,7 @@ from google.protobuf.message import DecodeError
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.chain_evidence import ChainFacts, why_not_inconsistent
+from xnode.core.completeness import why_not_omitted
 from xnode.core.crypto import SignatureError
 from xnode.core.envelopes import envelope_signer, received_payer
 from xnode.core.errors import Rejected
@@ -51,6 +56,7 @@ from xnode.core.misbehavior import (
     BLOCKCHAIN_INCONSISTENCY,
     CAUSAL_ORDERING,
     DUPLICATE_SEQUENCE_ID,
+    OMISSION,
     OUT_OF_ORDER,
     SAFETY_TYPES,
     SPLIT_VIEW,
@@ -175,10 +181,14 @@ def _causal_ordering(signed: Sequence[SignedEnvelope], node_id: int) -> None:
 
 # xnode's extension kinds: the field of ExtendedMisbehaviorReport holding the proof, and
 # what says why it proves nothing (None: it proves the claim).
-_ProofCheck = Callable[[Any, int, Collection[bytes]], str | None]
-_EXTENSION_PROOFS: dict[int, tuple[Literal["withholding", "split_view"], _ProofCheck]] = {
-    WITHHOLDING: ("withholding", why_not_withheld),
-    SPLIT_VIEW: ("split_view", why_not_split),
+# An omission names two nodes (the answering one and the originator): its check gets every key.
+_ProofCheck = Callable[[Any, int, RegistryKeys], str | None]
+_EXTENSION_PROOFS: dict[
+    int, tuple[Literal["withholding", "split_view", "omission"], _ProofCheck]
+] = {
+    WITHHOLDING: ("withholding", lambda p, n, keys: why_not_withheld(p, n, keys.get(n, ()))),
+    SPLIT_VIEW: ("split_view", lambda p, n, keys: why_not_split(p, n, keys.get(n, ()))),
+    OMISSION: ("omission", why_not_omitted),
 }
 
 
@@ -192,7 +202,7 @@ def _extension_proof(report: mb.UnsignedMisbehaviorReport, keys: RegistryKeys) -
         raise Unproven(f"the {what} proof does not decode ({exc})") from None
     if not proof.HasField(field):
         raise Unproven(f"a {type_name(kind)} report carries no {what} proof")
-    failure = why_not(getattr(proof, field), node_id, keys.get(node_id, ()))
+    failure = why_not(getattr(proof, field), node_id, keys)
     if failure is not None:
         raise Unproven(failure)
 

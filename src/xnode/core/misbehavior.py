@@ -30,6 +30,7 @@ BLOCKCHAIN_INCONSISTENCY = mb.MISBEHAVIOR_BLOCKCHAIN_INCONSISTENCY
 WITHHOLDING = ExtendedMisbehavior.MISBEHAVIOR_WITHHOLDING
 WITHHOLDING_ACCUSATION = ExtendedMisbehavior.MISBEHAVIOR_WITHHOLDING_ACCUSATION
 SPLIT_VIEW = ExtendedMisbehavior.MISBEHAVIOR_SPLIT_VIEW
+OMISSION = ExtendedMisbehavior.MISBEHAVIOR_OMISSION
 
 LIVENESS_TYPES = frozenset({UNRESPONSIVE_NODE, SLOW_NODE, FAILED_REQUEST})
 # Judged like liveness (a threshold of distinct reporting nodes), proven like safety.
@@ -44,7 +45,7 @@ SAFETY_TYPES = frozenset(
     }
 )
 # Proven by xnode's extension fields (xnode.withholding.v1), not by envelopes.
-EXTENDED_PROOF_TYPES = frozenset({WITHHOLDING, SPLIT_VIEW})
+EXTENDED_PROOF_TYPES = frozenset({WITHHOLDING, SPLIT_VIEW, OMISSION})
 PROVEN_TYPES = SAFETY_TYPES | EXTENDED_PROOF_TYPES
 # response_time_ns is a uint32 on the wire: about 4.29 s. Longer waits are reported as this.
 MAX_RESPONSE_TIME_NS = 2**32 - 1

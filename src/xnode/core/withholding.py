@@ -33,11 +33,13 @@ from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import SignatureError, SigningKey, holdings_digest, recover_public_key
 from xnode.core.leaves import FORMAT_V2, Held, HeldLeaf, leaf_matches, opened_leaf_v2
 from xnode.core.retention import is_expired
+from xnode_api.completeness.v1 import completeness_pb2 as cp
 from xnode_api.withholding.v1 import withholding_pb2 as wh
 
 WITHHOLDING = wh.MISBEHAVIOR_WITHHOLDING
 WITHHOLDING_ACCUSATION = wh.MISBEHAVIOR_WITHHOLDING_ACCUSATION
 SPLIT_VIEW = wh.MISBEHAVIOR_SPLIT_VIEW
+OMISSION = wh.MISBEHAVIOR_OMISSION
 MAX_HOLDINGS_SPAN = 256  # sequence ids one signed account may cover
 # How long an originator may leave a committed id unaccounted for before its silence is an
 # accusation (the default of the `withholding_patience_seconds` setting): an honest node
@@ -211,15 +213,20 @@ def _upstream(report: wh.ExtendedMisbehaviorReport) -> mb.UnsignedMisbehaviorRep
 
 
 def _own_report(
-    node_id: int, kind: wh.ExtendedMisbehavior.ValueType, reporter_time_ns: int, **proof: Any
+    node_id: int,
+    kind: wh.ExtendedMisbehavior.ValueType,
+    reporter_time_ns: int,
+    by_node: bool = True,
+    **proof: Any,
 ) -> mb.UnsignedMisbehaviorReport:
-    """A node's own report of one of xnode's extension kinds, `proof` in its field."""
+    """A report of one of xnode's extension kinds, `proof` in its field: a node's own, or a
+    client's (`by_node` False)."""
     return _upstream(
         wh.ExtendedMisbehaviorReport(
             reporter_time_ns=reporter_time_ns,
             misbehaving_node_id=node_id,
             type=kind,
-            submitted_by_node=True,
+            submitted_by_node=by_node,
             **proof,
         )
     )
@@ -295,3 +302,11 @@ def split_view_report(
     """A node's own SPLIT_VIEW report, as the upstream message it is stored and signed as."""
     split = wh.SplitView(first=first, second=second)
     return _own_report(node_id, SPLIT_VIEW, reporter_time_ns, split_view=split)
+
+
+def omission_report(
+    node_id: int, answer: cp.SignedAnswer, reporter_time_ns: int, by_node: bool = False
+) -> mb.UnsignedMisbehaviorReport:
+    """An OMISSION report, a client's unless `by_node`: the accused's own signed
+    completeness answer (xnode.core.completeness.why_not_omitted says what it proves)."""
+    return _own_report(node_id, OMISSION, reporter_time_ns, by_node, omission=answer)

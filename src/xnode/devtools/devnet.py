@@ -259,6 +259,7 @@ GATEWAY_READ_LIMITS = {
     "limit_query_requests_per_second": "1000",
     "limit_subscribe_requests_per_second": "100",
     "limit_subscriptions_per_ip": "5000",
+    "grpc_calls_per_ip": "5000",
 }
 
 

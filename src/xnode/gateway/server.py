@@ -10,6 +10,7 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2
 
+from xnode.api.calls import CallsPerCallerInterceptor
 from xnode.api.http import GATEWAY_JSON_ROUTES, HttpApi, health_handler, methods_of
 from xnode.api.proxies import ClientAddresses
 from xnode.core.crypto import SigningKey
@@ -39,7 +40,7 @@ from xnode.server.serving import (
 from xnode.server.stops import Phase, Stops
 from xnode.tls import ClientTls, ServerTls, TlsConfigError
 from xnode.usecases.admission import Admission
-from xnode.usecases.limits import LocalBuckets
+from xnode.usecases.limits import Caller, LocalBuckets
 from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
@@ -186,7 +187,11 @@ async def _start(settings: GatewaySettings, credentials: _Credentials, stops: St
         addresses,
         auth=None if settings.anonymous_reads or not clients.auth.required else clients.auth,
     )
-    server = grpc_server(settings.max_message_mib, connections=settings.connection_limits())
+    connections = settings.connection_limits()
+    calls = CallsPerCallerInterceptor(
+        connections.grpc_calls_per_ip, lambda context: Caller(addresses.of(context))
+    )
+    server = grpc_server(settings.max_message_mib, [calls], connections=connections)
     address = bind(server, settings.listen_address, credentials.served)
     # Streams never end on their own: they would hold the grace. In-flight publishes finish
     # within it (the gateway admits every request: nothing is refused before the server stops).

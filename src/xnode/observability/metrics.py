@@ -251,6 +251,11 @@ HTTP_CONNECTIONS_REFUSED = Counter(
     "Connections to the HTTP port closed as they opened: their client IP held "
     "http_connections_per_ip already",
 )
+GRPC_CALLS_REFUSED = Counter(
+    "xnode_grpc_calls_refused_total",
+    "gRPC calls refused as they started: their client IP (or peer node) had "
+    "grpc_calls_per_ip calls in progress already",
+)
 AUTH_REFUSED = Counter(
     "xnode_node_auth_refused_total", "Node tokens refused on replication streams"
 )

@@ -64,6 +64,8 @@ class PeerChainCopies:
         found: dict[tuple[int, int], bytes],
     ) -> None:
         own = {_key(p): p.raw for p in missing}
+        # No token: this is a read-only node, whose token (anyone can make one) is limited
+        # as its client IP anyway (api.auth); QueryEnvelopes is a client API.
         client = GrpcRepairPeer(peer.node_id, self._channel(peer))
         for originator in sorted({p.event.originator for p in missing}):
             seqs = [s for o, s in own if o == originator]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import structlog
+from google.protobuf.message import DecodeError
 
 from xnode.core.checkpoints import Checkpoint
 from xnode.core.clock import SYSTEM_CLOCK, Clock
@@ -63,6 +64,16 @@ def _spans(sequence_ids: Sequence[int]) -> list[SequenceRange]:
         for first in range(run.first, run.last + 1, MAX_HOLDINGS_SPAN):
             out.append(SequenceRange(first, min(first + MAX_HOLDINGS_SPAN - 1, run.last)))
     return out
+
+
+def _accounted_up_to(holdings: wh.SignedHoldings, first: int, last: int) -> int:
+    """How far an account asked for first..last goes: its own `last` when the originator's
+    byte budget cut it (never less than `first`, so asking again moves on), else `last`."""
+    try:
+        signed_last = wh.UnsignedHoldings.FromString(holdings.unsigned_holdings).last
+    except DecodeError:
+        return last  # judged (and found no proof) as it is
+    return max(first, min(signed_last, last))
 
 
 class WithholdingCheck:
@@ -137,17 +148,23 @@ class WithholdingCheck:
                 for s in wanted
                 if span.first <= s <= span.last
             ]
-            try:
-                holdings = await asker.signed_holdings(originator, span.first, span.last)
-            except HoldingsUnanswered as exc:
-                log.info("holdings_unanswered", originator=originator, answer=str(exc))
-                if exc.code == "UNIMPLEMENTED":
-                    return filed  # a peer without the extension: nothing to ask it
-                for commitment in commitments:
-                    filed += await self._unanswered(originator, commitment, str(exc))
-                continue
-            for commitment in commitments:
-                filed += await self._judge(originator, commitment, holdings)
+            first = span.first
+            while commitments:
+                try:
+                    holdings = await asker.signed_holdings(originator, first, span.last)
+                except HoldingsUnanswered as exc:
+                    log.info("holdings_unanswered", originator=originator, answer=str(exc))
+                    if exc.code == "UNIMPLEMENTED":
+                        return filed  # a peer without the extension: nothing to ask it
+                    for commitment in commitments:
+                        filed += await self._unanswered(originator, commitment, str(exc))
+                    break
+                # An account its byte budget cut goes to its own `last`: ask again past it.
+                upto = _accounted_up_to(holdings, first, span.last)
+                for commitment in [c for c in commitments if c.sequence_id <= upto]:
+                    filed += await self._judge(originator, commitment, holdings)
+                commitments = [c for c in commitments if c.sequence_id > upto]
+                first = upto + 1
         return filed
 
     async def _unanswered(self, originator: int, commitment: wh.Commitment, answer: str) -> int:

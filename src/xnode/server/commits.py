@@ -88,7 +88,7 @@ async def start_originator(
     pricing = Pricing(settings.fee_schedule(), settings.fee_rate_window_seconds)
     sequencer = Sequencer(pool, node_id, key, token, pricing, settings.log_commit_enabled)
     issuer = CheckpointIssuer(
-        LogStore(pool),
+        LogStore(pool, settings.log_topic_commitments),
         node_id,
         key,
         settings.log_checkpoint_envelopes,

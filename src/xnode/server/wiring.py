@@ -12,7 +12,10 @@ import grpc
 import structlog
 from grpc_health.v1 import health
 
-from xnode.api.auth import PROTECTED_METHODS, NodeAuthInterceptor
+from xnode.api.auth import PROTECTED_METHODS, Interceptor, NodeAuthInterceptor
+from xnode.api.calls import CallsPerCallerInterceptor
+from xnode.api.completeness import SERVICE_NAME as COMPLETENESS_SERVICE
+from xnode.api.completeness import CompletenessService, add_completeness_service
 from xnode.api.fees import SERVICE_NAME as FEES_SERVICE
 from xnode.api.fees import FeesService
 from xnode.api.forks import SERVICE_NAME as FORK_SERVICE
@@ -92,8 +95,10 @@ from xnode.store.prune import ScheduledPlan
 from xnode.store.replica import Replica
 from xnode.store.scrub import ScrubStore
 from xnode.store.subscription_slots import SharedSubscriptionSlots
+from xnode.store.topics import TopicStore
 from xnode.tls import ServerTls
 from xnode.usecases.admission import Admission
+from xnode.usecases.completeness import CompletenessAnswers
 from xnode.usecases.health import DATABASE, HealthMonitor
 from xnode.usecases.holdings import Holdings
 from xnode.usecases.identity import IdentityUpdates
@@ -101,7 +106,7 @@ from xnode.usecases.limits import ApiLimits
 from xnode.usecases.logs import LogQueries
 from xnode.usecases.node_state import NodeState
 from xnode.usecases.originator import Originator
-from xnode.usecases.ports import AnswerReader, EnvelopeReader
+from xnode.usecases.ports import AnswerReader
 from xnode.usecases.publish import Publish
 from xnode.usecases.query import Query
 from xnode.usecases.reads import RoutedReads, for_catch_up, for_queries
@@ -236,7 +241,13 @@ async def _start(
     if role.primary:
         await _start_retention(settings, pool, stops)
     holdings = (
-        Holdings(node_id, key, ScrubStore(pool), logs)
+        Holdings(
+            node_id,
+            key,
+            ScrubStore(pool),
+            logs,
+            budget=settings.size_caps().answer_budget_bytes,
+        )
         if logs is not None and not settings.read_only
         else None
     )
@@ -253,6 +264,7 @@ async def _start(
         identity,
         replica,
         holdings,
+        CompletenessAnswers(node_id, key, TopicStore(pool)) if logs is not None else None,
     )
     served = await _serve(settings, node_id, parts, tls.served, stops, role)
     if replication is not None:
@@ -321,6 +333,7 @@ class NodeParts:
     identity: IdentityUpdates | None = None
     replica: Replica | None = None  # reads for queries and catch-up, when configured
     holdings: Holdings | None = None  # an originator's signed account of its own log
+    completeness: CompletenessAnswers | None = None  # proven answers of topics per originator
 
 
 @dataclass(frozen=True)
@@ -349,7 +362,7 @@ async def _serve(
     slots = SharedSubscriptionSlots(parts.store.pool)
     stops.add(Phase.LISTENERS, slots.close)
     limits = ApiLimits(settings.limit_policy(), SharedBuckets(parts.store.pool), slots)
-    catch_up: EnvelopeReader = store
+    catch_up: AnswerReader = store
     queried: AnswerReader = store
     if parts.replica is not None:
         replica, watch = parts.replica.store, parts.replica.watch
@@ -361,6 +374,7 @@ async def _serve(
         keepalive_s=settings.keepalive_seconds,
         limits=limits,
         max_lag_s=settings.subscription_max_lag_seconds,
+        budget=settings.size_caps().answer_budget_bytes,
     )
     admission = Admission()
     publish = Publish(
@@ -406,10 +420,14 @@ async def _serve(
         transactions,
         sizes,
     )
-    extensions = [LOG_SERVICE, HOLDINGS_SERVICE, FORK_SERVICE, FEES_SERVICE]
+    extensions = [LOG_SERVICE, HOLDINGS_SERVICE, FORK_SERVICE, FEES_SERVICE, COMPLETENESS_SERVICE]
     limited = LimitsInterceptor(limits, auth.caller, extensions, parts.outage)
     connections = settings.connection_limits()
-    server = grpc_server(settings.max_message_mib, [auth, limited], role.shares_ports, connections)
+    interceptors: list[Interceptor] = [auth, limited]
+    if settings.limits_enabled:  # off: nothing limits a caller (benchmarks of one client)
+        calls = CallsPerCallerInterceptor(connections.grpc_calls_per_ip, auth.caller)
+        interceptors.insert(0, calls)
+    server = grpc_server(settings.max_message_mib, interceptors, role.shares_ports, connections)
     fees = FeesService(node_id, settings.fee_schedule())
     health_servicer = _add_node_services(server, service, misbehavior, fees, logs, parts)
     address = bind(server, settings.listen_address, tls)
@@ -434,6 +452,7 @@ async def _serve(
     stops.add_sync(Phase.HEALTH, probe.close)
     dependencies = health_dependencies(chain is not None)
     dependencies[LOG_SERVICE] = dependencies["query"]  # the database
+    dependencies[COMPLETENESS_SERVICE] = dependencies["query"]
     monitor = HealthMonitor(
         GrpcHealthBoard(health_servicer),
         {**dependencies, FORK_SERVICE: frozenset({DATABASE})},
@@ -465,6 +484,9 @@ def _add_node_services(
     if parts.holdings is not None:
         add_holdings_service(HoldingsService(parts.holdings, outage), server)
         names.append(HOLDINGS_SERVICE)
+    if parts.completeness is not None:
+        add_completeness_service(CompletenessService(parts.completeness), server, outage)
+        names.append(COMPLETENESS_SERVICE)
     add_fork_service(ForkService(ForkStore(parts.store.pool)), server, outage)
     fees_pb2_grpc.add_FeesApiServicer_to_server(fees, server)
     return add_health_and_reflection(server, names)

@@ -19,11 +19,18 @@ from collections.abc import Sequence
 import asyncpg
 
 from xnode.core import merkle
-from xnode.core.checkpoints import Checkpoint, envelope_leaf, has_log, parse_checkpoint
+from xnode.core.checkpoints import (
+    Checkpoint,
+    TopicCommitment,
+    envelope_leaf,
+    has_log,
+    parse_checkpoint,
+)
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.reconciliation import Fingerprint, SequenceRange, fingerprint_part
 from xnode.store.connection import PgConnection
 from xnode.store.errors import driver_errors_translated
+from xnode.store.topics import advance_topics
 from xnode.usecases.logs import IssueSigner, StoredCheckpoint
 
 EXTEND_CHUNK = 10_000
@@ -379,8 +386,10 @@ async def _insert_checkpoint(
 class LogStore:
     """The committed logs of every originator this node holds (usecases.logs.LogPort)."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, topic_commitments: bool = True) -> None:
+        """`topic_commitments`: checkpoints this node issues commit to its topic map."""
         self.pool = pool
+        self._topics = topic_commitments
 
     async def tree_size(self, originator: int) -> int:
         size = await self.pool.fetchval(
@@ -512,6 +521,10 @@ class LogStore:
             found.setdefault(r[0], []).append(envelope_leaf(bytes(r[1])))
         return found
 
+    async def advance_topics(self, originator: int, size: int) -> TopicCommitment | None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            return await advance_topics(conn, originator, size)
+
     async def conflicts(self, originator: int) -> list[tuple[Checkpoint, str]]:
         rows = await self.pool.fetch(
             "SELECT signed, conflict FROM log_checkpoints"
@@ -522,7 +535,9 @@ class LogStore:
 
     async def issue(self, originator: int, sign: IssueSigner) -> Checkpoint | None:
         """Under a per-originator lock: when the tree grew past the latest checkpoint, signs
-        the next one (`sign(size, root, previous)`) and stores it."""
+        the next one (`sign(size, root, previous, topics)`) and stores it; `topics`, the
+        topic map brought up to the same size in the same transaction (None when off, or
+        when an envelope of the range is not held: the map catches up at the next one)."""
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", _ISSUE_LOCK, originator)
             size = await conn.fetchval(
@@ -538,6 +553,7 @@ class LogStore:
                 return None
             hashes = await perfect_hashes(conn, originator, merkle.perfect_nodes_for_root(size))
             root = merkle.range_hash(0, size, _lookup(hashes))
-            checkpoint = sign(size, root, previous)
+            topics = await advance_topics(conn, originator, size) if self._topics else None
+            checkpoint = sign(size, root, previous, topics)
             await _insert_checkpoint(conn, checkpoint, None)
             return checkpoint

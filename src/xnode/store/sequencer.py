@@ -125,7 +125,7 @@ _APPEND_LOCKED_UNLOGGED = f"{_LOCKED}\nSELECT pg_notify($11, $12)\n"
 
 # Payer envelopes this node originated, by the digest their payer signed (migration 0010).
 _HELD = """
-SELECT payer_digest, originator_sequence_id FROM originator_envelopes
+SELECT payer_digest, envelope FROM originator_envelopes
 WHERE payer_digest = ANY($2::bytea[]) AND originator_node_id = $1
 """
 
@@ -456,11 +456,11 @@ class Sequencer:
         leaves = _joined_leaves(signed)
         return signed, (_CLAIM_AND_APPEND, *arguments, last_seq, last_ns, *nodes, leaves)
 
-    async def held(self, digests: Sequence[bytes]) -> dict[bytes, int]:
-        """{payer digest: sequence id} of the payer envelopes among `digests` this node
-        originated already (usecases.originator.Held)."""
+    async def held(self, digests: Sequence[bytes]) -> dict[bytes, bytes]:
+        """{payer digest: the originator envelope stored} of the payer envelopes among
+        `digests` this node originated already (usecases.originator.Held)."""
         rows = await self._pool.fetch(_HELD, self._node_id, list(digests))
-        return {bytes(r[0]): r[1] for r in rows}
+        return {bytes(r[0]): bytes(r[1]) for r in rows}
 
     async def resume_after(self, sequence_id: int) -> None:
         """The next id signed is above `sequence_id` (and above what is stored): peers hold

@@ -43,6 +43,17 @@ WHERE key = $1 AND (pid, backend_start) = ({_SESSION}) AND held <= 0
 """
 
 
+def _alive(connection: PoolConnectionProxy) -> bool:
+    """Whether the dedicated connection's session goes on. When the server ends it (Postgres
+    restarted, the backend was terminated), the pool takes the connection back by itself, and
+    every call on it then raises InterfaceError ("released back to the pool"), is_closed()
+    too: asked that way, subscriptions were refused until the node restarted."""
+    try:
+        return not connection.is_closed()
+    except asyncpg.InterfaceError:
+        return False
+
+
 @driver_errors_translated
 class SharedSubscriptionSlots:
     def __init__(self, pool: asyncpg.Pool) -> None:
@@ -51,10 +62,12 @@ class SharedSubscriptionSlots:
         self._lock = asyncio.Lock()  # one statement at a time on the dedicated connection
 
     async def _session(self) -> PoolConnectionProxy:
-        if self._connection is not None and self._connection.is_closed():
+        connection = self._connection
+        if connection is not None and not _alive(connection):
             # Its session ended, and with it every slot it held: nothing to give back.
-            await self._pool.release(self._connection)
+            # Forgotten first: the driver may have taken it back already.
             self._connection = None
+            await self._pool.release(connection)
         if self._connection is None:
             self._connection = await self._pool.acquire()
         return self._connection
@@ -71,7 +84,7 @@ class SharedSubscriptionSlots:
     async def release(self, key: str) -> None:
         async with self._lock:
             connection = self._connection
-            if connection is None or connection.is_closed():
+            if connection is None or not _alive(connection):
                 return  # the session that held the slot is gone, and so is the slot
             left = await connection.fetchval(_GIVE_BACK, key)
             if left is not None and left <= 0:

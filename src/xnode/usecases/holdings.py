@@ -11,15 +11,20 @@ from xnode.core.clock import SYSTEM_CLOCK, Clock
 from xnode.core.crypto import SigningKey
 from xnode.core.errors import Reason, Rejected
 from xnode.core.leaves import HeldLeaf
+from xnode.core.sizes import DEFAULT_ANSWER_BUDGET_BYTES
 from xnode.core.withholding import MAX_HOLDINGS_SPAN, account, sign_holdings
 from xnode_api.withholding.v1 import withholding_pb2 as wh
 
 
 class HeldLeaves(Protocol):
-    """The leaves held with their envelopes, in (originator, sequence id) order
-    (store.scrub.ScrubStore)."""
+    """The leaves held with their envelopes (store.scrub.ScrubStore)."""
 
-    async def page(self, after: tuple[int, int], limit: int) -> list[HeldLeaf]: ...
+    async def held_within(
+        self, originator: int, first: int, last: int, budget: int
+    ) -> tuple[list[HeldLeaf], bool]:
+        """The leaves first..last in order while their envelopes' bytes fit `budget`
+        (always the first); and whether that left leaves out."""
+        ...
 
 
 class LogSize(Protocol):
@@ -34,7 +39,10 @@ class Holdings:
         held: HeldLeaves,
         logs: LogSize,
         clock: Clock = SYSTEM_CLOCK,
+        budget: int = DEFAULT_ANSWER_BUDGET_BYTES,
     ) -> None:
+        """`budget`: the envelope bytes one account holds at most (core.sizes)."""
+        self._budget = budget
         self._node_id = node_id
         self._key = key
         self._held = held
@@ -55,14 +63,24 @@ class Holdings:
                 f"{last - first + 1} sequence ids, the limit is {MAX_HOLDINGS_SPAN}",
             )
 
-    async def signed(self, originator: int, first: int, last: int) -> wh.SignedHoldings:
-        """Raises Rejected for a bad request, core.withholding.Healing while a loss in the
-        range is being repaired."""
+    async def signed(
+        self, originator: int, first: int, last: int
+    ) -> tuple[wh.SignedHoldings, bool]:
+        """The signed account, and whether the byte budget cut it: then it accounts for
+        first..its own `last` only (the last envelope that fit), and the asker asks again
+        past it. Raises Rejected for a bad request, core.withholding.Healing while a loss in
+        the range is being repaired."""
         self._check(originator, first, last)
         size = await self._logs.highest_leaf(originator)
-        top = min(last, size)
-        rows = await self._held.page((originator, first - 1), max(top - first + 1, 0))
-        held = [r for r in rows if r.originator_node_id == originator and r.sequence_id <= top]
+        held: list[HeldLeaf] = []
+        cut = False
+        if first <= min(last, size):
+            held, cut = await self._held.held_within(
+                originator, first, min(last, size), self._budget
+            )
+        if cut:
+            last = held[-1].sequence_id
         # Judged after the reads: an envelope pruned meanwhile had expired by then.
         answered_ns = self._clock.now_ns()
-        return sign_holdings(self._key, account(originator, first, last, size, held, answered_ns))
+        signed = sign_holdings(self._key, account(originator, first, last, size, held, answered_ns))
+        return signed, cut

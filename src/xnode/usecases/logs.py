@@ -20,6 +20,7 @@ from xnode.core import merkle
 from xnode.core.checkpoints import (
     Checkpoint,
     CheckpointError,
+    TopicCommitment,
     check_consistent,
     check_follows,
     forked_version_covered,
@@ -38,8 +39,8 @@ MAX_CHECKPOINTS = 1000  # per GetCheckpoints answer
 MAX_RANGES = 1024  # per GetFingerprints / GetLeaves / GetRunProofs request
 MAX_LEAVES = 10_000  # per GetLeaves answer
 
-# (tree size, root, previous checkpoint) -> the signed next checkpoint
-IssueSigner = Callable[[int, bytes, Checkpoint | None], Checkpoint]
+# (tree size, root, previous checkpoint, topic commitment) -> the signed next checkpoint
+IssueSigner = Callable[[int, bytes, Checkpoint | None, TopicCommitment | None], Checkpoint]
 
 
 class LogPort(Protocol):
@@ -92,6 +93,11 @@ class LogPort(Protocol):
     async def set_conflicts(self, changes: Sequence[tuple[int, str | None]]) -> None: ...
 
     async def fork_leaves(self, originator: int, last: int) -> dict[int, list[bytes]]: ...
+
+    async def advance_topics(self, originator: int, size: int) -> TopicCommitment | None:
+        """The originator's topic map brought up to `size` from the envelopes held (None
+        when one of them is not held)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -290,11 +296,13 @@ class CheckpointIssuer:
         if self._pending >= self._every_envelopes:
             self._wake.set()
 
-    def _sign(self, size: int, root: bytes, previous: Checkpoint | None) -> Checkpoint:
+    def _sign(
+        self, size: int, root: bytes, previous: Checkpoint | None, topics: TopicCommitment | None
+    ) -> Checkpoint:
         ns = self._now_ns()
         if previous is not None:
             ns = max(ns, previous.originator_ns + 1)  # the chain's times grow strictly
-        return sign_checkpoint(self._key, self._node_id, size, root, ns, previous)
+        return sign_checkpoint(self._key, self._node_id, size, root, ns, previous, topics)
 
     async def issue(self) -> Checkpoint | None:
         self._pending = 0
@@ -407,7 +415,28 @@ class CheckpointIntake:
         if checkpoint.tree_size > await self._port.tree_size(originator):
             known = self._unchecked.get(originator, checkpoint.tree_size)
             self._unchecked[originator] = min(known, checkpoint.tree_size)
+        else:
+            await self._check_topics(checkpoint, source)
         return checkpoint
+
+    async def _check_topics(self, checkpoint: Checkpoint, source: int) -> None:
+        """Recomputes the originator's topic map up to the checkpoint from the envelopes
+        held here and compares it with the one the checkpoint commits to: a map that does
+        not match the log is logged (the originator's commitment is false)."""
+        originator, size = checkpoint.originator_node_id, checkpoint.tree_size
+        ours = await self._port.advance_topics(originator, size)
+        theirs = checkpoint.topics
+        if ours is None or theirs is None or theirs.first_sequence_id != ours.first_sequence_id:
+            return  # not comparable: an envelope not held, no commitment, or other spans
+        if ours.map_root != theirs.map_root:
+            log.error(
+                "topic_map_mismatch",
+                originator=originator,
+                peer=source,
+                tree_size=size,
+                ours="0x" + ours.map_root.hex(),
+                checkpoint="0x" + checkpoint.signed.hex(),
+            )
 
     async def _contradiction(
         self, previous: Checkpoint | None, checkpoint: Checkpoint, consistency: ConsistencyFetch

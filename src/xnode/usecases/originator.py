@@ -22,27 +22,50 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from xnode.core.envelopes import IndexedEnvelope, Originable
+from xnode.core.envelopes import IndexedEnvelope, Originable, stored_twin
 from xnode.core.errors import Reason, Rejected
 
 # Called for the next batch before the previous one has returned: it must store batches in
 # call order, and fail (or sign again) a batch whose predecessor failed.
 Append = Callable[[Sequence[Originable]], Awaitable[list[IndexedEnvelope]]]
 Committed = Callable[[list[IndexedEnvelope]], Awaitable[None]]
-# The sequence ids this originator stored payer envelopes of these digests under (migration
-# 0010); those it holds none of are left out.
-Held = Callable[[Sequence[bytes]], Awaitable[dict[bytes, int]]]
+# The originator envelopes this originator stored around payer envelopes of these digests
+# (migration 0010), serialized; those it holds none of are left out.
+Held = Callable[[Sequence[bytes]], Awaitable[dict[bytes, bytes]]]
 
 
-def replayed(sequence_id: int | None) -> Rejected:
-    """A payer envelope this originator holds already: refused, so a replay (with any
-    retention, which the payer signature does not cover) stores and bills nothing."""
-    where = f" as sequence id {sequence_id}" if sequence_id is not None else ", being stored now"
-    return Rejected(
-        Reason.ALREADY_PUBLISHED,
-        f"this payer envelope (the same signed client envelope for this originator) was "
-        f"published here already{where}; a payer envelope is stored once",
-    )
+def _refused_replay(detail: str) -> Rejected:
+    return Rejected(Reason.ALREADY_PUBLISHED, f"{detail}; a payer envelope is stored once")
+
+
+def _stored_answer(
+    request: Sequence[Originable], held: dict[bytes, bytes]
+) -> Sequence[IndexedEnvelope] | Rejected | None:
+    """What a request some of whose payer envelopes this originator holds already is told:
+    None when it holds none of them. A retry of a publish whose answer was lost (every
+    envelope held, byte for byte) is answered with the envelopes stored, storing and billing
+    nothing again; anything else is refused whole: a held envelope sent with other unsigned
+    fields (its retention), or beside envelopes not held."""
+    found = [(i, e, held[e.payer_digest]) for i, e in enumerate(request) if e.payer_digest in held]
+    if not found:
+        return None
+    answer = []
+    for i, payer, stored_raw in found:
+        twin = stored_twin(payer, stored_raw)
+        if twin is None:
+            return _refused_replay(
+                f"payer_envelopes[{i}] was published here already (its payer signed the same "
+                "client envelope for this originator) with other unsigned fields, such as "
+                "message_retention_days, which its signature does not cover"
+            )
+        answer.append(twin)
+    if len(found) < len(request):
+        i, _, _ = found[0]
+        return _refused_replay(
+            f"payer_envelopes[{i}] was published here already as sequence id "
+            f"{answer[0].sequence_id}, beside envelopes that were not: publish those without it"
+        )
+    return answer
 
 
 PIPELINE_MIN = 128  # envelopes waiting for a batch to start before the previous has committed
@@ -86,9 +109,9 @@ class Originator:
         `held`: where payer envelopes already stored are looked up (None: not checked)."""
         self._append = append
         self._held = held
-        # Digests of the payer envelopes taken and not yet committed (or failed): a replay
-        # arriving meanwhile is refused here, one arriving after finds them stored.
-        self._publishing: set[bytes] = set()
+        # Digests of the payer envelopes taken and not yet committed (or failed), with their
+        # request's answer: a replay arriving meanwhile waits for it, then finds them stored.
+        self._publishing: dict[bytes, asyncio.Future[list[IndexedEnvelope]]] = {}
         self._gather_turns = gather_turns
         self._gather_seconds = gather_seconds
         self._in_flight = in_flight
@@ -113,17 +136,21 @@ class Originator:
         if self._closing:
             raise Rejected(Reason.UNAVAILABLE, "node is shutting down; publish to another node")
         digests = [e.payer_digest for e in envelopes if e.payer_digest]
+        if len(set(digests)) < len(digests):
+            raise _refused_replay("the request lists one payer envelope twice")
         publishing = self._publishing
-        if len(set(digests)) < len(digests) or not publishing.isdisjoint(digests):
-            raise replayed(None)
-        publishing.update(digests)
+        while twins := {f for d in digests if (f := publishing.get(d)) and not f.done()}:
+            await asyncio.wait(twins)  # then found stored, or storable again if it failed
+        request = _Request(envelopes, asyncio.get_running_loop().create_future())
+        publishing.update((d, request.result) for d in digests)
         try:
-            request = _Request(envelopes, asyncio.get_running_loop().create_future())
             self._pending.append(request)
             self._wake.set()
             return await request.result
         finally:
-            publishing.difference_update(digests)
+            for d in digests:
+                if publishing.get(d) is request.result:
+                    del publishing[d]
 
     async def close(self) -> None:
         """Stops taking publishes and waits until every accepted one has committed."""
@@ -191,8 +218,9 @@ class Originator:
 
     async def _not_held(self, batch: list[_Request]) -> list[_Request]:
         """The requests of `batch` none of whose payer envelopes is stored already; the
-        others are refused. Looked up after their digests joined `_publishing`, so a replay
-        is either refused there or finds the first one committed."""
+        others are answered with what is stored, or refused (_stored_answer). Looked up
+        after their digests joined `_publishing`, so a replay either waited there for its
+        twin or finds it committed."""
         if self._held is None:
             return batch
         digests = [e.payer_digest for r in batch for e in r.envelopes if e.payer_digest]
@@ -206,11 +234,13 @@ class Originator:
             return batch
         kept = []
         for request in batch:
-            found = [held[e.payer_digest] for e in request.envelopes if e.payer_digest in held]
-            if found:
-                request.result.set_exception(replayed(found[0]))
-            else:
+            answer = _stored_answer(request.envelopes, held)
+            if answer is None:
                 kept.append(request)
+            elif isinstance(answer, Rejected):
+                request.result.set_exception(answer)
+            else:
+                request.result.set_result(list(answer))
         return kept
 
     async def _commit(

@@ -15,6 +15,7 @@ import structlog
 from xnode.core.cursors import Cursor
 from xnode.core.errors import Reason, Rejected
 from xnode.core.query import MAX_QUERY_TOPICS, EnvelopeQuery
+from xnode.core.sizes import DEFAULT_ANSWER_BUDGET_BYTES
 from xnode.observability.metrics import (
     OPEN_SUBSCRIPTIONS,
     SUBSCRIPTION_DELIVERIES,
@@ -22,7 +23,7 @@ from xnode.observability.metrics import (
 )
 from xnode.usecases.fanout import MAX_LAG_S, Fanout
 from xnode.usecases.limits import ANONYMOUS, ApiLimits, Caller
-from xnode.usecases.ports import EnvelopeReader
+from xnode.usecases.ports import AnswerReader
 from xnode.usecases.subscription import Delivery, FellBehind, Subscription
 
 log = structlog.get_logger(__name__)
@@ -72,13 +73,16 @@ def _ended(exc: FellBehind) -> Rejected:
 class Subscribe:
     def __init__(
         self,
-        store: EnvelopeReader,
+        store: AnswerReader,
         fanout: Fanout,
         keepalive_s: float = 30.0,
         limits: ApiLimits | None = None,
         max_lag_s: float = MAX_LAG_S,
+        budget: int = DEFAULT_ANSWER_BUDGET_BYTES,
     ) -> None:
+        """`budget`: the bytes of one catch-up read (core.sizes), as a query answer's."""
         self._store = store
+        self._budget = budget
         self._limits = limits
         self._fanout = fanout
         self._keepalive_s = keepalive_s
@@ -108,8 +112,9 @@ class Subscribe:
                 await held.enter_async_context(self._limits.subscription(caller))
             subscription = Subscription(
                 groups,
-                self._store.query,
+                self._store.query_within,
                 self._fanout,
+                budget=self._budget,
                 keepalive_s=self._keepalive_s,
                 max_lag_s=self._max_lag_s,
                 on_fell_behind=_report_fell_behind(method),

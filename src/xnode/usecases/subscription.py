@@ -7,7 +7,11 @@ Fanout delivers each originator's envelopes in order, so nothing is skipped at t
 Live, each delivery is everything that waited for the stream since its last one: a stream
 slower than the commits gets fewer, larger frames. One that falls further behind than its
 listener allows once live is ended (`FellBehind`) with its cursor, to resume from; one whose
-catch-up from the store took that long reads the store again before it goes live."""
+catch-up from the store took that long reads the store again before it goes live.
+
+Catch-up reads pages of at most `page_size` envelopes and `budget` bytes (core.sizes): a
+page of large envelopes is cut at the budget and the next read goes on from it, so a stream
+never holds more than one budget's envelopes read from the store."""
 
 from __future__ import annotations
 
@@ -19,9 +23,12 @@ from enum import Enum
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import StoredEnvelope
 from xnode.core.query import EnvelopeQuery
+from xnode.core.sizes import DEFAULT_ANSWER_BUDGET_BYTES
 from xnode.usecases.fanout import MAX_LAG_S, Batch, Fanout, Listener
 
-Fetch = Callable[[EnvelopeQuery, int], Awaitable[list[StoredEnvelope]]]
+# The store's query_within (usecases.ports.AnswerReader): a page, and whether the byte
+# budget cut it.
+Fetch = Callable[[EnvelopeQuery, int, int], Awaitable[tuple[list[StoredEnvelope], bool]]]
 
 
 class Phase(Enum):
@@ -106,6 +113,7 @@ class Subscription:
         fetch: Fetch,
         fanout: Fanout,
         page_size: int = 500,
+        budget: int = DEFAULT_ANSWER_BUDGET_BYTES,
         keepalive_s: float = 30.0,
         max_lag_s: float = MAX_LAG_S,
         on_fell_behind: Callable[[FellBehind], None] | None = None,
@@ -116,6 +124,7 @@ class Subscription:
         self._fetch = fetch
         self._fanout = fanout
         self._page_size = page_size
+        self._budget = budget
         self._keepalive_s = keepalive_s
         self._by_topic = {t: g for g in self._groups for t in g.query.topics}
         self._by_originator = {o: g for g in self._groups for o in g.query.originators}
@@ -165,11 +174,13 @@ class Subscription:
         self._live = False
         for group in self._groups:
             while not self._closed:
-                page = await self._fetch(group.query.with_cursor(group.cursor), self._page_size)
+                page, cut = await self._fetch(
+                    group.query.with_cursor(group.cursor), self._page_size, self._budget
+                )
                 if page:
                     group.advance(page)
                     yield Delivery(Phase.CATCHUP, [Batch(page)])
-                if len(page) < self._page_size:
+                if len(page) < self._page_size and not cut:
                     break
 
     async def _follow_live(self) -> AsyncIterator[Delivery]:

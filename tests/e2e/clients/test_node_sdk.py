@@ -22,7 +22,7 @@ from tests.e2e import image_builds
 from tests.e2e.clients.conftest import ClientNetwork
 from tests.e2e.clients.node_sdk_user import IMAGE_ENV
 from tests.e2e.clients.test_python_bindings import run_scenario
-from tests.e2e.podman_host import install_tools, podman_env, run
+from tests.e2e.podman_host import install_tools, podman_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -33,7 +33,7 @@ def node_sdk_image() -> str:
     image_builds.wait()
     install_tools()
     started = time.monotonic()
-    out = run(image_builds.NODE_SDK, podman_env(), timeout=1500)
+    out = image_builds.build(image_builds.NODE_SDK, podman_env(), timeout=1500)
     print(f"node sdk image: {time.monotonic() - started:.0f} s")
     return out.strip().splitlines()[-1]
 

@@ -23,6 +23,8 @@ from xnode.core.envelopes import (
 )
 from xnode.core.sizes import MAX_LIVENESS_REPORT_BYTES
 from xnode.core.topics import Topic, TopicKind
+from xnode_api.withholding.v1 import withholding_pb2 as wh
+from xnode_api.withholding.v1 import withholding_pb2_grpc
 
 PAYER = SigningKey.generate()
 GROUPS = [bytes([g]) * 16 for g in range(1, 4)]
@@ -97,6 +99,45 @@ async def test_answers_stop_at_their_byte_budget_and_say_so(
             )
         assert repeated.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert "topics[1] repeats topics[0]" in (repeated.value.details() or "")
+
+
+async def holdings_page(channel: grpc.aio.Channel, first: int) -> tuple[int, int, bool]:
+    """(the account's own last, envelopes in it, whether the budget cut it) of one
+    GetSignedHoldings call for first..256."""
+    stub = withholding_pb2_grpc.HoldingsApiStub(channel)
+    call = stub.GetSignedHoldings(
+        wh.GetSignedHoldingsRequest(originator_node_id=100, first=first, last=256)
+    )
+    answer = await call
+    trailers = dict(await call.trailing_metadata() or ())
+    account = wh.UnsignedHoldings.FromString(answer.holdings.unsigned_holdings)
+    return account.last, len(account.envelopes), trailers.get(ANSWER_CUT_TRAILER) == "bytes"
+
+
+async def test_signed_holdings_and_catch_up_stop_at_the_byte_budget(
+    start_node: Any, database: str, node_spec: NodeSpec
+) -> None:
+    """A signed account of 256 sequence ids holds two 100 kB envelopes, signs that it goes
+    to the second only, and says it was cut; a subscription's catch-up reads the same
+    budget at a time and still delivers everything."""
+    node = await start_node(**node_settings(database, node_spec, **SIZES))
+    async with NodeClient(node.address) as client:
+        await publish(client, GROUPS[0], 5)
+        async with grpc.aio.insecure_channel(node.address) as channel:
+            pages = [await holdings_page(channel, first) for first in (1, 3, 5)]
+        assert pages == [(2, 2, True), (4, 2, True), (256, 1, False)]
+        request = api.SubscribeEnvelopesRequest(query=api.EnvelopesQuery(topics=[topic(GROUPS[0])]))
+        stream = client.replication.SubscribeEnvelopes(request, timeout=30)
+        seen: list[int] = []
+        async for message in stream:
+            seen += [
+                parse_originator_envelope(e.SerializeToString()).sequence_id
+                for e in message.envelopes
+            ]
+            if len(seen) >= 5:
+                break
+        stream.cancel()
+    assert seen == [1, 2, 3, 4, 5]
 
 
 async def test_a_report_over_its_cap_is_refused_and_not_kept(

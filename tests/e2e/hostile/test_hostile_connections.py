@@ -9,13 +9,17 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+import grpc
+
 from tests.conftest import NodeProcess, NodeSpec
 from tests.waiting import eventually
+from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.devtools.postgres import free_port
 
 PER_IP = 10
+CALLS_PER_IP = 4
 HANDSHAKE_S = 1.0
 
 
@@ -113,3 +117,38 @@ async def test_one_ip_holds_at_most_its_share_of_http_connections(
     finally:
         for _, writer in opened:
             writer.close()
+
+
+async def test_one_ip_holds_at_most_its_share_of_grpc_calls(
+    spawn_node: Callable[..., NodeProcess], database: str, node_spec: NodeSpec
+) -> None:
+    """grpcio caps no connections per IP: the node caps the calls one IP has in progress.
+    Streams held open use it up; the next call of any kind is RESOURCE_EXHAUSTED at once,
+    and a call goes through again once a stream ends."""
+    node = spawn_node(database, node_spec, grpc_calls_per_ip=str(CALLS_PER_IP))
+    request = api.SubscribeEnvelopesRequest(query=api.EnvelopesQuery(originator_node_ids=[100]))
+    async with NodeClient(node.address) as client:
+        streams = [client.replication.SubscribeEnvelopes(request) for _ in range(CALLS_PER_IP)]
+        for stream in streams:
+            await stream.initial_metadata()  # each held by the node
+        query = api.QueryEnvelopesRequest(query=api.EnvelopesQuery(originator_node_ids=[100]))
+
+        async def refused() -> bool:
+            try:
+                await client.replication.QueryEnvelopes(query, timeout=10)
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, exc
+                assert "calls in progress on this node" in (exc.details() or "")
+                return True
+            return False
+
+        await eventually(refused, within_s=10, what="a call past the cap refused")
+        streams[0].cancel()
+
+        async def answered() -> bool:
+            return not await refused()
+
+        await eventually(answered, within_s=10, what="a call answered once a stream ended")
+        for stream in streams[1:]:
+            stream.cancel()
+    assert "Traceback" not in node.output()

@@ -1,5 +1,7 @@
-"""A stranger replays a payer's envelope to an `xnode run` process on real Postgres: with its
-own retention or as it was, it is refused, and the payer is billed once."""
+"""A payer's envelope sent again to an `xnode run` process on real Postgres: as it was (a
+client retrying a publish whose answer it lost, or a stranger replaying it), it is answered
+with the envelope stored; with another retention, or beside a new envelope, it is refused.
+Either way nothing is stored again and the payer is billed once."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def with_retention(payer: envelopes_pb2.PayerEnvelope, days: int) -> envelopes_p
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
-async def test_a_replayed_payer_envelope_is_refused_and_bills_nobody(
+async def test_a_replayed_payer_envelope_is_answered_as_stored_and_bills_nobody(
     tmp_path: Path, empty_database: str, spawn_node: Callable[..., NodeProcess], workers: str
 ) -> None:
     """With two workers, replays also come through the one that forwards its batches to the
@@ -58,27 +60,33 @@ async def test_a_replayed_payer_envelope_is_refused_and_bills_nobody(
         group_message_envelope(GROUP, b"paid once"), payer, 100, retention_days=30
     )
     async with NodeClient(node.address) as attacker:
-        await attacker.publish([signed])
+        (stored,) = await attacker.publish([signed])
         billed = await usage(empty_database, payer)
         assert billed[0] == 1 and billed[1] > 0
 
-        for replay in (signed, with_retention(signed, DEFAULT_MAX_RETENTION_DAYS)) * 2:
+        for _ in range(4):
             async with NodeClient(node.address, own_connection=True) as connection:
+                assert await connection.publish([signed]) == [stored]
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
-                    await connection.publish([replay])
+                    await connection.publish([with_retention(signed, DEFAULT_MAX_RETENTION_DAYS)])
             assert refused.value.code() is grpc.StatusCode.ALREADY_EXISTS
-            assert "published here already as sequence id 1" in (refused.value.details() or "")
+            assert "with other unsigned fields, such as message_retention_days" in (
+                refused.value.details() or ""
+            )
         # The replay that once billed 717,259,538,365 picodollars: retention 4,294,967,295
         # days is over the cap, refused before anything else.
         with pytest.raises(grpc.aio.AioRpcError) as capped:
             await attacker.publish([with_retention(signed, 2**32 - 1)])
         assert capped.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert "message_retention_days is 4294967295" in (capped.value.details() or "")
-        # Replays in one request with a new envelope: the request is refused whole.
+        # A replay in one request with a new envelope: the request is refused whole.
         fresh = build_payer_envelope(group_message_envelope(GROUP, b"new"), payer, 100)
         with pytest.raises(grpc.aio.AioRpcError) as mixed:
             await attacker.publish([fresh, signed])
         assert mixed.value.code() is grpc.StatusCode.ALREADY_EXISTS
-        stored = await attacker.query(originators=[100])
-    assert len(stored) == 1
+        assert "payer_envelopes[1] was published here already as sequence id 1" in (
+            mixed.value.details() or ""
+        )
+        held = await attacker.query(originators=[100])
+    assert len(held) == 1
     assert await usage(empty_database, payer) == billed

@@ -65,7 +65,9 @@ def images() -> dict[str, str]:
     install_tools()
     env = podman_env()
     started = time.monotonic()
-    run(image_builds.NODE_IMAGES, {**env, **image_builds.NODE_IMAGES_ENV}, timeout=1800)
+    image_builds.build(
+        image_builds.NODE_IMAGES, {**env, **image_builds.NODE_IMAGES_ENV}, timeout=1800
+    )
     print(f"make image: {time.monotonic() - started:.0f} s")
     return env
 

@@ -8,7 +8,10 @@ from contextlib import AsyncExitStack
 import asyncpg
 import pytest
 
+from tests.conftest import database_refusing
+from tests.waiting import eventually
 from xnode.core.limits import Kind, Limit, LimitExceeded
+from xnode.devtools.postgres import PgCluster
 from xnode.store.limits import SharedBuckets
 from xnode.store.subscription_slots import SharedSubscriptionSlots
 from xnode.usecases.limits import ApiLimits, Caller, LimitPolicy
@@ -100,3 +103,30 @@ async def test_peers_with_a_node_token_get_their_own_higher_count(database: str)
     finally:
         await slots.close()
         await pool.close()
+
+
+async def test_slots_are_taken_again_after_the_database_ended_their_session(
+    pg_cluster: PgCluster, database: str
+) -> None:
+    """Postgres restarting ends the slots' dedicated session, and the pool takes the
+    connection back by itself: every subscription was then refused (StoreUnavailable,
+    "released back to the pool") until the node restarted."""
+    pool = await asyncpg.create_pool(database, min_size=1, max_size=3)
+    slots = SharedSubscriptionSlots(pool)
+    try:
+        assert await slots.hold("10.0.0.9", 3)
+        async with database_refusing(pg_cluster, database):  # ends every session
+            await eventually(lambda: _closed_by_server(slots), what="the session ended")
+        await slots.release("10.0.0.9")  # that slot ended with its session: nothing to do
+        assert await slots.hold("10.0.0.9", 1)  # a new session, and the count started over
+    finally:
+        await slots.close()
+        await pool.close()
+
+
+def _closed_by_server(slots: SharedSubscriptionSlots) -> bool:
+    connection = slots._connection  # what the next hold() finds
+    try:
+        return connection is None or connection.is_closed()
+    except asyncpg.InterfaceError:
+        return True  # taken back by the pool: the case that refused every subscription

@@ -17,6 +17,7 @@ from xnode.core.crypto import SigningKey
 from xnode.core.evidence import why_unproven
 from xnode.core.misbehavior import WITHHOLDING, WITHHOLDING_ACCUSATION
 from xnode.core.reconciliation import Fingerprint, SequenceRange
+from xnode.core.withholding import account, sign_holdings
 from xnode.replication.withholding import HoldingsUnanswered, WithholdingCheck
 from xnode_api.withholding.v1 import withholding_pb2 as wh
 
@@ -36,6 +37,7 @@ class Originator:
     node_id: int = NODE
     bytes_exchanged: int = 0
     asked: list[tuple[int, int]] = field(default_factory=list)
+    budget_ids: int | None = None  # its byte budget cuts each account after so many ids
 
     async def leaves(
         self, originator: int, ranges: Sequence[SequenceRange]
@@ -54,7 +56,14 @@ class Originator:
         self.asked.append((first, last))
         if self.refusal is not None:
             raise HoldingsUnanswered(f"{self.refusal}: no", self.refusal)
-        return LOG.holdings(self.edit)
+        if self.budget_ids is None:
+            return LOG.holdings(self.edit)
+        upto = min(last, first + self.budget_ids - 1)
+        held = [h for h in LOG.held() if first <= h.sequence_id <= upto]
+        unsigned = account(NODE, first, upto, LOG.size, held, LOG.now_ns)
+        if self.edit is not None:
+            self.edit(unsigned)
+        return sign_holdings(KEY, unsigned)
 
     async def fingerprints(
         self, originator: int, ranges: Sequence[SequenceRange]
@@ -89,6 +98,21 @@ async def test_holdings_leaving_out_a_committed_id_are_reported_once() -> None:
     assert await check.check(peer, NODE, LOG.checkpoint, [S], {}) == 0
     (report,) = recorder.reports
     assert int(report.type) == WITHHOLDING and report.misbehaving_node_id == NODE
+    assert why_unproven(report, {NODE: [KEY.public_key]}) is None
+
+
+async def test_accounts_their_byte_budget_cut_are_asked_again_past_their_last() -> None:
+    """An account that goes to its own `last` only settles nothing beyond it: the rest of
+    the span is asked again, an honest originator is never reported, a withholder is."""
+    check, recorder = _check()
+    honest = Originator(budget_ids=2)
+    assert await check.check(honest, NODE, LOG.checkpoint, [3, 4, 5, 6, 7], {}) == 0
+    assert honest.asked == [(3, 7), (5, 7), (7, 7)]
+    assert recorder.reports == []
+    check, recorder = _check()
+    withholder = Originator(edit=leaving_out(LOG, 6), budget_ids=2)
+    assert await check.check(withholder, NODE, LOG.checkpoint, [3, 4, 5, 6, 7], {}) == 1
+    (report,) = recorder.reports
     assert why_unproven(report, {NODE: [KEY.public_key]}) is None
 
 

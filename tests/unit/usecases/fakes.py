@@ -47,6 +47,13 @@ def payer_envelope(
     return build_payer_envelope(group_message_envelope(GROUP, data, depends_on), PAYER, target)
 
 
+def budgeted(found: list[StoredEnvelope], budget: int) -> tuple[list[StoredEnvelope], bool]:
+    """What a store's query_within answers of `found`: the rows within `budget` bytes, and
+    whether that cut any."""
+    held = within_budget((len(e.raw) for e in found), budget)
+    return found[:held], held < len(found)
+
+
 class MemoryStore:
     """EnvelopeReader over a list; `clock` is what other processes have committed."""
 
@@ -70,9 +77,7 @@ class MemoryStore:
     async def query_within(
         self, query: EnvelopeQuery, limit: int, budget: int
     ) -> tuple[list[StoredEnvelope], bool]:
-        found = await self.query(query, limit)
-        held = within_budget((len(e.raw) for e in found), budget)
-        return found[:held], held < len(found)
+        return budgeted(await self.query(query, limit), budget)
 
     async def newest(self, topics: Sequence[bytes], budget: int) -> list[bytes | None]:
         self.newest_asked.append(list(topics))

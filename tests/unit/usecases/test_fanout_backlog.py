@@ -26,7 +26,9 @@ OTHER = b"\x00" + b"h" * 16
 def subscription(
     store: MemoryStore, fanout: Fanout, topics: tuple[bytes, ...] = (TOPIC,)
 ) -> Subscription:
-    return Subscription([EnvelopeQuery(topics, (), Cursor())], store.query, fanout, max_lag_s=5)
+    return Subscription(
+        [EnvelopeQuery(topics, (), Cursor())], store.query_within, fanout, max_lag_s=5
+    )
 
 
 async def live(sub: Subscription) -> AsyncIterator[Delivery]:
@@ -96,7 +98,11 @@ async def test_falling_behind_during_catch_up_reads_the_store_again_without_loss
     clock = FixedClock(1000)
     fanout = Fanout(store.fetch_range, Cursor({100: 3}), clock)
     sub = Subscription(
-        [EnvelopeQuery((TOPIC,), (), Cursor())], store.query, fanout, page_size=2, max_lag_s=5
+        [EnvelopeQuery((TOPIC,), (), Cursor())],
+        store.query_within,
+        fanout,
+        page_size=2,
+        max_lag_s=5,
     )
     stream = sub.deliveries()
     first = await anext(stream)  # catch-up, first page; the stream then stops reading

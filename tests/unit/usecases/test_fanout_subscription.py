@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from tests.unit.usecases.fakes import budgeted
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import StoredEnvelope
 from xnode.core.query import EnvelopeQuery
@@ -35,7 +36,12 @@ class MemoryStore:
         ]
         return sorted(hits, key=lambda e: (e.originator_node_id, e.sequence_id))[:limit]
 
-    async def newest(self, topics: Sequence[bytes]) -> list[bytes | None]:
+    async def query_within(
+        self, query: EnvelopeQuery, limit: int, budget: int
+    ) -> tuple[list[StoredEnvelope], bool]:
+        return budgeted(await self.query(query, limit), budget)
+
+    async def newest(self, topics: Sequence[bytes], budget: int) -> list[bytes | None]:
         raise AssertionError("subscriptions never ask for the newest envelope")
 
     async def vector_clock(self) -> Cursor:
@@ -77,7 +83,7 @@ async def test_switch_over_has_no_gap_and_no_duplicate() -> None:
     fanout = Fanout(store.fetch_range, Cursor({100: 5}))
     store.read_gate = asyncio.Event()
     sub = Subscription(
-        [EnvelopeQuery((TOPIC,), (), Cursor({100: 2}))], store.query, fanout, page_size=2
+        [EnvelopeQuery((TOPIC,), (), Cursor({100: 2}))], store.query_within, fanout, page_size=2
     )
     task = asyncio.create_task(collect(sub, 6))
     await asyncio.sleep(0.01)  # registered, catch-up read blocked
@@ -91,10 +97,34 @@ async def test_switch_over_has_no_gap_and_no_duplicate() -> None:
     assert any(d.phase is Phase.CAUGHT_UP for d in got)
 
 
+async def test_catch_up_reads_stop_at_the_byte_budget_and_go_on_from_there() -> None:
+    """Each catch-up read holds at most the budget's bytes (always one envelope): a page
+    the budget cut is followed by the next, though it held fewer than page_size."""
+    store = MemoryStore()
+    for seq in range(1, 6):
+        store.add(100, seq)  # b"100:1" ...: 5 bytes each
+    sub = Subscription(
+        [EnvelopeQuery((TOPIC,), (), Cursor())],
+        store.query_within,
+        Fanout(store.fetch_range, Cursor({100: 5})),
+        page_size=500,
+        budget=11,
+    )
+    stream = sub.deliveries()
+    pages = [await anext(stream) for _ in range(3)]
+    assert [(d.phase, [e.sequence_id for e in d.envelopes]) for d in pages] == [
+        (Phase.CATCHUP, [1, 2]),
+        (Phase.CATCHUP, [3, 4]),
+        (Phase.CATCHUP, [5]),
+    ]
+    assert (await anext(stream)).phase is Phase.CAUGHT_UP
+    await stream.aclose()
+
+
 async def test_fanout_fills_gaps_from_the_store_before_later_envelopes() -> None:
     store = MemoryStore()
     fanout = Fanout(store.fetch_range, Cursor())
-    sub = Subscription([EnvelopeQuery((), (200,), Cursor())], store.query, fanout)
+    sub = Subscription([EnvelopeQuery((), (200,), Cursor())], store.query_within, fanout)
     task = asyncio.create_task(collect(sub, 3))
     await asyncio.sleep(0.01)
     store.add(200, 1)
@@ -106,7 +136,7 @@ async def test_fanout_fills_gaps_from_the_store_before_later_envelopes() -> None
 async def test_other_process_commits_are_fetched_and_delivered_once() -> None:
     store = MemoryStore()
     fanout = Fanout(store.fetch_range, Cursor())
-    sub = Subscription([EnvelopeQuery((TOPIC,), (), Cursor())], store.query, fanout)
+    sub = Subscription([EnvelopeQuery((TOPIC,), (), Cursor())], store.query_within, fanout)
     task = asyncio.create_task(collect(sub, 4))
     await asyncio.sleep(0.01)
     for seq in range(1, 4):
@@ -132,7 +162,7 @@ async def test_other_process_commits_are_not_read_back_when_nobody_listens() -> 
         store.add(300, seq)
     await fanout.caught_up_to({300: 3})
     assert fetched == []
-    sub = Subscription([EnvelopeQuery((TOPIC,), (), Cursor())], store.query, fanout)
+    sub = Subscription([EnvelopeQuery((TOPIC,), (), Cursor())], store.query_within, fanout)
     task = asyncio.create_task(collect(sub, 5))
     deadline = asyncio.get_running_loop().time() + 5
     while fanout.listener_count == 0:  # registered before its catch-up read
@@ -149,7 +179,7 @@ async def test_keepalive_when_idle() -> None:
     store = MemoryStore()
     fanout = Fanout(store.fetch_range, Cursor())
     sub = Subscription(
-        [EnvelopeQuery((TOPIC,), (), Cursor())], store.query, fanout, keepalive_s=0.05
+        [EnvelopeQuery((TOPIC,), (), Cursor())], store.query_within, fanout, keepalive_s=0.05
     )
     stream = sub.deliveries()
     phases = [(await stream.__anext__()).phase for _ in range(3)]
@@ -160,7 +190,7 @@ async def test_keepalive_when_idle() -> None:
 async def test_close_ends_the_subscription() -> None:
     store = MemoryStore()
     fanout = Fanout(store.fetch_range, Cursor())
-    sub = Subscription([EnvelopeQuery((TOPIC,), (), Cursor())], store.query, fanout)
+    sub = Subscription([EnvelopeQuery((TOPIC,), (), Cursor())], store.query_within, fanout)
     stream = sub.deliveries()
     await stream.__anext__()
     sub.close()
@@ -171,7 +201,7 @@ async def test_close_ends_the_subscription() -> None:
 async def test_expired_envelopes_are_not_delivered_live() -> None:
     store = MemoryStore()
     fanout = Fanout(store.fetch_range, Cursor())
-    sub = Subscription([EnvelopeQuery((), (100,), Cursor())], store.query, fanout)
+    sub = Subscription([EnvelopeQuery((), (100,), Cursor())], store.query_within, fanout)
     stream = sub.deliveries()
     assert (await stream.__anext__()).phase is Phase.CAUGHT_UP
     expired = StoredEnvelope(100, 1, TOPIC, b"old", expiry=1)

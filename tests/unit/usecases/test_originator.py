@@ -8,9 +8,21 @@ from collections.abc import Sequence
 
 import pytest
 
-from xnode.core.envelopes import IndexedEnvelope, Originable, ValidPayerEnvelope
+from xnode.client.node import group_message_envelope
+from xnode.core.crypto import SigningKey
+from xnode.core.envelopes import (
+    IndexedEnvelope,
+    Originable,
+    ValidPayerEnvelope,
+    build_payer_envelope,
+    originate,
+    validate_payer_envelope,
+)
 from xnode.core.errors import Reason, Rejected
 from xnode.usecases.originator import GATHER_MIN, GATHER_PATIENCE, Originator
+
+NODE_KEY = SigningKey.generate()
+PAYER = SigningKey.generate()
 
 
 class FakeLog:
@@ -48,56 +60,63 @@ def _envelopes(n: int) -> list[ValidPayerEnvelope]:
     return [_Payer()] * n  # type: ignore[list-item]  # the fake reads the digest only
 
 
-def _signed(*digests: bytes) -> list[ValidPayerEnvelope]:
-    return [_Payer(d) for d in digests]  # type: ignore[misc]
-
-
-class FakeHeld:
-    """The store's payer digests: what the fake log committed."""
+class SigningLog:
+    """Originates real envelopes (node 100's key) and keeps them by payer digest, as the
+    store's payer digests (migration 0010) do."""
 
     def __init__(self) -> None:
-        self.stored: dict[bytes, int] = {}
-        self.lookups = 0
+        self.stored: dict[bytes, bytes] = {}
+        self.committed: list[int] = []
+        self.next_seq = 1
 
-    async def held(self, digests: Sequence[bytes]) -> dict[bytes, int]:
-        self.lookups += 1
+    async def append(self, batch: Sequence[Originable]) -> list[IndexedEnvelope]:
+        await asyncio.sleep(0.01)  # a commit takes time, so a replay can race it
+        signed = []
+        for payer in batch:
+            envelope = originate(payer, 100, self.next_seq, self.next_seq, NODE_KEY)
+            self.stored[payer.payer_digest] = envelope.raw
+            self.next_seq += 1
+            signed.append(envelope)
+        return signed
+
+    async def on_committed(self, envelopes: list[IndexedEnvelope]) -> None:
+        self.committed += [e.sequence_id for e in envelopes]
+
+    async def held(self, digests: Sequence[bytes]) -> dict[bytes, bytes]:
         return {d: self.stored[d] for d in digests if d in self.stored}
 
 
-async def test_a_payer_envelope_held_or_in_flight_is_refused_and_others_commit() -> None:
-    log = FakeLog()
-    store = FakeHeld()
+def _valid(data: bytes, retention_days: int = 30) -> ValidPayerEnvelope:
+    payer = build_payer_envelope(
+        group_message_envelope(b"g" * 16, data), PAYER, 100, retention_days=retention_days
+    )
+    return validate_payer_envelope(payer, 100)
 
-    async def committed(envelopes: list[IndexedEnvelope]) -> None:
-        await log.on_committed(envelopes)
 
-    async def append(batch: Sequence[Originable]) -> list[IndexedEnvelope]:
-        signed = await log.append(batch)
-        for payer, envelope in zip(batch, signed, strict=True):
-            store.stored[payer.payer_digest] = envelope.sequence_id
-        return signed
-
-    originator = Originator(append, committed, held=store.held)
+async def test_a_replay_is_answered_with_what_was_stored_and_a_different_one_refused() -> None:
+    log = SigningLog()
+    originator = Originator(log.append, log.on_committed, held=log.held)
     originator.start()
-    # The same digest twice in one request, or in two requests at once: one is refused.
-    with pytest.raises(Rejected) as twice:
-        await originator.publish(_signed(b"a", b"a"))
+    a, b, c = _valid(b"a"), _valid(b"b"), _valid(b"c")
+    with pytest.raises(Rejected) as twice:  # one envelope listed twice in a request
+        await originator.publish([a, a])
     assert twice.value.reason is Reason.ALREADY_PUBLISHED
-    first, racing = await asyncio.gather(
-        originator.publish(_signed(b"b")),
-        originator.publish(_signed(b"b")),
-        return_exceptions=True,
-    )
-    assert isinstance(first, list) and first[0].sequence_id == 1
-    assert isinstance(racing, Rejected) and "being stored now" in str(racing)
-    # Once stored, a replay finds it, and its neighbours in the batch still commit.
-    replay, fresh = await asyncio.gather(
-        originator.publish(_signed(b"b")),
-        originator.publish(_signed(b"c")),
-        return_exceptions=True,
-    )
-    assert isinstance(replay, Rejected) and "as sequence id 1" in str(replay)
-    assert isinstance(fresh, list) and fresh[0].sequence_id == 2
+    # A retry racing its first publish waits for it, and is answered the same envelope.
+    first, racing = await asyncio.gather(originator.publish([b]), originator.publish([b]))
+    assert racing == first and first[0].sequence_id == 1
+    # Once stored, a retry finds it (nothing signed or stored again); neighbours commit.
+    retry, fresh = await asyncio.gather(originator.publish([b]), originator.publish([c]))
+    assert [e.raw for e in retry] == [e.raw for e in first]
+    assert (retry[0].sequence_id, fresh[0].sequence_id) == (1, 2)
+    # The same signature with another (unsigned) retention, or beside a new envelope: refused.
+    with pytest.raises(Rejected) as other:
+        await originator.publish([_valid(b"b", retention_days=3650)])
+    assert other.value.reason is Reason.ALREADY_PUBLISHED
+    assert "payer_envelopes[0] was published here already" in str(other.value)
+    assert "message_retention_days" in str(other.value)
+    with pytest.raises(Rejected) as mixed:
+        await originator.publish([_valid(b"d"), b])
+    assert "payer_envelopes[1] was published here already as sequence id 1" in str(mixed.value)
     await originator.close()
     assert log.committed == [1, 2]
 

@@ -33,6 +33,7 @@ class UnsignedCheckpoint(_message.Message):
     ORIGINATOR_NS_FIELD_NUMBER: _builtins.int
     PREVIOUS_HASH_FIELD_NUMBER: _builtins.int
     LEAF_FORMAT_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
     originator_node_id: _builtins.int
     tree_size: _builtins.int
     """The tree covers sequence ids 1..tree_size (leaf i is sequence id i + 1)."""
@@ -45,6 +46,12 @@ class UnsignedCheckpoint(_message.Message):
     """The format of the tree's leaves (docs/proofs.md): 2 commits to each envelope's expiry;
     absent (0) means format 1, checkpoints signed before leaf format 2.
     """
+    @_builtins.property
+    def topics(self) -> Global___TopicCommitment:
+        """Per-topic commitments (docs/proofs.md, "Completeness proofs"); absent in checkpoints
+        signed without them. Peers that do not know it keep it as an unknown field, signed.
+        """
+
     def __init__(
         self,
         *,
@@ -54,14 +61,48 @@ class UnsignedCheckpoint(_message.Message):
         originator_ns: _builtins.int = ...,
         previous_hash: _builtins.bytes = ...,
         leaf_format: _builtins.int = ...,
+        topics: Global___TopicCommitment | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["leaf_format", b"leaf_format", "originator_node_id", b"originator_node_id", "originator_ns", b"originator_ns", "previous_hash", b"previous_hash", "root", b"root", "tree_size", b"tree_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leaf_format", b"leaf_format", "originator_node_id", b"originator_node_id", "originator_ns", b"originator_ns", "previous_hash", b"previous_hash", "root", b"root", "topics", b"topics", "tree_size", b"tree_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UnsignedCheckpoint: _TypeAlias = UnsignedCheckpoint  # noqa: Y015
+
+@_typing.final
+class TopicCommitment(_message.Message):
+    """The root of the originator's topic map: sha256(topic) -> the head of that topic's log of
+    this originator's envelopes, over sequence ids first_sequence_id..tree_size.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FORMAT_FIELD_NUMBER: _builtins.int
+    MAP_ROOT_FIELD_NUMBER: _builtins.int
+    FIRST_SEQUENCE_ID_FIELD_NUMBER: _builtins.int
+    format: _builtins.int
+    """1: the sparse Merkle map of xnode.core.topic_map."""
+    map_root: _builtins.bytes
+    first_sequence_id: _builtins.int
+    """The first sequence id the map covers (1 unless the node started committing topics
+    after its log began).
+    """
+    def __init__(
+        self,
+        *,
+        format: _builtins.int = ...,
+        map_root: _builtins.bytes = ...,
+        first_sequence_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_sequence_id", b"first_sequence_id", "format", b"format", "map_root", b"map_root"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicCommitment: _TypeAlias = TopicCommitment  # noqa: Y015
 
 @_typing.final
 class Checkpoint(_message.Message):

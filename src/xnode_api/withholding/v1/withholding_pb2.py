@@ -22,39 +22,40 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from xnode_api.completeness.v1 import completeness_pb2 as xnode__api_dot_completeness_dot_v1_dot_completeness__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*xnode_api/withholding/v1/withholding.proto\x12\x14xnode.withholding.v1\";\n\x0b\x45xpiredLeaf\x12\x13\n\x0bsequence_id\x18\x01 \x01(\x04\x12\x17\n\x0f\x65xpiry_unixtime\x18\x02 \x01(\x04\"\xcd\x01\n\x10UnsignedHoldings\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\r\n\x05\x66irst\x18\x02 \x01(\x04\x12\x0c\n\x04last\x18\x03 \x01(\x04\x12\x10\n\x08log_size\x18\x04 \x01(\x04\x12\x13\n\x0b\x61nswered_ns\x18\x05 \x01(\x04\x12\x11\n\tenvelopes\x18\x06 \x03(\x0c\x12\x32\n\x07\x65xpired\x18\x07 \x03(\x0b\x32!.xnode.withholding.v1.ExpiredLeaf\x12\x12\n\nunprovable\x18\x08 \x03(\x04\">\n\x0eSignedHoldings\x12\x19\n\x11unsigned_holdings\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"S\n\x18GetSignedHoldingsRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\r\n\x05\x66irst\x18\x02 \x01(\x04\x12\x0c\n\x04last\x18\x03 \x01(\x04\"S\n\x19GetSignedHoldingsResponse\x12\x36\n\x08holdings\x18\x01 \x01(\x0b\x32$.xnode.withholding.v1.SignedHoldings\"<\n\x0bLeafOpening\x12\x17\n\x0f\x65xpiry_unixtime\x18\x01 \x01(\x04\x12\x14\n\x0c\x63ontent_hash\x18\x02 \x01(\x0c\"\x95\x01\n\nCommitment\x12\x12\n\ncheckpoint\x18\x01 \x01(\x0c\x12\x13\n\x0bsequence_id\x18\x02 \x01(\x04\x12\x11\n\tleaf_hash\x18\x03 \x01(\x0c\x12\x17\n\x0finclusion_proof\x18\x04 \x03(\x0c\x12\x32\n\x07opening\x18\x05 \x01(\x0b\x32!.xnode.withholding.v1.LeafOpening\"\x80\x01\n\x10WithholdingProof\x12\x34\n\ncommitment\x18\x01 \x01(\x0b\x32 .xnode.withholding.v1.Commitment\x12\x36\n\x08holdings\x18\x02 \x01(\x0b\x32$.xnode.withholding.v1.SignedHoldings\"o\n\x15WithholdingAccusation\x12\x34\n\ncommitment\x18\x01 \x01(\x0b\x32 .xnode.withholding.v1.Commitment\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\x12\x10\n\x08\x61sked_ns\x18\x03 \x01(\x04\"n\n\tSplitView\x12/\n\x05\x66irst\x18\x01 \x01(\x0b\x32 .xnode.withholding.v1.Commitment\x12\x30\n\x06second\x18\x02 \x01(\x0b\x32 .xnode.withholding.v1.Commitment\"\xe8\x02\n\x19\x45xtendedMisbehaviorReport\x12\x18\n\x10reporter_time_ns\x18\x01 \x01(\x04\x12\x1b\n\x13misbehaving_node_id\x18\x02 \x01(\r\x12\x37\n\x04type\x18\x03 \x01(\x0e\x32).xnode.withholding.v1.ExtendedMisbehavior\x12\x19\n\x11submitted_by_node\x18\x06 \x01(\x08\x12<\n\x0bwithholding\x18\xe8\x07 \x01(\x0b\x32&.xnode.withholding.v1.WithholdingProof\x12L\n\x16withholding_accusation\x18\xe9\x07 \x01(\x0b\x32+.xnode.withholding.v1.WithholdingAccusation\x12\x34\n\nsplit_view\x18\xea\x07 \x01(\x0b\x32\x1f.xnode.withholding.v1.SplitView*\x9c\x01\n\x13\x45xtendedMisbehavior\x12$\n EXTENDED_MISBEHAVIOR_UNSPECIFIED\x10\x00\x12\x1b\n\x17MISBEHAVIOR_WITHHOLDING\x10\x64\x12&\n\"MISBEHAVIOR_WITHHOLDING_ACCUSATION\x10\x65\x12\x1a\n\x16MISBEHAVIOR_SPLIT_VIEW\x10\x66\x32\x83\x01\n\x0bHoldingsApi\x12t\n\x11GetSignedHoldings\x12..xnode.withholding.v1.GetSignedHoldingsRequest\x1a/.xnode.withholding.v1.GetSignedHoldingsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*xnode_api/withholding/v1/withholding.proto\x12\x14xnode.withholding.v1\x1a,xnode_api/completeness/v1/completeness.proto\";\n\x0b\x45xpiredLeaf\x12\x13\n\x0bsequence_id\x18\x01 \x01(\x04\x12\x17\n\x0f\x65xpiry_unixtime\x18\x02 \x01(\x04\"\xcd\x01\n\x10UnsignedHoldings\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\r\n\x05\x66irst\x18\x02 \x01(\x04\x12\x0c\n\x04last\x18\x03 \x01(\x04\x12\x10\n\x08log_size\x18\x04 \x01(\x04\x12\x13\n\x0b\x61nswered_ns\x18\x05 \x01(\x04\x12\x11\n\tenvelopes\x18\x06 \x03(\x0c\x12\x32\n\x07\x65xpired\x18\x07 \x03(\x0b\x32!.xnode.withholding.v1.ExpiredLeaf\x12\x12\n\nunprovable\x18\x08 \x03(\x04\">\n\x0eSignedHoldings\x12\x19\n\x11unsigned_holdings\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"S\n\x18GetSignedHoldingsRequest\x12\x1a\n\x12originator_node_id\x18\x01 \x01(\r\x12\r\n\x05\x66irst\x18\x02 \x01(\x04\x12\x0c\n\x04last\x18\x03 \x01(\x04\"S\n\x19GetSignedHoldingsResponse\x12\x36\n\x08holdings\x18\x01 \x01(\x0b\x32$.xnode.withholding.v1.SignedHoldings\"<\n\x0bLeafOpening\x12\x17\n\x0f\x65xpiry_unixtime\x18\x01 \x01(\x04\x12\x14\n\x0c\x63ontent_hash\x18\x02 \x01(\x0c\"\x95\x01\n\nCommitment\x12\x12\n\ncheckpoint\x18\x01 \x01(\x0c\x12\x13\n\x0bsequence_id\x18\x02 \x01(\x04\x12\x11\n\tleaf_hash\x18\x03 \x01(\x0c\x12\x17\n\x0finclusion_proof\x18\x04 \x03(\x0c\x12\x32\n\x07opening\x18\x05 \x01(\x0b\x32!.xnode.withholding.v1.LeafOpening\"\x80\x01\n\x10WithholdingProof\x12\x34\n\ncommitment\x18\x01 \x01(\x0b\x32 .xnode.withholding.v1.Commitment\x12\x36\n\x08holdings\x18\x02 \x01(\x0b\x32$.xnode.withholding.v1.SignedHoldings\"o\n\x15WithholdingAccusation\x12\x34\n\ncommitment\x18\x01 \x01(\x0b\x32 .xnode.withholding.v1.Commitment\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\x12\x10\n\x08\x61sked_ns\x18\x03 \x01(\x04\"n\n\tSplitView\x12/\n\x05\x66irst\x18\x01 \x01(\x0b\x32 .xnode.withholding.v1.Commitment\x12\x30\n\x06second\x18\x02 \x01(\x0b\x32 .xnode.withholding.v1.Commitment\"\xa0\x03\n\x19\x45xtendedMisbehaviorReport\x12\x18\n\x10reporter_time_ns\x18\x01 \x01(\x04\x12\x1b\n\x13misbehaving_node_id\x18\x02 \x01(\r\x12\x37\n\x04type\x18\x03 \x01(\x0e\x32).xnode.withholding.v1.ExtendedMisbehavior\x12\x19\n\x11submitted_by_node\x18\x06 \x01(\x08\x12<\n\x0bwithholding\x18\xe8\x07 \x01(\x0b\x32&.xnode.withholding.v1.WithholdingProof\x12L\n\x16withholding_accusation\x18\xe9\x07 \x01(\x0b\x32+.xnode.withholding.v1.WithholdingAccusation\x12\x34\n\nsplit_view\x18\xea\x07 \x01(\x0b\x32\x1f.xnode.withholding.v1.SplitView\x12\x36\n\x08omission\x18\xeb\x07 \x01(\x0b\x32#.xnode.completeness.v1.SignedAnswer*\xb6\x01\n\x13\x45xtendedMisbehavior\x12$\n EXTENDED_MISBEHAVIOR_UNSPECIFIED\x10\x00\x12\x1b\n\x17MISBEHAVIOR_WITHHOLDING\x10\x64\x12&\n\"MISBEHAVIOR_WITHHOLDING_ACCUSATION\x10\x65\x12\x1a\n\x16MISBEHAVIOR_SPLIT_VIEW\x10\x66\x12\x18\n\x14MISBEHAVIOR_OMISSION\x10g2\x83\x01\n\x0bHoldingsApi\x12t\n\x11GetSignedHoldings\x12..xnode.withholding.v1.GetSignedHoldingsRequest\x1a/.xnode.withholding.v1.GetSignedHoldingsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'xnode_api.withholding.v1.withholding_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_EXTENDEDMISBEHAVIOR']._serialized_start=1505
-  _globals['_EXTENDEDMISBEHAVIOR']._serialized_end=1661
-  _globals['_EXPIREDLEAF']._serialized_start=68
-  _globals['_EXPIREDLEAF']._serialized_end=127
-  _globals['_UNSIGNEDHOLDINGS']._serialized_start=130
-  _globals['_UNSIGNEDHOLDINGS']._serialized_end=335
-  _globals['_SIGNEDHOLDINGS']._serialized_start=337
-  _globals['_SIGNEDHOLDINGS']._serialized_end=399
-  _globals['_GETSIGNEDHOLDINGSREQUEST']._serialized_start=401
-  _globals['_GETSIGNEDHOLDINGSREQUEST']._serialized_end=484
-  _globals['_GETSIGNEDHOLDINGSRESPONSE']._serialized_start=486
-  _globals['_GETSIGNEDHOLDINGSRESPONSE']._serialized_end=569
-  _globals['_LEAFOPENING']._serialized_start=571
-  _globals['_LEAFOPENING']._serialized_end=631
-  _globals['_COMMITMENT']._serialized_start=634
-  _globals['_COMMITMENT']._serialized_end=783
-  _globals['_WITHHOLDINGPROOF']._serialized_start=786
-  _globals['_WITHHOLDINGPROOF']._serialized_end=914
-  _globals['_WITHHOLDINGACCUSATION']._serialized_start=916
-  _globals['_WITHHOLDINGACCUSATION']._serialized_end=1027
-  _globals['_SPLITVIEW']._serialized_start=1029
-  _globals['_SPLITVIEW']._serialized_end=1139
-  _globals['_EXTENDEDMISBEHAVIORREPORT']._serialized_start=1142
-  _globals['_EXTENDEDMISBEHAVIORREPORT']._serialized_end=1502
-  _globals['_HOLDINGSAPI']._serialized_start=1664
-  _globals['_HOLDINGSAPI']._serialized_end=1795
+  _globals['_EXTENDEDMISBEHAVIOR']._serialized_start=1607
+  _globals['_EXTENDEDMISBEHAVIOR']._serialized_end=1789
+  _globals['_EXPIREDLEAF']._serialized_start=114
+  _globals['_EXPIREDLEAF']._serialized_end=173
+  _globals['_UNSIGNEDHOLDINGS']._serialized_start=176
+  _globals['_UNSIGNEDHOLDINGS']._serialized_end=381
+  _globals['_SIGNEDHOLDINGS']._serialized_start=383
+  _globals['_SIGNEDHOLDINGS']._serialized_end=445
+  _globals['_GETSIGNEDHOLDINGSREQUEST']._serialized_start=447
+  _globals['_GETSIGNEDHOLDINGSREQUEST']._serialized_end=530
+  _globals['_GETSIGNEDHOLDINGSRESPONSE']._serialized_start=532
+  _globals['_GETSIGNEDHOLDINGSRESPONSE']._serialized_end=615
+  _globals['_LEAFOPENING']._serialized_start=617
+  _globals['_LEAFOPENING']._serialized_end=677
+  _globals['_COMMITMENT']._serialized_start=680
+  _globals['_COMMITMENT']._serialized_end=829
+  _globals['_WITHHOLDINGPROOF']._serialized_start=832
+  _globals['_WITHHOLDINGPROOF']._serialized_end=960
+  _globals['_WITHHOLDINGACCUSATION']._serialized_start=962
+  _globals['_WITHHOLDINGACCUSATION']._serialized_end=1073
+  _globals['_SPLITVIEW']._serialized_start=1075
+  _globals['_SPLITVIEW']._serialized_end=1185
+  _globals['_EXTENDEDMISBEHAVIORREPORT']._serialized_start=1188
+  _globals['_EXTENDEDMISBEHAVIORREPORT']._serialized_end=1604
+  _globals['_HOLDINGSAPI']._serialized_start=1792
+  _globals['_HOLDINGSAPI']._serialized_end=1923
 # @@protoc_insertion_point(module_scope)

@@ -13,6 +13,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from xnode_api.completeness.v1 import completeness_pb2 as _completeness_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -44,6 +45,12 @@ class _ExtendedMisbehaviorEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_E
     hold two different format 2 leaves, both opened, at one sequence id: it committed to two
     contents (or expiries) for that id, showing one log to some and another to others.
     """
+    MISBEHAVIOR_OMISSION: _ExtendedMisbehavior.ValueType  # 103
+    """Proven: the accused signed a completeness answer (xnode.completeness.v1) for a topic
+    whose proof does not hold against the originator's signed checkpoint it names, or
+    that leaves out an envelope its own proof commits to and that was not expired when it
+    answered.
+    """
 
 class ExtendedMisbehavior(_ExtendedMisbehavior, metaclass=_ExtendedMisbehaviorEnumTypeWrapper):
     """Misbehavior types beyond the upstream enum (xmtp.xmtpv4.message_api.Misbehavior), carried
@@ -63,6 +70,12 @@ MISBEHAVIOR_SPLIT_VIEW: ExtendedMisbehavior.ValueType  # 102
 """Proven: the accused signed two checkpoints of its own log at one tree size whose trees
 hold two different format 2 leaves, both opened, at one sequence id: it committed to two
 contents (or expiries) for that id, showing one log to some and another to others.
+"""
+MISBEHAVIOR_OMISSION: ExtendedMisbehavior.ValueType  # 103
+"""Proven: the accused signed a completeness answer (xnode.completeness.v1) for a topic
+whose proof does not hold against the originator's signed checkpoint it names, or
+that leaves out an envelope its own proof commits to and that was not expired when it
+answered.
 """
 Global___ExtendedMisbehavior: _TypeAlias = ExtendedMisbehavior  # noqa: Y015
 
@@ -375,6 +388,7 @@ class ExtendedMisbehaviorReport(_message.Message):
     WITHHOLDING_FIELD_NUMBER: _builtins.int
     WITHHOLDING_ACCUSATION_FIELD_NUMBER: _builtins.int
     SPLIT_VIEW_FIELD_NUMBER: _builtins.int
+    OMISSION_FIELD_NUMBER: _builtins.int
     reporter_time_ns: _builtins.int
     misbehaving_node_id: _builtins.int
     type: Global___ExtendedMisbehavior.ValueType
@@ -385,6 +399,8 @@ class ExtendedMisbehaviorReport(_message.Message):
     def withholding_accusation(self) -> Global___WithholdingAccusation: ...
     @_builtins.property
     def split_view(self) -> Global___SplitView: ...
+    @_builtins.property
+    def omission(self) -> _completeness_pb2.SignedAnswer: ...
     def __init__(
         self,
         *,
@@ -395,10 +411,11 @@ class ExtendedMisbehaviorReport(_message.Message):
         withholding: Global___WithholdingProof | None = ...,
         withholding_accusation: Global___WithholdingAccusation | None = ...,
         split_view: Global___SplitView | None = ...,
+        omission: _completeness_pb2.SignedAnswer | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["split_view", b"split_view", "withholding", b"withholding", "withholding_accusation", b"withholding_accusation"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["omission", b"omission", "split_view", b"split_view", "withholding", b"withholding", "withholding_accusation", b"withholding_accusation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["misbehaving_node_id", b"misbehaving_node_id", "reporter_time_ns", b"reporter_time_ns", "split_view", b"split_view", "submitted_by_node", b"submitted_by_node", "type", b"type", "withholding", b"withholding", "withholding_accusation", b"withholding_accusation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["misbehaving_node_id", b"misbehaving_node_id", "omission", b"omission", "reporter_time_ns", b"reporter_time_ns", "split_view", b"split_view", "submitted_by_node", b"submitted_by_node", "type", b"type", "withholding", b"withholding", "withholding_accusation", b"withholding_accusation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
