@@ -24,6 +24,8 @@ $(STAMP):
 		|| { echo "PostgreSQL server (initdb, pg_ctl) is required: apt-get install postgresql"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	@# grpc-stubs was replaced by types-grpcio, which writes the same files: gone first.
+	$(PY) -m pip uninstall --quiet --yes grpc-stubs
 	$(PY) -m pip install --quiet -e ".[dev,spark]"
 	npm ci --no-audit --no-fund --loglevel=error
 	rm -f $(VENV)/.setup-* && touch $@
@@ -61,9 +63,9 @@ image:
 	bash scripts/build_image.sh
 
 # What spark-submit ships to a cluster (docs/data-pipeline.md): dist/spark/xnode_spark.zip,
-# launcher.py, requirements.txt, environment.tar.gz. SPARK_PYTHON: the executors' interpreter.
+# launcher.py, requirements.txt, environment.pex. SPARK_PYTHON: the executors' interpreter.
 spark-dist: setup
 	$(PY) -m spark_jobs.packaging --out dist/spark $(if $(SPARK_PYTHON),--python $(SPARK_PYTHON))
 
 clean:
-	rm -rf $(VENV) node_modules .xnode dist/spark build/spark
+	rm -rf $(VENV) node_modules .xnode dist/spark

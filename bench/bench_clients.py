@@ -248,7 +248,7 @@ async def run_protocol_latency(described: dict[str, Any], messages: int) -> None
     reader = NetworkClient(Registry(entries), check_signatures=True)
     reader.registry = reader_registry  # reads from 200 only; keys of every node
     channel = grpc.aio.insecure_channel(described["gateway"]["address"], options=CHANNEL_OPTIONS)
-    gateway = payer_api_pb2_grpc.PayerApiStub(channel)  # type: ignore[no-untyped-call]
+    gateway = payer_api_pb2_grpc.PayerApiStub(channel)
     subscription = reader.subscribe([topic], cursor=None)
     arrivals: asyncio.Queue[tuple[float, int]] = asyncio.Queue()
 
@@ -311,7 +311,7 @@ async def run_throughput(described: dict[str, Any], seconds: float, concurrency:
     gateway_channel = grpc.aio.insecure_channel(
         described["gateway"]["address"], options=CHANNEL_OPTIONS
     )
-    gateway = payer_api_pb2_grpc.PayerApiStub(gateway_channel)  # type: ignore[no-untyped-call]
+    gateway = payer_api_pb2_grpc.PayerApiStub(gateway_channel)
     node = NodeClient(nodes[100]["address"])
 
     async def via_gateway(i: int) -> None:

@@ -310,8 +310,12 @@ async def attack(nodes: Nodes, http: str, metrics: str, args: argparse.Namespace
         overlapping = logs.GetFingerprintsRequest(originator_node_id=A, ranges=[whole] * 1024)
         seen += await sampled(channel, FINGERPRINTS, overlapping)
 
-        follow = channel.unary_stream(
-            FOLLOW, request_serializer=lambda m: m.SerializeToString(), response_deserializer=bytes
+        follow: grpc.aio.UnaryStreamMultiCallable[logs.SubscribeCheckpointsRequest, bytes] = (
+            channel.unary_stream(
+                FOLLOW,
+                request_serializer=logs.SubscribeCheckpointsRequest.SerializeToString,
+                response_deserializer=bytes,
+            )
         )
         follows = [
             follow(logs.SubscribeCheckpointsRequest(originator_node_id=A)) for _ in range(150)

@@ -588,6 +588,7 @@ async def postgres_figures(cluster: PgCluster, nodes: list[DevNode]) -> dict[str
                 )
             finally:
                 await conn.close()
+            assert row is not None  # sums over no rows are one row of NULLs
             live, dead = live + int(row[0] or 0), dead + int(row[1] or 0)
             table, index = table + int(row[2] or 0), index + int(row[3] or 0)
     except (OSError, asyncpg.PostgresError, TimeoutError):
@@ -868,7 +869,8 @@ async def misbehavior_reports(nodes: list[DevNode]) -> str:
     if not held:
         return "none"
     return ", ".join(
-        f"{mb.Misbehavior.Name(kind).removeprefix('MISBEHAVIOR_')} against {against}: {n}"
+        f"{mb.Misbehavior.Name(mb.Misbehavior.ValueType(kind)).removeprefix('MISBEHAVIOR_')} "
+        f"against {against}: {n}"
         for (kind, against), n in sorted(held.items())
     )
 

@@ -13,8 +13,8 @@ or through spark-submit, which must be told the venv's interpreter (workers impo
         .venv/bin/spark-submit --master 'local[2]' spark_jobs/retention_expiry.py ...
 
 On a cluster, spark-submit ships the code instead: `make spark-dist` (spark_jobs.packaging)
-builds dist/spark/ with the --py-files zip, launcher.py and a venv-pack environment; the
-docs/data-pipeline.md has the command line.
+builds dist/spark/ with the --py-files zip, launcher.py and a PEX of the third-party
+distributions (the executors' interpreter); docs/data-pipeline.md has the command line.
 
 Bad input exits 2 with one line on stderr and writes nothing. `gen_data` makes synthetic
 exports (tests, bench/bench_spark.py).

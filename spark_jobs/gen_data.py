@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from xmtp.identity.associations.signature_pb2 import RecoverableEcdsaSignature
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
@@ -297,7 +298,7 @@ def liveness_report(
     return mb.UnsignedMisbehaviorReport(
         reporter_time_ns=reporter_time_ns,
         misbehaving_node_id=misbehaving,
-        type=mb.Misbehavior.Name(kind),  # the stubs type the enum field as names or members
+        type=mb.Misbehavior.ValueType(kind),
         liveness=mb.LivenessFailure(response_time_ns=response_time_ns % (1 << 32)),
         submitted_by_node=submitted_by_node,
     )
@@ -314,7 +315,7 @@ def safety_report(
     return mb.UnsignedMisbehaviorReport(
         reporter_time_ns=reporter_time_ns,
         misbehaving_node_id=misbehaving,
-        type=mb.Misbehavior.Name(kind),  # the stubs type the enum field as names or members
+        type=mb.Misbehavior.ValueType(kind),
         safety=mb.SafetyFailure(envelopes=parsed),
         submitted_by_node=submitted_by_node,
     )
@@ -334,7 +335,7 @@ def report_row(
     report = mb.MisbehaviorReport(
         server_time_ns=server_time_ns,
         unsigned_misbehavior_report=raw,
-        signature={"bytes": signer.sign(misbehavior_digest(raw))},
+        signature=RecoverableEcdsaSignature(bytes=signer.sign(misbehavior_digest(raw))),
     )
     return {
         "report_id": report_id,

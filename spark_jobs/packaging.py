@@ -1,18 +1,18 @@
 """Builds what spark-submit ships to a cluster, so no executor needs this repository or its
-.venv (`make spark-dist`; the README's "Data pipeline" has the spark-submit lines):
+.venv (`make spark-dist`; docs/data-pipeline.md has the spark-submit lines):
 
     OUT/xnode_spark.zip     --py-files: every module of spark_jobs and the first-party modules
                             (xnode, xmtp, xnode_api) they import, found by following their imports
     OUT/launcher.py         the primary resource: `launcher.py JOB ARGS...`
-    OUT/requirements.txt    the third-party distributions those modules import, with their
-                            dependencies, pinned to this venv's versions; pyspark and py4j are
-                            left out (every Spark installation has them in python/lib/)
-    OUT/environment.tar.gz  --archives OUT/environment.tar.gz#environment: a venv holding
-                            exactly requirements.txt, packed with venv-pack
+    OUT/requirements.txt    the third-party distributions those modules import, pinned to this
+                            venv's versions; pyspark and py4j are left out (every Spark
+                            installation has them in python/lib/)
+    OUT/environment.pex     --files, and spark.pyspark.python=./environment.pex: a PEX of
+                            requirements.txt with its dependencies, the executors' interpreter
 
 Nothing is listed by hand: a new job module in spark_jobs/ ships with whatever it imports.
-The packed venv holds no interpreter, only a link to the one it was built with (`--python`,
-by default this venv's base interpreter): executors need that interpreter at that path.
+The PEX holds no interpreter: executors need the Python its shebang names (`--python`, by
+default this interpreter's version on their PATH).
 
     python -m spark_jobs.packaging --out dist/spark [--python /usr/bin/python3.11] [--no-env]
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import hashlib
 import importlib.metadata
 import importlib.util
 import os
@@ -43,11 +42,12 @@ FIRST_PARTY = frozenset({JOBS_PACKAGE, "xnode", "xmtp", "xnode_api"})
 BUILD_ONLY = frozenset({f"{JOBS_PACKAGE}.packaging"})  # runs here, never on a cluster
 SPARK_PROVIDED = frozenset({"pyspark", "py4j"})
 DEFAULT_OUT = REPO_ROOT / "dist" / "spark"
-DEFAULT_CACHE = REPO_ROOT / "build" / "spark"
 ZIP_NAME = "xnode_spark.zip"
 LAUNCHER_NAME = "launcher.py"
 REQUIREMENTS_NAME = "requirements.txt"
-ENVIRONMENT_NAME = "environment.tar.gz"
+ENVIRONMENT_NAME = "environment.pex"
+# What environment.pex runs on unless told: this interpreter's version, found on PATH.
+DEFAULT_PYTHON = f"/usr/bin/env python{sys.version_info.major}.{sys.version_info.minor}"
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed, so the same sources make the same zip
 
 
@@ -273,95 +273,31 @@ def _atomic(target: Path) -> Iterator[Path]:
     os.replace(temp, target)
 
 
-def _run(command: Sequence[str | Path]) -> str:
-    done = subprocess.run(
-        [str(c) for c in command], capture_output=True, text=True, check=False, env=_pip_env()
-    )
-    if done.returncode != 0:
-        shown = " ".join(str(c) for c in command)
-        raise PackagingError(f"{shown} failed:\n{done.stderr.strip()}")
-    return done.stdout
-
-
-def _pip_env() -> dict[str, str]:
-    # The venv must hold only what is asked for: no PYTHONPATH leaking this checkout into it.
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    return dict(env, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
-
-
-def _constraints() -> list[str]:
-    """This venv's versions of everything: dependencies resolve to what the tests ran with."""
-    installed = {
-        _normalized(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()
-    }
-    return pins({k: v for k, v in installed.items() if k != "xnode"})
-
-
-@dataclass(frozen=True)
-class Environment:
-    archive: Path
-    requirements: list[str]  # everything installed in it, pinned
-    python: Path
-
-
-def _build_venv(prefix: Path, python: Path, wanted: list[str], constraints: Path) -> list[str]:
-    shutil.rmtree(prefix, ignore_errors=True)
-    _run([python, "-m", "venv", "--without-pip", prefix])
-    pip: list[str | Path] = [sys.executable, "-m", "pip", "--python", prefix / "bin" / "python"]
-    _run([*pip, "install", "--quiet", "--constraint", constraints, *wanted])
-    frozen = _run([*pip, "freeze", "--exclude-editable"]).split()
-    return sorted(line for line in frozen if not line.startswith("#"))
-
-
-def _pack(prefix: Path, target: Path) -> None:
-    try:
-        import venv_pack  # type: ignore[import-untyped]  # untyped; only this builder needs it
-    except ImportError:
-        raise PackagingError(
-            "venv-pack is not installed: pip install -e '.[spark]' (or --no-env)"
-        ) from None
+def build_environment(requirements: list[str], target: Path, python: str) -> None:
+    """A PEX of the requirements and their dependencies at this venv's versions (pex resolves
+    them from it, asking no index). It runs as the executors' interpreter: the Python named
+    by its shebang with the shipped distributions on top; `fallback` keeps what pyspark puts
+    on PYTHONPATH (its own zips, --py-files) importable behind them."""
+    command = [sys.executable, "-m", "pex", f"--venv-repository={sys.prefix}", *requirements]
+    command += ["--inherit-path=fallback", f"--python-shebang={python}"]
     with _atomic(target) as temp:
-        venv_pack.pack(prefix=str(prefix), output=str(temp), format="tar.gz", force=True)
+        done = subprocess.run(
+            [*command, "--output-file", str(temp)], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise PackagingError(f"pex failed:\n{done.stderr.strip()}")
+    target.chmod(0o755)
 
 
-def build_environment(wanted: list[str], python: Path, cache: Path) -> Environment:
-    """A venv with `wanted` (and their dependencies) packed into a tar.gz; cached by what it
-    holds, so a rebuild with unchanged requirements costs nothing."""
-    constraints = _constraints()
-    version = _run([python, "-c", "import sys; print(sys.version)"]).strip()
-    key = hashlib.sha256("\n".join([str(python), version, *wanted, *constraints]).encode())
-    stem = cache / f"env-{key.hexdigest()[:16]}"
-    archive, frozen = stem.with_suffix(".tar.gz"), stem.with_suffix(".requirements.txt")
-    if not (archive.exists() and frozen.exists()):
-        cache.mkdir(parents=True, exist_ok=True)
-        constraints_file = stem.with_suffix(".constraints.txt")
-        constraints_file.write_text("\n".join(constraints) + "\n")
-        installed = _build_venv(stem, python, wanted, constraints_file)
-        _pack(stem, archive)
-        frozen.write_text("\n".join(installed) + "\n")
-        shutil.rmtree(stem, ignore_errors=True)  # the archive is what is kept
-    return Environment(archive, frozen.read_text().split(), python)
-
-
-def default_python() -> Path:
-    """This venv's base interpreter, the one a venv built from here links to."""
-    base = getattr(sys, "_base_executable", None) or sys.executable
-    return Path(base)
-
-
-def _requirements_text(lines: list[str], complete: bool, python: Path | None) -> str:
-    what = (
-        "everything the shipped environment holds, dependencies included"
-        if complete
-        else "what the jobs import directly (pip adds their dependencies)"
-    )
+def _requirements_text(lines: list[str], python: str | None) -> str:
     header = [
-        "# Third-party distributions the Spark executors need for spark_jobs: " + what + ".",
+        "# Third-party distributions the Spark executors need for spark_jobs: what the jobs",
+        "# import directly (pip, or pex for environment.pex, adds their dependencies).",
         "# pyspark and py4j come from the Spark installation (python/lib/*.zip).",
         "# Generated by `make spark-dist` (python -m spark_jobs.packaging); do not edit.",
     ]
     if python is not None:
-        header.append(f"# environment.tar.gz links to the interpreter {python}.")
+        header.append(f"# environment.pex runs on {python}.")
     return "\n".join([*header, *lines]) + "\n"
 
 
@@ -370,34 +306,26 @@ class Dist:
     out: Path
     zip_entries: list[str]
     direct: list[str]
-    environment: Environment | None
+    python: str | None  # the environment's interpreter; None: no environment built
 
 
 def build(
-    out: Path = DEFAULT_OUT,
-    python: Path | None = None,
-    cache: Path = DEFAULT_CACHE,
-    with_environment: bool = True,
+    out: Path = DEFAULT_OUT, python: str | None = None, with_environment: bool = True
 ) -> Dist:
     closure = follow_imports(job_modules())
     direct = pins(distributions(closure.third_party))
     entries = write_zip(closure.modules.values(), out / ZIP_NAME)
     with _atomic(out / LAUNCHER_NAME) as temp:
         shutil.copyfile(Path(__file__).with_name("launcher.py"), temp)
-    environment = None
     if with_environment:
-        environment = build_environment(direct, python or default_python(), cache)
-        with _atomic(out / ENVIRONMENT_NAME) as temp:
-            shutil.copyfile(environment.archive, temp)
+        python = python or DEFAULT_PYTHON
+        build_environment(direct, out / ENVIRONMENT_NAME, python)
     else:
+        python = None
         (out / ENVIRONMENT_NAME).unlink(missing_ok=True)  # never ship a stale one
-    if environment is None:
-        text = _requirements_text(direct, complete=False, python=None)
-    else:
-        text = _requirements_text(environment.requirements, True, environment.python)
     with _atomic(out / REQUIREMENTS_NAME) as temp:
-        temp.write_text(text)
-    return Dist(out, entries, direct, environment)
+        temp.write_text(_requirements_text(direct, python))
+    return Dist(out, entries, direct, python)
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -405,14 +333,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
     parser.add_argument(
         "--python",
-        type=Path,
         default=None,
-        help="interpreter the environment is built from and links to; it must exist at this "
-        "path on every executor (default: this venv's base interpreter)",
+        help="the executors' interpreter, as environment.pex's shebang runs it "
+        f"(default: {DEFAULT_PYTHON!r}, found on their PATH)",
     )
-    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="built environments")
     parser.add_argument(
-        "--no-env", action="store_true", help="skip environment.tar.gz (executors bring their own)"
+        "--no-env", action="store_true", help="skip environment.pex (executors bring their own)"
     )
     return parser.parse_args(argv)
 
@@ -420,14 +346,14 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     try:
-        dist = build(args.out, args.python, args.cache, with_environment=not args.no_env)
+        dist = build(args.out, args.python, with_environment=not args.no_env)
     except PackagingError as exc:
         print(f"packaging: error: {exc}", file=sys.stderr)
         return 2
     print(f"{dist.out / ZIP_NAME}: {len(dist.zip_entries)} modules")
     print(f"{dist.out / REQUIREMENTS_NAME}: needs {', '.join(dist.direct)}")
-    if dist.environment is not None:
-        print(f"{dist.out / ENVIRONMENT_NAME}: links to {dist.environment.python}")
+    if dist.python is not None:
+        print(f"{dist.out / ENVIRONMENT_NAME}: runs on {dist.python}")
     return 0
 
 

@@ -42,7 +42,7 @@ async def serve_replication_methods(
     return server
 
 
-class _Forwarding(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+class _Forwarding(grpc.GenericRpcHandler):
     def __init__(
         self, channel: grpc.aio.Channel, overrides: dict[str, grpc.RpcMethodHandler[Any, Any]]
     ) -> None:
@@ -67,7 +67,7 @@ class _Forwarding(grpc.GenericRpcHandler):  # type: ignore[type-arg]
 
     def _unary(self, method: str) -> Callable[[bytes, Any], Awaitable[bytes]]:
         async def forward(request: bytes, context: Any) -> bytes:
-            call = self._channel.unary_unary(method, None, None)
+            call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(method)
             try:
                 answer: bytes = await call(request, metadata=self._metadata(context))
             except grpc.aio.AioRpcError as exc:
@@ -78,7 +78,9 @@ class _Forwarding(grpc.GenericRpcHandler):  # type: ignore[type-arg]
 
     def _stream(self, method: str) -> Callable[[bytes, Any], AsyncIterator[bytes]]:
         async def forward(request: bytes, context: Any) -> AsyncIterator[bytes]:
-            call = self._channel.unary_stream(method, None, None)
+            call: grpc.aio.UnaryStreamMultiCallable[bytes, bytes] = self._channel.unary_stream(
+                method
+            )
             try:
                 async for answer in call(request, metadata=self._metadata(context)):
                     yield answer

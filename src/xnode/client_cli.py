@@ -203,7 +203,7 @@ async def _fetch_proof(args: argparse.Namespace, held: bytes | None) -> Publicat
     async with NodeClient(args.node or DEFAULT_NODE, tls) as client:
         envelope = held or await _served_envelope(client, args.originator, args.sequence_id)
         parsed = parse_originator_envelope(envelope)
-        stub = logs_pb2_grpc.LogApiStub(client.channel)  # type: ignore[no-untyped-call]
+        stub = logs_pb2_grpc.LogApiStub(client.channel)
         answer = await stub.GetInclusionProof(
             logs_pb2.GetInclusionProofRequest(
                 originator_node_id=parsed.originator_node_id, sequence_id=parsed.sequence_id

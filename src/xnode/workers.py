@@ -38,7 +38,7 @@ from xnode.observability.metrics import MetricsServer
 from xnode.observability.worker_metrics import serve_worker_metrics
 from xnode.server.bootstrap import NodeTls, StartupError, settle_heap, skip_final_collection
 from xnode.server.roles import WorkerRole
-from xnode.server.serving import metrics_tls
+from xnode.server.serving import metrics_tls, until_signaled
 from xnode.server.wiring import start_node
 from xnode.store.identity import WrongNodeError
 
@@ -69,11 +69,9 @@ async def _serve(settings: Settings, role: WorkerRole, conn: Connection) -> None
     settle_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     loop.add_reader(conn.fileno(), stop.set)  # readable only at EOF: the supervisor is gone
     conn.send(node.metrics_address)
-    await stop.wait()
+    await until_signaled(stop)
     loop.remove_reader(conn.fileno())
     await node.stop()
 

@@ -1,5 +1,5 @@
 """Submitted by test_cluster.py like a job: prints, as one JSON line, where the driver's and
-each task's interpreter and modules came from (the shipped zip and environment, or not)."""
+each task's interpreter and modules came from (the shipped zip and PEX, or not)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ def where(_: object = None) -> dict[str, Any]:
 
     return {
         "executable": sys.executable,
+        "pex": os.environ.get("PEX"),  # set by the PEX that runs this interpreter
         "cwd": os.getcwd(),
         "sys_path": [p for p in sys.path if p],
         "modules": {name: import_module(name).__file__ for name in PROBED},

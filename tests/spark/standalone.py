@@ -183,12 +183,11 @@ def start_cluster(root: Path, workers: int = 2, worker_memory: str = "1g") -> Cl
 
 @dataclass(frozen=True)
 class Shipped:
-    """What `make spark-dist` built, and a driver interpreter unpacked from its environment."""
+    """What `make spark-dist` built."""
 
     py_files: Path
     launcher: Path
-    environment: Path
-    driver_python: Path
+    environment: Path  # the PEX: the driver's interpreter and, shipped, the executors'
 
 
 def submit(
@@ -207,14 +206,14 @@ def submit(
         *("--master", cluster.url, "--deploy-mode", "client"),
         *("--driver-memory", "512m", "--executor-memory", "512m"),
         *("--executor-cores", "1", "--total-executor-cores", str(cores)),
-        *("--conf", "spark.pyspark.python=./environment/bin/python"),
-        *("--conf", f"spark.pyspark.driver.python={shipped.driver_python}"),
+        *("--conf", f"spark.pyspark.python=./{shipped.environment.name}"),
+        *("--conf", f"spark.pyspark.driver.python={shipped.environment}"),
         *("--conf", "spark.sql.shuffle.partitions=2"),  # tiny inputs, two cores
         *("--conf", f"spark.executor.extraJavaOptions={QUICK_JVM_OPTIONS}"),
         *("--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0"),
         *("--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=120s"),
         *("--py-files", str(shipped.py_files)),
-        *("--archives", f"{shipped.environment}#environment"),
+        *("--files", str(shipped.environment)),
         str(primary),
         *args,
     ]

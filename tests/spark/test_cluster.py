@@ -1,7 +1,7 @@
 """Both Spark jobs on a standalone cluster (a master and two one-core workers, see
 standalone.py), submitted through `spark-submit --master spark://...` with only what
 `python -m spark_jobs.packaging` (`make spark-dist`) ships: the results equal local mode's, and
-the executors ran the shipped zip and environment, nothing of this checkout or its venv."""
+the driver and the executors ran the shipped zip and PEX, nothing of this checkout or its venv."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -35,8 +34,8 @@ COUNCIL_TABLES = ("liveness", "client_liveness", "safety", "flagged", "rejected"
 
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory: pytest.TempPathFactory) -> Shipped:
-    """Builds the distribution as `make spark-dist` does, and unpacks its environment as the
-    submitting machine's driver interpreter."""
+    """Builds the distribution as `make spark-dist` does; its PEX is the driver's interpreter
+    too."""
     out = tmp_path_factory.mktemp("dist")
     built = subprocess.run(
         [sys.executable, "-m", "spark_jobs.packaging", "--out", str(out)],
@@ -47,12 +46,7 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> Shipped:
         check=False,
     )
     assert built.returncode == 0, built.stderr
-    driver_env = tmp_path_factory.mktemp("driver-env")
-    with tarfile.open(out / ENVIRONMENT_NAME) as archive:
-        archive.extractall(driver_env, filter="tar")
-    return Shipped(
-        out / ZIP_NAME, out / LAUNCHER_NAME, out / ENVIRONMENT_NAME, driver_env / "bin" / "python"
-    )
+    return Shipped(out / ZIP_NAME, out / LAUNCHER_NAME, out / ENVIRONMENT_NAME)
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +136,9 @@ def test_executors_run_the_shipped_code_and_environment(
         # The dist's zip, or pyspark's copy of it (SparkFiles); never the checkout.
         assert f"/{ZIP_NAME}/" in driver["modules"][name], name
         assert not _inside(driver["modules"][name], REPO_ROOT), name
-    assert _inside(driver["modules"]["pyarrow"], shipped.driver_python.parents[1])
+    assert driver["pex"] == str(shipped.environment)
+    for name in ("pyarrow", "coincurve", "Crypto"):
+        assert not _inside(driver["modules"][name], venv), name
 
     workers = {w.name: w.work_dir / "apps" for w in cluster.workers}
     seen = set()
@@ -150,13 +146,13 @@ def test_executors_run_the_shipped_code_and_environment(
         cwd = Path(task["cwd"])
         worker = next(name for name, apps in workers.items() if _inside(str(cwd), apps))
         seen.add(worker)
-        environment = cwd / "environment"
-        assert Path(task["executable"]) == environment / "bin" / "python"
+        assert task["pex"] == str(cwd / ENVIRONMENT_NAME)  # the executor's copy
         modules = {name: os.path.join(cwd, file) for name, file in task["modules"].items()}
         for name in ("spark_jobs.inputs", "xnode.core.crypto", "xmtp"):
             assert _inside(modules[name], cwd / ZIP_NAME), name  # the executor's copy
         for name in ("pyarrow", "coincurve", "Crypto"):
-            assert _inside(modules[name], environment), name
+            # Unpacked from the PEX into its cache (PEX_ROOT), outside the checkout and venv.
+            assert not _inside(modules[name], venv) and not _inside(modules[name], REPO_ROOT)
         for entry in task["sys_path"]:
             # Spark's own scripts (its python/lib zips) may live in a venv inside the
             # repository (a fresh clone's .venv); nothing else may come from there.
@@ -168,4 +164,4 @@ def test_executors_run_the_shipped_code_and_environment(
     for daemon in cluster.workers:
         executors = cluster.app_dirs(daemon)
         assert executors, daemon.name
-        assert all((e / "environment" / "bin" / "python").exists() for e in executors)
+        assert all((e / ENVIRONMENT_NAME).exists() for e in executors)

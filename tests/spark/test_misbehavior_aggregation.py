@@ -18,6 +18,7 @@ from spark_jobs import gen_data as g
 from tests.conftest import ChainEnv
 from tests.integration.chain.helpers import add_message_call, message_payload, send_raw_event
 from tests.withholding_log import CommittedLog, leaving_out
+from xmtp.identity.associations.signature_pb2 import RecoverableEcdsaSignature
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.client.node import key_package_envelope
 from xnode.core.chain_payloads import ChainEvent, build_chain_payload
@@ -346,7 +347,9 @@ def test_blockchain_proof_envelopes_are_checked_against_the_vouching_node(
     tx = b"\x42" * 32
     proof = envelopes_pb2.BlockchainProof(
         transaction_hash=tx,
-        node_signature={"bytes": KEYS[600].sign(blockchain_proof_digest(unsigned, tx))},
+        node_signature=RecoverableEcdsaSignature(
+            bytes=KEYS[600].sign(blockchain_proof_digest(unsigned, tx))
+        ),
     )
     raw = envelopes_pb2.OriginatorEnvelope(
         unsigned_originator_envelope=unsigned, blockchain_proof=proof

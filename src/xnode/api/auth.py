@@ -55,12 +55,13 @@ PROTECTED_METHODS = frozenset({"/xmtp.xmtpv4.message_api.ReplicationApi/Subscrib
 Context = grpc.aio.ServicerContext[Any, Any]
 StreamBehavior = Callable[[Any, Context], AsyncIterator[Any]]
 
-# The servers' interceptors' base (generic only to the type checker).
+# The servers' interceptors' base, and the next step each is handed (grpc's handlers are
+# generic to the type checker only).
+Interceptor = grpc.aio.ServerInterceptor
 if TYPE_CHECKING:
-    Interceptor = grpc.aio.ServerInterceptor[Any, Any]
-    Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]]
-else:
-    Interceptor = grpc.aio.ServerInterceptor
+    Continuation = Callable[
+        [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+    ]
 
 
 class NodeAuthInterceptor(Interceptor):
@@ -88,7 +89,7 @@ class NodeAuthInterceptor(Interceptor):
         self,
         continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler_call_details.method not in self._protected or handler is None:
             return handler

@@ -45,4 +45,4 @@ def add_completeness_service(
 ) -> None:
     descriptor = pb.DESCRIPTOR.services_by_name["CompletenessApi"]
     mapped = errors_mapped(service, descriptor, "completeness", outage, STATUSES)
-    completeness_pb2_grpc.add_CompletenessApiServicer_to_server(mapped, server)  # type: ignore[no-untyped-call]
+    completeness_pb2_grpc.add_CompletenessApiServicer_to_server(mapped, server)

@@ -51,4 +51,4 @@ class ForkService:
 
 def add_fork_service(service: ForkService, server: grpc.aio.Server, outage: DatabaseOutage) -> None:
     mapped = errors_mapped(service, pb.DESCRIPTOR.services_by_name["ForkApi"], "forks", outage)
-    forks_pb2_grpc.add_ForkApiServicer_to_server(mapped, server)  # type: ignore[no-untyped-call]
+    forks_pb2_grpc.add_ForkApiServicer_to_server(mapped, server)

@@ -169,7 +169,7 @@ def _message_class(full_name: str) -> type[Message]:
 
 
 def methods_of(
-    handlers: Sequence[grpc.GenericRpcHandler[Any, Any]], excluded: frozenset[str] = frozenset()
+    handlers: Sequence[grpc.GenericRpcHandler], excluded: frozenset[str] = frozenset()
 ) -> dict[str, Method]:
     """Every unary and server-streaming method the handlers serve, by path."""
     found: dict[str, Method] = {}
@@ -191,12 +191,12 @@ def methods_of(
     return found
 
 
-def _service_names(handler: grpc.GenericRpcHandler[Any, Any]) -> list[str]:
+def _service_names(handler: grpc.GenericRpcHandler) -> list[str]:
     # grpc.method_handlers_generic_handler answers a ServiceRpcHandler, which names its service.
     return [handler.service_name()] if isinstance(handler, grpc.ServiceRpcHandler) else []
 
 
-def health_handler(servicer: health.HealthServicer) -> grpc.GenericRpcHandler[Any, Any]:
+def health_handler(servicer: health.HealthServicer) -> grpc.GenericRpcHandler:
     """Health/Check over HTTP: the browser SDK asks it of every node before using it."""
     check = grpc.unary_unary_rpc_method_handler(
         servicer.Check,
@@ -230,7 +230,7 @@ async def _call_unary(method: Method, data: bytes, ctx: HttpContext) -> bytes:
         result = await result
     if ctx.code is not grpc.StatusCode.OK:  # a synchronous servicer's set_code (health)
         raise Aborted(ctx.code, ctx.details)
-    return h.response_serializer(result) if h.response_serializer else result  # type: ignore[no-any-return]
+    return h.response_serializer(result) if h.response_serializer else result
 
 
 async def _call_stream(method: Method, data: bytes, ctx: HttpContext) -> AsyncIterator[bytes]:

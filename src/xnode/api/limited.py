@@ -49,7 +49,7 @@ class LimitsInterceptor(Interceptor):
         self,
         continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         service = handler_call_details.method.lstrip("/").rpartition("/")[0]
         if handler is None or service not in self._services:

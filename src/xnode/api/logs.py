@@ -139,4 +139,4 @@ class LogService:
 def add_log_service(service: LogService, server: grpc.aio.Server, outage: DatabaseOutage) -> None:
     descriptor = pb.DESCRIPTOR.services_by_name["LogApi"]
     mapped = errors_mapped(service, descriptor, "logs", outage, LOG_STATUSES)
-    logs_pb2_grpc.add_LogApiServicer_to_server(mapped, server)  # type: ignore[no-untyped-call]
+    logs_pb2_grpc.add_LogApiServicer_to_server(mapped, server)

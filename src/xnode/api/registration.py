@@ -114,7 +114,7 @@ def method_handler(
 
 def envelope_handlers(
     service: EnvelopeService, outage: DatabaseOutage
-) -> list[grpc.GenericRpcHandler[Any, Any]]:
+) -> list[grpc.GenericRpcHandler]:
     handlers = []
     for name, module in SERVICES.items():
         descriptor = module.DESCRIPTOR.services_by_name[name]
@@ -128,7 +128,7 @@ def envelope_handlers(
 
 def misbehavior_handlers(
     service: MisbehaviorService, outage: DatabaseOutage
-) -> grpc.GenericRpcHandler[Any, Any]:
+) -> grpc.GenericRpcHandler:
     descriptor = misbehavior_api_pb2.DESCRIPTOR.services_by_name["MisbehaviorApi"]
     methods = {
         m.name: grpc.unary_unary_rpc_method_handler(

@@ -62,9 +62,9 @@ def _chunks(batches: list[Batch]) -> Iterable[bytes]:
         yield b"".join(parts)
 
 
-def _topics_status(status: int) -> bytes:
+def _topics_status(status: _TOPICS_STATUS.ValueType) -> bytes:
     return api.SubscribeTopicsResponse(
-        status_update=api.SubscribeTopicsResponse.StatusUpdate(status=status)  # type: ignore[arg-type]
+        status_update=api.SubscribeTopicsResponse.StatusUpdate(status=status)
     ).SerializeToString()
 
 

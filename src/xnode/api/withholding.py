@@ -22,7 +22,7 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["HoldingsApi"].full_name
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
-class HoldingsService:
+class HoldingsService(withholding_pb2_grpc.HoldingsApiServicer):
     def __init__(self, holdings: Holdings, outage: DatabaseOutage) -> None:
         self._holdings = holdings
         self._outage = outage
@@ -49,4 +49,4 @@ class HoldingsService:
 
 
 def add_holdings_service(service: HoldingsService, server: grpc.aio.Server) -> None:
-    withholding_pb2_grpc.add_HoldingsApiServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+    withholding_pb2_grpc.add_HoldingsApiServicer_to_server(service, server)

@@ -73,9 +73,9 @@ class NodeClient:
         connections spread over a node's worker processes)."""
         options = [*CHANNEL_OPTIONS, *([OWN_CONNECTION] if own_connection else [])]
         self.channel = open_channel(address, tls, options)
-        self.replication = message_api_pb2_grpc.ReplicationApiStub(self.channel)  # type: ignore[no-untyped-call]
-        self.misbehavior = misbehavior_api_pb2_grpc.MisbehaviorApiStub(self.channel)  # type: ignore[no-untyped-call]
-        self.completeness = completeness_pb2_grpc.CompletenessApiStub(self.channel)  # type: ignore[no-untyped-call]
+        self.replication = message_api_pb2_grpc.ReplicationApiStub(self.channel)
+        self.misbehavior = misbehavior_api_pb2_grpc.MisbehaviorApiStub(self.channel)
+        self.completeness = completeness_pb2_grpc.CompletenessApiStub(self.channel)
 
     async def __aenter__(self) -> NodeClient:
         return self

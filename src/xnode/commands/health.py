@@ -14,8 +14,9 @@ from pathlib import Path
 
 import grpc
 from cryptography import x509
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
+from xnode.client.grpc_services import health_check
 from xnode.config import Settings
 from xnode.tls import ClientTls, TlsConfigError
 
@@ -51,8 +52,7 @@ def check(settings: Settings, ca_file: Path | None = None, timeout_s: float = 3.
     target = loopback_target(settings.listen_address)
     channel = _channel(settings, target, ca_file)
     try:
-        stub = health_pb2_grpc.HealthStub(channel)
-        answer = stub.Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
+        answer = health_check(channel)(health_pb2.HealthCheckRequest(), timeout=timeout_s)
     except grpc.RpcError as exc:
         return Answer(False, f"{target}: {exc.code().name} {exc.details()}")
     finally:

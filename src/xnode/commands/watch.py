@@ -5,7 +5,6 @@ SIGTERM (or one round with --once)."""
 from __future__ import annotations
 
 import asyncio
-import signal
 from contextlib import AsyncExitStack
 
 import structlog
@@ -33,6 +32,7 @@ from xnode.server.bootstrap import (
     open_registry,
     resolve_node_id,
 )
+from xnode.server.serving import until_signaled
 from xnode.store.misbehavior import MisbehaviorStore
 from xnode.usecases.registry_source import RegistrySource
 
@@ -74,10 +74,11 @@ async def watch(settings: Settings, once: bool = False) -> None:
         watchdog = Watchdog(registry, clients, sink, config, own_id, transactions, own_logs)
         log.info("watchdog_started", beside=own_id, chain=chain is not None)
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await run_watchdog(watchdog, settings.watchdog_interval_seconds, stop, once)
+        signaled = asyncio.create_task(until_signaled(stop))
+        try:
+            await run_watchdog(watchdog, settings.watchdog_interval_seconds, stop, once)
+        finally:
+            signaled.cancel()
         log.info("watchdog_stopped")
 
 

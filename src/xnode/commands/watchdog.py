@@ -24,12 +24,13 @@ from typing import Any, Protocol
 
 import grpc
 import structlog
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.chain.receipts import Transactions
+from xnode.client.grpc_services import health_check
 from xnode.client.node import NodeClient
 from xnode.client.reports import Reporter
 from xnode.commands.watchdog_withholding import OwnLogs
@@ -178,8 +179,8 @@ class Watchdog:
         self, node: NodeEntry, request: api.QueryEnvelopesRequest
     ) -> tuple[Probe, list[bytes]]:
         client = self._clients.get(node.node_id)
-        health = health_pb2_grpc.HealthStub(client.channel)
-        await self._timed(node.node_id, "health", health.Check(health_pb2.HealthCheckRequest()))
+        check = health_check(client.channel)
+        await self._timed(node.node_id, "health", check(health_pb2.HealthCheckRequest()))
         probe, answer = await self._timed(
             node.node_id, "query", client.replication.QueryEnvelopes(request)
         )

@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Any
+from typing import Any, Literal
 
 from google.protobuf.message import DecodeError
 
@@ -190,9 +190,12 @@ def _causal_ordering(signed: Sequence[SignedEnvelope], node_id: int) -> None:
 # what says why it proves nothing (None: it proves the claim).
 # An omission names two nodes (the answering one and the originator), and a withholding proof
 # the asker too (its question): their checks get every key.
-_EXTENSION_PROOFS: dict[int, tuple[str, Callable[[Any, int, RegistryKeys], str | None]]] = {
+_ProofCheck = Callable[[Any, int, RegistryKeys], str | None]
+_EXTENSION_PROOFS: dict[
+    int, tuple[Literal["withholding", "split_view", "omission"], _ProofCheck]
+] = {
     WITHHOLDING: ("withholding", why_not_withheld),
-    SPLIT_VIEW: ("split_view", lambda proof, node, keys: why_not_split(proof, node, keys[node])),
+    SPLIT_VIEW: ("split_view", lambda p, n, keys: why_not_split(p, n, keys[n])),
     OMISSION: ("omission", why_not_omitted),
 }
 

@@ -55,10 +55,13 @@ MAX_REPORT_ENVELOPES = 16
 def type_name(kind: int) -> str:
     """`UNRESPONSIVE_NODE` for MISBEHAVIOR_UNRESPONSIVE_NODE: a metric label, a log field.
     Types of xnode's extension (xnode.withholding.v1) are named too."""
-    for enum in (Misbehavior, ExtendedMisbehavior):
-        if kind in enum.values():
-            return str(enum.Name(kind)).removeprefix("MISBEHAVIOR_")
-    return f"UNKNOWN_{kind}"
+    if kind in Misbehavior.values():
+        name = Misbehavior.Name(Misbehavior.ValueType(kind))
+    elif kind in ExtendedMisbehavior.values():
+        name = ExtendedMisbehavior.Name(ExtendedMisbehavior.ValueType(kind))
+    else:
+        return f"UNKNOWN_{kind}"
+    return name.removeprefix("MISBEHAVIOR_")
 
 
 def liveness_report(
@@ -75,7 +78,7 @@ def liveness_report(
     return mb.UnsignedMisbehaviorReport(
         reporter_time_ns=reporter_time_ns,
         misbehaving_node_id=node_id,
-        type=kind,  # type: ignore[arg-type]
+        type=mb.Misbehavior.ValueType(kind),
         liveness=mb.LivenessFailure(
             response_time_ns=min(max(response_time_ns, 0), MAX_RESPONSE_TIME_NS),
             subscribe=request,
@@ -93,7 +96,7 @@ def safety_report(
     return mb.UnsignedMisbehaviorReport(
         reporter_time_ns=reporter_time_ns,
         misbehaving_node_id=node_id,
-        type=kind,  # type: ignore[arg-type]
+        type=mb.Misbehavior.ValueType(kind),
         safety=mb.SafetyFailure(
             envelopes=[envelopes_pb2.OriginatorEnvelope.FromString(raw) for raw in envelopes]
         ),

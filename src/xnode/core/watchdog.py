@@ -85,7 +85,7 @@ def liveness_reports(
         mb.UnsignedMisbehaviorReport(
             reporter_time_ns=now_ns,
             misbehaving_node_id=p.node_id,
-            type=failed[p.node_id],  # type: ignore[arg-type]
+            type=mb.Misbehavior.ValueType(failed[p.node_id]),
             liveness=mb.LivenessFailure(
                 response_time_ns=min(int(p.seconds * NS_PER_S), MAX_RESPONSE_TIME_NS),
                 query=requests[p.node_id],

@@ -408,7 +408,7 @@ def _upstream(report: wh.ExtendedMisbehaviorReport) -> mb.UnsignedMisbehaviorRep
 
 def _own_report(
     node_id: int,
-    kind: wh.ExtendedMisbehavior,
+    kind: wh.ExtendedMisbehavior.ValueType,
     reporter_time_ns: int,
     by_node: bool = True,
     **proof: Any,

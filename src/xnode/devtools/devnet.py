@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from rich.console import Console
 from rich.table import Table
 
+from xnode.client.grpc_services import health_check
 from xnode.config import write_private
 from xnode.core.crypto import SigningKey
 from xnode.core.fees import FeeSchedule
@@ -294,10 +295,10 @@ def wait_serving(
     says SERVING within `timeout_s`; False at once when its `process` exits."""
     deadline = time.monotonic() + timeout_s
     with open_blocking_channel(address, tls) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
+        check = health_check(channel)
         while time.monotonic() < deadline and (process is None or process.poll() is None):
             try:
-                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                reply = check(health_pb2.HealthCheckRequest(), timeout=1.0)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
                     return True
             except grpc.RpcError:

@@ -24,6 +24,7 @@ import grpc
 import structlog
 from grpc_health.v1 import health_pb2
 
+from xnode.client.grpc_services import health_check
 from xnode.core.originator_selection import available_nodes
 from xnode.core.registry import NodeEntry
 from xnode.gateway.channels import NodeChannels, UnusableUrl
@@ -33,7 +34,6 @@ from xnode.usecases.registry_source import RegistrySource
 
 log = structlog.get_logger(__name__)
 
-CHECK_METHOD = "/grpc.health.v1.Health/Check"
 SERVING = health_pb2.HealthCheckResponse.SERVING
 
 
@@ -105,11 +105,7 @@ class NodeHealth:
     async def _check(self, node: NodeEntry) -> None:
         try:
             channel = self._channels.channel(node.http_address)
-            call = channel.unary_unary(
-                CHECK_METHOD,
-                request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
-                response_deserializer=health_pb2.HealthCheckResponse.FromString,
-            )
+            call = health_check(channel)
             connected = channel.get_state() is grpc.ChannelConnectivity.READY
             timeout = self._timeout_s if connected else self._connect_timeout_s
             reply = await call(health_pb2.HealthCheckRequest(), timeout=timeout)

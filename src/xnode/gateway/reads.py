@@ -308,7 +308,7 @@ def _cursor(query: api.EnvelopesQuery) -> Cursor:
         raise GatewayError(grpc.StatusCode.INVALID_ARGUMENT, exc.detail) from None
 
 
-def read_handlers(reads: Reads) -> list[grpc.GenericRpcHandler[Any, Any]]:
+def read_handlers(reads: Reads) -> list[grpc.GenericRpcHandler]:
     """The read methods of ReplicationApi and QueryApi; each call is sent on to the node
     under the name the client used."""
     return [grpc.method_handlers_generic_handler(s, _methods(reads, s)) for s in READ_SERVICES]

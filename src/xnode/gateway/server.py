@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 import structlog
@@ -227,7 +226,7 @@ async def _start(settings: GatewaySettings, credentials: _Credentials, stops: St
 
 async def _serve_http(
     settings: GatewaySettings,
-    served: list[grpc.GenericRpcHandler[Any, Any]],
+    served: list[grpc.GenericRpcHandler],
     health_servicer: health.HealthServicer,
     stops: Stops,
     credentials: _Credentials,

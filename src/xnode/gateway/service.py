@@ -103,7 +103,7 @@ class PayerService:
         return client
 
 
-def payer_handlers(service: PayerService) -> grpc.GenericRpcHandler[Any, Any]:
+def payer_handlers(service: PayerService) -> grpc.GenericRpcHandler:
     descriptor = payer_api.DESCRIPTOR.services_by_name["PayerApi"]
     methods = {
         m.name: grpc.unary_unary_rpc_method_handler(

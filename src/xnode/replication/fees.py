@@ -56,7 +56,7 @@ class FeeSchedules:
         the calls count as a peer's, not as a client IP's."""
         backoff = Backoff(*self._backoff)
         while (channel := channel_of()) is not None:
-            stub = fees_pb2_grpc.FeesApiStub(channel)  # type: ignore[no-untyped-call]
+            stub = fees_pb2_grpc.FeesApiStub(channel)
             try:
                 answer = await stub.GetFeeSchedule(
                     fees_pb2.GetFeeScheduleRequest(), timeout=TIMEOUT_S, metadata=metadata()

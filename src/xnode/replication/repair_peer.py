@@ -57,7 +57,7 @@ class GrpcRepairPeer:
         self._run_proofs = True  # until the peer says it has no GetRunProofs
 
     async def _call(self, method: str, request: Any, response_type: Any) -> Any:
-        call = self._channel.unary_unary(
+        call: grpc.aio.UnaryUnaryMultiCallable[Any, Any] = self._channel.unary_unary(
             method,
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=response_type.FromString,

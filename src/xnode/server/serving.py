@@ -28,7 +28,7 @@ log = structlog.get_logger(__name__)
 
 def grpc_server(
     max_message_mib: int,
-    interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     reuse_port: bool = False,
     connections: ConnectionLimits = DEFAULT_CONNECTIONS,
 ) -> grpc.aio.Server:
@@ -63,17 +63,19 @@ def add_health_and_reflection(
     return servicer
 
 
-class CheckOnTheLoop:
+class CheckOnTheLoop(health_pb2_grpc.HealthServicer):
     """The health servicer with Check answered on the event loop. grpc.aio runs a handler
     that is not a coroutine function in a thread pool, a hop there and back that cost more
     than the rest of an empty call (docs/benchmarks.md "Per call"); Check only reads a dict
-    under a lock that is never held long, so it need not leave the loop. Watch and List are
-    the servicer's own, and the health monitor keeps writing to the servicer."""
+    under a lock that is never held long, so it need not leave the loop. Watch is the
+    servicer's own (List, as the servicer's, the generated UNIMPLEMENTED), and the health
+    monitor keeps writing to the servicer."""
 
     def __init__(self, servicer: health.HealthServicer) -> None:
         self._servicer = servicer
-        self.Watch = servicer.Watch
-        self.List = servicer.List
+
+    def Watch(self, request: health_pb2.HealthCheckRequest, context: Any) -> Any:
+        return self._servicer.Watch(request, context)
 
     async def Check(
         self, request: health_pb2.HealthCheckRequest, context: Any
@@ -169,9 +171,11 @@ def warn_if_plaintext(
         )
 
 
-async def until_signaled() -> None:
-    """Returns on SIGTERM or SIGINT."""
-    stop = asyncio.Event()
+async def until_signaled(stop: asyncio.Event | None = None) -> None:
+    """Returns on SIGTERM or SIGINT, or once `stop` (which the signals set too) is set by
+    another cause. The handlers stay: a second signal during the drain that follows is
+    absorbed, not the default exit."""
+    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

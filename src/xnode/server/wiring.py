@@ -499,7 +499,7 @@ def _add_node_services(
         add_completeness_service(CompletenessService(parts.completeness), server, outage)
         names.append(COMPLETENESS_SERVICE)
     add_fork_service(ForkService(ForkStore(parts.store.pool)), server, outage)
-    fees_pb2_grpc.add_FeesApiServicer_to_server(fees, server)  # type: ignore[no-untyped-call]
+    fees_pb2_grpc.add_FeesApiServicer_to_server(fees, server)
     return add_health_and_reflection(server, names)
 
 

@@ -24,6 +24,7 @@ from xnode.core.forks import (
 )
 from xnode.core.leaves import content_hash_of
 from xnode.core.reconciliation import fingerprint_part
+from xnode.store.connection import PgConnection
 from xnode.store.errors import driver_errors_translated
 from xnode.store.logs import extend_trees
 
@@ -56,7 +57,7 @@ UPDATE log_trees SET tree_size = least(tree_size, $2 - 1) WHERE originator_node_
 """
 
 
-async def _replace_leaf(conn: asyncpg.Connection, envelope: IndexedEnvelope) -> None:
+async def _replace_leaf(conn: PgConnection, envelope: IndexedEnvelope) -> None:
     if not has_log(envelope.originator_node_id):
         return
     leaf = envelope.leaf or envelope_leaf(envelope.raw)
@@ -74,9 +75,7 @@ async def _replace_leaf(conn: asyncpg.Connection, envelope: IndexedEnvelope) -> 
     )
 
 
-async def resolve_fork(
-    conn: asyncpg.Connection, newcomer: IndexedEnvelope
-) -> ForkResolution | None:
+async def resolve_fork(conn: PgConnection, newcomer: IndexedEnvelope) -> ForkResolution | None:
     """Within the caller's transaction: keeps both versions as evidence and puts the one
     xnode.core.forks picks in the log. None when the log holds nothing there or the same
     bytes. The row is locked first, so concurrent streams agree on what was there."""

@@ -29,6 +29,7 @@ from xnode.core.checkpoints import (
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.leaves import content_hash_of
 from xnode.core.reconciliation import Fingerprint, SequenceRange, fingerprint_part
+from xnode.store.connection import PgConnection
 from xnode.store.errors import driver_errors_translated
 from xnode.store.topics import advance_topics
 from xnode.usecases.logs import IssueSigner, StoredCheckpoint
@@ -214,7 +215,7 @@ def _leaves_under(node: merkle.Node) -> list[merkle.Node]:
 
 
 async def perfect_hashes(
-    conn: asyncpg.Connection | asyncpg.Pool, originator: int, nodes: Sequence[merkle.Node]
+    conn: PgConnection | asyncpg.Pool, originator: int, nodes: Sequence[merkle.Node]
 ) -> dict[merkle.Node, bytes]:
     """The hashes of perfect subtrees, stored or hashed from their leaves, in one query."""
     if not nodes:
@@ -238,14 +239,14 @@ def _lookup(hashes: dict[merkle.Node, bytes]) -> merkle.PerfectHashes:
 
 
 async def load_frontier(
-    conn: asyncpg.Connection | asyncpg.Pool, originator: int, size: int
+    conn: PgConnection | asyncpg.Pool, originator: int, size: int
 ) -> merkle.Frontier:
     hashes = await perfect_hashes(conn, originator, merkle.Frontier.peaks_of(size))
     return merkle.Frontier.restored(size, _lookup(hashes))
 
 
 async def _stored_nodes(
-    conn: asyncpg.Connection, originator: int, nodes: Sequence[merkle.Node]
+    conn: PgConnection, originator: int, nodes: Sequence[merkle.Node]
 ) -> dict[merkle.Node, bytes]:
     if not nodes:
         return {}
@@ -254,7 +255,7 @@ async def _stored_nodes(
 
 
 async def complete_subtrees(
-    conn: asyncpg.Connection, originator: int, sequence_ids: Sequence[int]
+    conn: PgConnection, originator: int, sequence_ids: Sequence[int]
 ) -> int:
     """Stores the perfect subtrees (level >= STORED_MIN_LEVEL) that the leaves at these
     sequence ids completed, anywhere in the log: their tiles (2^STORED_MIN_LEVEL leaves)
@@ -292,7 +293,7 @@ async def complete_subtrees(
     return len(made)
 
 
-async def _jump(conn: asyncpg.Connection, originator: int, size: int) -> int:
+async def _jump(conn: PgConnection, originator: int, size: int) -> int:
     """The prefix grown over the largest stored subtree starting at leaf `size` (aligned to
     a tile), or `size` when none is stored there."""
     candidates = [
@@ -304,7 +305,7 @@ async def _jump(conn: asyncpg.Connection, originator: int, size: int) -> int:
     return size + (1 << max(stored)[0]) if stored else size
 
 
-async def _hash_leaves(conn: asyncpg.Connection, originator: int, size: int, limit: int) -> int:
+async def _hash_leaves(conn: PgConnection, originator: int, size: int, limit: int) -> int:
     """The prefix grown over up to `limit` held leaves after `size` by hashing them (storing
     the subtrees they complete); stops at a gap."""
     frontier = await load_frontier(conn, originator, size)
@@ -320,7 +321,7 @@ async def _hash_leaves(conn: asyncpg.Connection, originator: int, size: int, lim
 
 
 async def extend_tree(
-    conn: asyncpg.Connection, originator: int, added: Sequence[int] = ()
+    conn: PgConnection, originator: int, added: Sequence[int] = ()
 ) -> merkle.Frontier:
     """Grows the originator's tree over the leaves that now follow its contiguous prefix;
     the caller owns the transaction. `added`: sequence ids of leaves just inserted, whose
@@ -351,7 +352,7 @@ async def extend_tree(
 
 
 async def extend_trees(
-    conn: asyncpg.Connection,
+    conn: PgConnection,
     originators: Sequence[int],
     added: Sequence[tuple[int, int]] = (),
 ) -> None:
@@ -370,7 +371,7 @@ def _checkpoint(row: asyncpg.Record | None) -> Checkpoint | None:
 
 
 async def _insert_checkpoint(
-    conn: asyncpg.Connection | asyncpg.Pool, c: Checkpoint, conflict: str | None
+    conn: PgConnection | asyncpg.Pool, c: Checkpoint, conflict: str | None
 ) -> None:
     await conn.execute(
         _INSERT_CHECKPOINT,

@@ -63,8 +63,8 @@ class CommitListener:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
-    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        self._queue.put_nowait(payload)
+    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        self._queue.put_nowait(str(payload))  # a NOTIFY payload is text
 
     def _on_lost(self, _conn: object) -> None:
         self._queue.put_nowait(LOST)  # wakes the pump, which then finds the connection closed

@@ -23,6 +23,7 @@ from xnode.core.partitions import (
     periods_to_add,
     periods_to_drop,
 )
+from xnode.store.connection import PgConnection
 from xnode.store.errors import driver_errors_translated
 
 PARTITIONS_LOCK_KEY = 0x786E6F6465_09
@@ -58,13 +59,13 @@ SELECT {columns} FROM {NEVER} WHERE {keys}
 """
 
 
-async def read_layout(conn: asyncpg.Connection | asyncpg.Pool) -> Layout:
+async def read_layout(conn: PgConnection | asyncpg.Pool) -> Layout:
     rows = await conn.fetch(_BOUNDS)
     ranges = [parse_bound(r[0], r[1]) for r in rows]
     return layout([p for p in ranges if p is not None])
 
 
-async def _locked(conn: asyncpg.Connection) -> bool:
+async def _locked(conn: PgConnection) -> bool:
     if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", PARTITIONS_LOCK_KEY):
         return False
     await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
@@ -75,7 +76,7 @@ def _range(name: str, lower: str, upper: str) -> str:
     return f"{name} FOR VALUES FROM ({lower}) TO ({upper})"
 
 
-async def _add(conn: asyncpg.Connection, new: list[tuple[int, int]]) -> int:
+async def _add(conn: PgConnection, new: list[tuple[int, int]]) -> int:
     """`later` is detached, the periods carved out of its range, its rows that fall in them
     moved (straight into the period, so the payer usage trigger on the table does not count
     them twice), and it is attached again past them."""
@@ -101,7 +102,7 @@ async def _add(conn: asyncpg.Connection, new: list[tuple[int, int]]) -> int:
     return moved
 
 
-async def _drop(conn: asyncpg.Connection, dropped: list[Partition]) -> int:
+async def _drop(conn: PgConnection, dropped: list[Partition]) -> int:
     """`expired` and the expired periods go; a new empty `expired` takes their range, for
     envelopes that arrive already expired. Their keys go by expiry (a dropped table fires
     no delete trigger)."""

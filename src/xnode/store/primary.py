@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -44,7 +44,7 @@ SESSION_ATTRS = "target_session_attrs"
 
 
 # Opens a connection to the node's database (asyncpg.connect's keyword arguments).
-Connect = Callable[..., Awaitable[asyncpg.Connection]]
+Connect = Callable[..., Coroutine[Any, Any, asyncpg.Connection]]
 
 
 class NoPrimaryError(ConnectionError):
@@ -143,7 +143,7 @@ class Database:
 
     async def _open(self, host: int, **kwargs: Any) -> asyncpg.Connection:
         async with asyncio.timeout(self._timeout_s):
-            conn = await asyncpg.connect(self.hosts[host], **kwargs)
+            conn: asyncpg.Connection = await asyncpg.connect(self.hosts[host], **kwargs)
         self._opened[conn] = host
         return conn
 
@@ -180,13 +180,15 @@ class Database:
             async with asyncio.timeout(self._timeout_s):
                 conn = await asyncpg.connect(self.hosts[host])
                 try:
-                    writable, timeline = await conn.fetchrow(_ROLE)
+                    row = await conn.fetchrow(_ROLE)
                 finally:
                     conn.terminate()
         except TimeoutError:
             raise  # an OSError too, but silence is not a refusal
         except (OSError, asyncpg.PostgresError):
             return None
+        assert row is not None  # a SELECT without FROM answers one row
+        writable, timeline = row
         return HostRole(host, bool(writable), int(timeline))
 
     def _follow(self, primary: int) -> None:

@@ -20,6 +20,7 @@ import asyncpg
 
 from xnode.core.prune_plan import Plan, PlanRange, batches, check_as_of, load_plan
 from xnode.core.topics import TopicKind
+from xnode.store.connection import PgConnection
 
 _IDENTITY_KIND = bytes([TopicKind.IDENTITY_UPDATES])
 PLAN_BATCH_SIZE = 5000  # ids per transaction, as `xnode prune` defaults
@@ -88,7 +89,7 @@ def _arguments(batch: list[PlanRange], plan: Plan) -> list[object]:
 
 
 async def _apply_batch(
-    conn: asyncpg.Connection, args: list[object], dry_run: bool, result: PruneResult
+    conn: PgConnection, args: list[object], dry_run: bool, result: PruneResult
 ) -> None:
     async with conn.transaction():
         deleted = [] if dry_run else await conn.fetch(_DELETE, *args)
@@ -103,7 +104,7 @@ async def _apply_batch(
 
 
 async def prune(
-    conn: asyncpg.Connection,
+    conn: PgConnection,
     plan: Plan,
     batch_size: int,
     dry_run: bool = False,

@@ -32,6 +32,7 @@ from xnode.runtime.crypto_threads import (
     in_crypto_thread,
     in_signing_process,
 )
+from xnode.store.connection import PgConnection
 from xnode.store.errors import driver_errors_translated
 from xnode.store.logs import STORED_MIN_LEVEL, extend_tree, node_columns
 from xnode.store.notifications import NOTIFY_CHANNEL
@@ -238,7 +239,7 @@ def _arguments(
 
 
 async def _append_locked(
-    conn: asyncpg.Connection,
+    conn: PgConnection,
     node_id: int,
     key: SigningKey,
     batch: Sequence[Originable],
@@ -264,7 +265,7 @@ async def _append_locked(
 
 
 async def append_originated(
-    conn: asyncpg.Connection,
+    conn: PgConnection,
     node_id: int,
     key: SigningKey,
     batch: Sequence[Originable],
@@ -374,7 +375,9 @@ class Sequencer:
         return claimed
 
     async def _claim(self, statement: tuple[object, ...], count: int) -> bool:
-        row = await self._pool.fetchrow(*statement)
+        query, *arguments = statement
+        assert isinstance(query, str)
+        row = await self._pool.fetchrow(query, *arguments)
         assert row is not None
         return bool(row[0] == count)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from xnode.store.errors import driver_errors_translated
 
@@ -42,7 +43,7 @@ WHERE key = $1 AND (pid, backend_start) = ({_SESSION}) AND held <= 0
 """
 
 
-def _alive(connection: asyncpg.Connection) -> bool:
+def _alive(connection: PoolConnectionProxy) -> bool:
     """Whether the dedicated connection's session goes on. When the server ends it (Postgres
     restarted, the backend was terminated), the pool takes the connection back by itself, and
     every call on it then raises InterfaceError ("released back to the pool"), is_closed()
@@ -57,10 +58,10 @@ def _alive(connection: asyncpg.Connection) -> bool:
 class SharedSubscriptionSlots:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
-        self._connection: asyncpg.Connection | None = None
+        self._connection: PoolConnectionProxy | None = None
         self._lock = asyncio.Lock()  # one statement at a time on the dedicated connection
 
-    async def _session(self) -> asyncpg.Connection:
+    async def _session(self) -> PoolConnectionProxy:
         connection = self._connection
         if connection is not None and not _alive(connection):
             # Its session ended, and with it every slot it held: nothing to give back.

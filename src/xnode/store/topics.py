@@ -29,6 +29,7 @@ from xnode.core.topic_map import (
     node_range,
     topic_key,
 )
+from xnode.store.connection import PgConnection
 from xnode.store.errors import driver_errors_translated
 from xnode.usecases.completeness import TopicMaterial
 
@@ -93,7 +94,7 @@ def _peaks(raw: bytes) -> list[bytes]:
 
 
 async def _in_ranges(
-    conn: asyncpg.Connection, originator: int, ranges: Sequence[tuple[bytes, bytes]], limit: int
+    conn: PgConnection, originator: int, ranges: Sequence[tuple[bytes, bytes]], limit: int
 ) -> list[list[topic_map.Leaf]]:
     """The map's leaves (key, value) in each key range, at most `limit` per range."""
     found: list[list[topic_map.Leaf]] = [[] for _ in ranges]
@@ -108,7 +109,7 @@ async def _in_ranges(
 
 
 async def map_nodes(
-    conn: asyncpg.Connection, originator: int, nodes: Sequence[NodeIndex]
+    conn: PgConnection, originator: int, nodes: Sequence[NodeIndex]
 ) -> dict[NodeIndex, MapNode]:
     """The map's nodes at these (depth, index), depth <= BUCKET_DEPTH: stored inner nodes,
     else the subtree's one leaf, else empty. Two queries."""
@@ -125,7 +126,7 @@ async def map_nodes(
 
 
 async def _bucket_nodes(
-    conn: asyncpg.Connection, originator: int, buckets: Sequence[int]
+    conn: PgConnection, originator: int, buckets: Sequence[int]
 ) -> dict[int, MapNode]:
     ranges = [node_range(BUCKET_DEPTH, b) for b in buckets]
     leaves = await _in_ranges(conn, originator, ranges, 2**31 - 1)
@@ -134,7 +135,7 @@ async def _bucket_nodes(
     }
 
 
-async def _applied(conn: asyncpg.Connection, originator: int, size: int) -> tuple[int, int, bytes]:
+async def _applied(conn: PgConnection, originator: int, size: int) -> tuple[int, int, bytes]:
     """(tree size applied, first sequence id covered, root), the row locked; a map starts
     from the log's beginning when every envelope of it is still held, else after `size`."""
     row = await conn.fetchrow(
@@ -157,9 +158,7 @@ async def _applied(conn: asyncpg.Connection, originator: int, size: int) -> tupl
     return applied, applied + 1, EMPTY
 
 
-async def advance_topics(
-    conn: asyncpg.Connection, originator: int, size: int
-) -> TopicCommitment | None:
+async def advance_topics(conn: PgConnection, originator: int, size: int) -> TopicCommitment | None:
     """The originator's topic map brought up to tree size `size` (the caller's transaction),
     or None when it cannot be: an envelope of the range is not held (lost, being repaired),
     or the map is already past `size`."""
@@ -190,7 +189,7 @@ async def advance_topics(
 
 
 async def append_envelopes(
-    conn: asyncpg.Connection, originator: int, envelopes: Sequence[tuple[int, bytes, bytes]]
+    conn: PgConnection, originator: int, envelopes: Sequence[tuple[int, bytes, bytes]]
 ) -> bytes:
     """Appends (sequence id, topic, envelope), in sequence order, to their topics' logs and
     re-hashes the map over the topics touched; returns the map's root. `advance_topics`
@@ -259,7 +258,7 @@ class TopicStore:
             ]
 
     async def _one(
-        self, conn: asyncpg.Connection, originator: int, topic: bytes, after: int, limit: int
+        self, conn: PgConnection, originator: int, topic: bytes, after: int, limit: int
     ) -> TopicMaterial:
         key = topic_key(topic)
         top = await map_nodes(conn, originator, topic_map.top_nodes_for_proof(key))

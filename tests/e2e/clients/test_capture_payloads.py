@@ -40,8 +40,8 @@ def test_the_official_clients_payloads_are_all_stored(
     ), sorted(by_kind)
     if os.environ.get("XNODE_CAPTURE_PAYLOADS"):
         FIXTURES.mkdir(parents=True, exist_ok=True)
-        for kind, lines in by_kind.items():
-            (FIXTURES / f"{kind}.hex").write_text("\n".join(lines) + "\n")
+        for name, lines in by_kind.items():
+            (FIXTURES / f"{name}.hex").write_text("\n".join(lines) + "\n")
 
 
 def test_every_identity_update_of_the_clients_lifecycle_is_stored(

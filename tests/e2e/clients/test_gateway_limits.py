@@ -86,7 +86,7 @@ def limited_gateway(
 @pytest.fixture
 async def stub(gateway: LimitedGateway) -> AsyncIterator[Any]:
     async with grpc.aio.insecure_channel(gateway.process.address) as channel:
-        yield payer_api_pb2_grpc.PayerApiStub(channel)  # type: ignore[no-untyped-call]
+        yield payer_api_pb2_grpc.PayerApiStub(channel)
 
 
 async def publish(

@@ -124,7 +124,7 @@ def _one_cursor(start: dict[bytes, Tops]) -> Cursor:
 
 
 def by_topics(channel: grpc.aio.Channel) -> Callable[[dict[bytes, Tops]], Frames]:
-    stub = message_api_pb2_grpc.ReplicationApiStub(channel)  # type: ignore[no-untyped-call]
+    stub = message_api_pb2_grpc.ReplicationApiStub(channel)
 
     async def frames(start: dict[bytes, Tops]) -> Frames:
         query = api.EnvelopesQuery(
@@ -137,7 +137,7 @@ def by_topics(channel: grpc.aio.Channel) -> Callable[[dict[bytes, Tops]], Frames
 
 
 def by_originators(channel: grpc.aio.Channel) -> Callable[[dict[bytes, Tops]], Frames]:
-    stub = message_api_pb2_grpc.ReplicationApiStub(channel)  # type: ignore[no-untyped-call]
+    stub = message_api_pb2_grpc.ReplicationApiStub(channel)
 
     async def frames(start: dict[bytes, Tops]) -> Frames:
         query = api.EnvelopesQuery(
@@ -151,9 +151,9 @@ def by_originators(channel: grpc.aio.Channel) -> Callable[[dict[bytes, Tops]], F
 
 def per_topic(channel: grpc.aio.Channel, query_api: bool) -> Callable[[dict[bytes, Tops]], Frames]:
     stub: Any = (
-        query_api_pb2_grpc.QueryApiStub(channel)  # type: ignore[no-untyped-call]
+        query_api_pb2_grpc.QueryApiStub(channel)
         if query_api
-        else message_api_pb2_grpc.ReplicationApiStub(channel)  # type: ignore[no-untyped-call]
+        else message_api_pb2_grpc.ReplicationApiStub(channel)
     )
 
     async def frames(start: dict[bytes, Tops]) -> Frames:

@@ -16,7 +16,11 @@ from xnode.api.service import ANSWER_CUT_TRAILER
 from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
-from xnode.core.envelopes import build_payer_envelope, parse_originator_envelope
+from xnode.core.envelopes import (
+    build_payer_envelope,
+    cursor_to_proto,
+    parse_originator_envelope,
+)
 from xnode.core.sizes import MAX_LIVENESS_REPORT_BYTES
 from xnode.core.topics import Topic, TopicKind
 from xnode_api.withholding.v1 import withholding_pb2 as wh
@@ -54,7 +58,7 @@ async def query_page(client: NodeClient, cursor: Cursor) -> tuple[list[int], boo
         api.QueryEnvelopesRequest(
             query=api.EnvelopesQuery(
                 topics=[topic(GROUPS[0])],
-                last_seen={"node_id_to_sequence_id": cursor.to_dict()},
+                last_seen=cursor_to_proto(cursor),
             ),
             limit=1000,
         )
@@ -100,7 +104,7 @@ async def test_answers_stop_at_their_byte_budget_and_say_so(
 async def holdings_page(channel: grpc.aio.Channel, first: int) -> tuple[int, int, bool]:
     """(the account's own last, envelopes in it, whether the budget cut it) of one
     GetSignedHoldings call for first..256."""
-    stub = withholding_pb2_grpc.HoldingsApiStub(channel)  # type: ignore[no-untyped-call]
+    stub = withholding_pb2_grpc.HoldingsApiStub(channel)
     call = stub.GetSignedHoldings(
         wh.GetSignedHoldingsRequest(originator_node_id=100, first=first, last=256)
     )
@@ -151,7 +155,7 @@ async def test_a_report_over_its_cap_is_refused_and_not_kept(
         ),
     )
     async with grpc.aio.insecure_channel(node.address) as channel:
-        stub = misbehavior_api_pb2_grpc.MisbehaviorApiStub(channel)  # type: ignore[no-untyped-call]
+        stub = misbehavior_api_pb2_grpc.MisbehaviorApiStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await stub.SubmitMisbehaviorReport(mb.SubmitMisbehaviorReportRequest(report=liveness))
         assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT

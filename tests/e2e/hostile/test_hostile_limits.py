@@ -24,6 +24,8 @@ from tests.e2e.hostile.nodes import start
 from tests.statuses import trailers
 from tests.unit.replication.test_auth import signed_token
 from tests.waiting import eventually
+from xmtp.identity.associations.signature_pb2 import RecoverableEcdsaSignature
+from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import NodeClient
@@ -253,7 +255,7 @@ _U64 = st.integers(0, 2**64 - 1)
 _ID = st.sampled_from([0, 100, 200, 300, 2**32 - 1]) | _U32
 _BLOB = st.binary(max_size=64) | st.binary(min_size=1000, max_size=40_000)
 _CURSOR = st.dictionaries(_ID, _U64, max_size=1100).map(
-    lambda d: api.EnvelopesQuery(last_seen={"node_id_to_sequence_id": d}).last_seen
+    lambda d: envelopes_pb2.Cursor(node_id_to_sequence_id=d)
 )
 _QUERY = st.builds(
     lambda topics, originators, cursor: api.EnvelopesQuery(
@@ -267,12 +269,12 @@ _RANGES = st.lists(st.builds(logs.SequenceRange, first=_U64, last=_U64), max_siz
 _PAYER = st.builds(
     lambda client, signature, target, retention: api.PublishPayerEnvelopesRequest(
         payer_envelopes=[
-            {
-                "unsigned_client_envelope": client,
-                "payer_signature": {"bytes": signature},
-                "target_originator": target,
-                "message_retention_days": retention,
-            }
+            envelopes_pb2.PayerEnvelope(
+                unsigned_client_envelope=client,
+                payer_signature=RecoverableEcdsaSignature(bytes=signature),
+                target_originator=target,
+                message_retention_days=retention,
+            )
         ]
     ),
     _BLOB,

@@ -256,7 +256,7 @@ async def test_devnet_tls_runs_the_network_over_tls(devnet_state: Path) -> None:
         # nodes over TLS with the CA.
         assert described["gateway"]["url"].startswith("https://")
         async with open_channel(described["gateway"]["url"], tls) as channel:
-            payer = payer_api_pb2_grpc.PayerApiStub(channel)  # type: ignore[no-untyped-call]
+            payer = payer_api_pb2_grpc.PayerApiStub(channel)
             answer = await payer.PublishClientEnvelopes(
                 payer_api_pb2.PublishClientEnvelopesRequest(
                     envelopes=[group_message_envelope(GROUP, b"via the gateway")]
@@ -280,12 +280,12 @@ async def test_devnet_tls_runs_the_network_over_tls(devnet_state: Path) -> None:
         async with aiohttp.ClientSession() as http:
             query = {"query": {"topics": [base64.b64encode(TOPIC).decode()]}}
             url = f"https://{nodes[200]['http']}/mls/v2/query-envelopes"
-            async with http.post(url, json=query, ssl=ca) as answer:
-                assert answer.status == 200 and len((await answer.json())["envelopes"]) == 3
+            async with http.post(url, json=query, ssl=ca) as reply:
+                assert reply.status == 200 and len((await reply.json())["envelopes"]) == 3
             url = described["gateway"]["http"] + "/mls/v2/payer/get-nodes"
             assert url.startswith("https://")
-            async with http.post(url, json={}, ssl=ca) as answer:
-                listed = (await answer.json())["nodes"]
+            async with http.post(url, json={}, ssl=ca) as reply:
+                listed = (await reply.json())["nodes"]
             assert all(u.startswith("https://") for u in listed.values()), listed
         assert "plaintext_listener" not in (devnet_state / "gateway.log").read_text()
     finally:

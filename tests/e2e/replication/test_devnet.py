@@ -87,7 +87,7 @@ async def count_on(address: str) -> int:
 
 async def gateway_nodes(address: str) -> dict[int, str]:
     async with grpc.aio.insecure_channel(address) as channel:
-        stub = payer_api_pb2_grpc.PayerApiStub(channel)  # type: ignore[no-untyped-call]
+        stub = payer_api_pb2_grpc.PayerApiStub(channel)
         reply = await stub.GetNodes(payer_api_pb2.GetNodesRequest(), timeout=10)
     return dict(reply.nodes)
 

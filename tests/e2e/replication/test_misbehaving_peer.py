@@ -79,7 +79,7 @@ class FakePeer:
 async def reports_of(address: str, node_id: int) -> dict[str, list[Any]]:
     """The reports a node holds against `node_id`, by type."""
     async with grpc.aio.insecure_channel(address) as channel:
-        stub = misbehavior_api_pb2_grpc.MisbehaviorApiStub(channel)  # type: ignore[no-untyped-call]
+        stub = misbehavior_api_pb2_grpc.MisbehaviorApiStub(channel)
         got = await stub.QueryMisbehaviorReports(mb.QueryMisbehaviorReportsRequest())
     by_type: dict[str, list[Any]] = {}
     for report in got.reports:

@@ -54,7 +54,8 @@ def _query_request() -> api.QueryEnvelopesRequest:
 
 async def _grpc_raw(address: str, path: str, request: bytes) -> bytes:
     async with grpc.aio.insecure_channel(address) as channel:
-        call = channel.unary_unary(path, None, None)  # no (de)serializers: the bytes as sent
+        # No (de)serializers: the bytes as sent.
+        call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(path)
         raw: bytes = await call(request)
         return raw
 

@@ -122,7 +122,7 @@ async def test_the_gateway_serves_tls_on_grpc_and_http(
                 assert sorted((await answer.json())["nodes"]) == ["100", "200", "300"]
         tls = ClientTls.from_files(certs["ca"])
         async with open_channel(f"https://{gateway.address}", tls) as channel:
-            payer = payer_api_pb2_grpc.PayerApiStub(channel)  # type: ignore[no-untyped-call]
+            payer = payer_api_pb2_grpc.PayerApiStub(channel)
             listed = await payer.GetNodes(payer_api_pb2.GetNodesRequest(), timeout=10)
             # Official clients read through the gateway, over TLS like everything else here.
             assert dict(listed.nodes) == {0: f"https://{gateway.address}"}

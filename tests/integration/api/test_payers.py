@@ -37,7 +37,7 @@ async def test_fees_are_signed_into_envelopes_and_counted_per_payer(
     payer = SigningKey.generate()
     async with NodeClient(node.address) as client:
         sent = await client.publish_group_messages(payer, 100, GROUP, [b"a", b"bb" * 100])
-        served = await fees_pb2_grpc.FeesApiStub(client.channel).GetFeeSchedule(  # type: ignore[no-untyped-call]
+        served = await fees_pb2_grpc.FeesApiStub(client.channel).GetFeeSchedule(
             fees_pb2.GetFeeScheduleRequest()
         )
     assert served.node_id == 100

@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
 
 from tests.conftest import node_settings
 from xmtp.identity.associations import association_pb2
@@ -19,6 +19,7 @@ from xmtp.xmtpv4.message_api import (
     publish_api_pb2_grpc,
     query_api_pb2_grpc,
 )
+from xnode.client.grpc_services import health_check, reflection_info
 from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
@@ -86,8 +87,8 @@ async def test_query_api_publish_api_and_subscribe_topics(
 ) -> None:
     node = await start_node(**node_settings(database, node_spec))
     async with NodeClient(node.address) as client:
-        publish = publish_api_pb2_grpc.PublishApiStub(client.channel)  # type: ignore[no-untyped-call]
-        query = query_api_pb2_grpc.QueryApiStub(client.channel)  # type: ignore[no-untyped-call]
+        publish = publish_api_pb2_grpc.PublishApiStub(client.channel)
+        query = query_api_pb2_grpc.QueryApiStub(client.channel)
         env = build_payer_envelope(group_message_envelope(GROUPS[0], b"x"), PAYER, 100)
         published = await publish.PublishPayerEnvelopes(
             api.PublishPayerEnvelopesRequest(payer_envelopes=[env])
@@ -131,15 +132,13 @@ async def test_query_api_publish_api_and_subscribe_topics(
 async def test_health_and_reflection(start_node: Any, database: str, node_spec: Any) -> None:
     node = await start_node(**node_settings(database, node_spec))
     async with grpc.aio.insecure_channel(node.address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        status = await health.Check(
+        health = health_check(channel)
+        status = await health(
             health_pb2.HealthCheckRequest(service="xmtp.xmtpv4.message_api.ReplicationApi")
         )
         assert status.status == health_pb2.HealthCheckResponse.SERVING
-        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-        call = stub.ServerReflectionInfo(
-            iter([reflection_pb2.ServerReflectionRequest(list_services="")])
-        )
+        stub = reflection_info(channel)
+        call = stub(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
         names = {s.name async for r in call for s in r.list_services_response.service}
     assert {
         "xmtp.xmtpv4.message_api.ReplicationApi",

@@ -45,8 +45,8 @@ async def test_every_api_answers_unavailable_while_the_database_is_lost(
         NodeClient(node.address) as client,
         grpc.aio.insecure_channel(node.address) as channel,
     ):
-        forks = forks_pb2_grpc.ForkApiStub(channel)  # type: ignore[no-untyped-call]
-        logs = logs_pb2_grpc.LogApiStub(channel)  # type: ignore[no-untyped-call]
+        forks = forks_pb2_grpc.ForkApiStub(channel)
+        logs = logs_pb2_grpc.LogApiStub(channel)
         await client.publish([payer])
         calls: dict[str, Callable[[], Awaitable[Any]]] = {
             "QueryEnvelopes": lambda: client.query(originators=[100]),

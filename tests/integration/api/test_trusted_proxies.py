@@ -27,7 +27,7 @@ async def queried(address: str, forwarded: str | None) -> str:
     """'ok', or the refusal's words."""
     metadata = (("x-forwarded-for", forwarded),) if forwarded is not None else ()
     async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
-        stub = message_api_pb2_grpc.ReplicationApiStub(channel)  # type: ignore[no-untyped-call]
+        stub = message_api_pb2_grpc.ReplicationApiStub(channel)
         try:
             await stub.QueryEnvelopes(QUERY, metadata=metadata, timeout=10)
         except grpc.aio.AioRpcError as exc:

@@ -41,7 +41,7 @@ async def _inbox_ids(client: NodeClient, identifiers: list[tuple[str, int]]) -> 
     request = api.GetInboxIdsRequest(
         requests=[
             api.GetInboxIdsRequest.Request(
-                identifier=i, identifier_kind=association_pb2.IdentifierKind.Name(k)
+                identifier=i, identifier_kind=association_pb2.IdentifierKind.ValueType(k)
             )
             for i, k in identifiers
         ]

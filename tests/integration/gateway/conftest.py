@@ -60,7 +60,7 @@ async def gateway_for(
         client = GatewayClient(
             gateway,
             channel,
-            payer_api_pb2_grpc.PayerApiStub(channel),  # type: ignore[no-untyped-call]
+            payer_api_pb2_grpc.PayerApiStub(channel),
             payer,
         )
         started.append(client)

@@ -12,7 +12,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from tests.conftest import Network
 from tests.statuses import trailers
@@ -20,6 +20,7 @@ from tests.waiting import eventually
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
 from xnode.api.errors import CURSOR_TRAILER
+from xnode.client.grpc_services import health_check
 from xnode.client.node import NodeClient, group_message_envelope, key_package_envelope
 from xnode.core import wire
 from xnode.core.cursors import Cursor
@@ -69,9 +70,9 @@ async def test_get_nodes_lists_enabled_nodes_with_their_urls(
 
 async def test_health_is_serving(gateway_for: Any) -> None:
     gateway = await gateway_for()
-    stub = health_pb2_grpc.HealthStub(gateway.channel)
+    stub = health_check(gateway.channel)
     for service in ("", "xmtp.xmtpv4.payer_api.PayerApi"):
-        reply = await stub.Check(health_pb2.HealthCheckRequest(service=service))
+        reply = await stub(health_pb2.HealthCheckRequest(service=service))
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 

@@ -99,7 +99,7 @@ def topic_preferring(network: Network, node_id: int) -> tuple[bytes, bytes]:
 
 
 def reads_stub(gateway: Any) -> Any:
-    return message_api_pb2_grpc.ReplicationApiStub(gateway.channel)  # type: ignore[no-untyped-call]
+    return message_api_pb2_grpc.ReplicationApiStub(gateway.channel)
 
 
 def query(topic: bytes) -> api.QueryEnvelopesRequest:

@@ -20,7 +20,7 @@ FAST_CHECKPOINTS: dict[str, Any] = {"log_checkpoint_envelopes": 10, "log_checkpo
 @asynccontextmanager
 async def log_api(address: str) -> AsyncIterator[logs_pb2_grpc.LogApiStub]:
     async with grpc.aio.insecure_channel(address) as channel:
-        yield logs_pb2_grpc.LogApiStub(channel)  # type: ignore[no-untyped-call]
+        yield logs_pb2_grpc.LogApiStub(channel)
 
 
 def leaves_of(raws: list[bytes]) -> list[bytes]:

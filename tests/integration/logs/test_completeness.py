@@ -52,7 +52,7 @@ async def completeness_api(
     address: str,
 ) -> AsyncIterator[completeness_pb2_grpc.CompletenessApiStub]:
     async with grpc.aio.insecure_channel(address) as channel:
-        yield completeness_pb2_grpc.CompletenessApiStub(channel)  # type: ignore[no-untyped-call]
+        yield completeness_pb2_grpc.CompletenessApiStub(channel)
 
 
 async def verdicts(

@@ -12,8 +12,8 @@ from typing import Any
 import asyncpg
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
 
 from tests.conftest import Network, NodeSpec, node_settings
 from tests.integration.export.helpers import Item, group, publish, write_plan
@@ -26,6 +26,7 @@ from tests.integration.logs.helpers import (
 )
 from tests.waiting import eventually
 from xnode.api.logs import SERVICE_NAME
+from xnode.client.grpc_services import health_check, reflection_info
 from xnode.commands.prune import apply_plan
 from xnode.config import Settings
 from xnode.core import merkle
@@ -150,7 +151,7 @@ async def test_run_proofs_prove_whole_runs_and_old_peers_are_asked_per_end(
 
         old = OldLogApi(api)
         server = grpc.aio.server()
-        logs_pb2_grpc.add_LogApiServicer_to_server(old, server)  # type: ignore[no-untyped-call]
+        logs_pb2_grpc.add_LogApiServicer_to_server(old, server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         try:
@@ -169,12 +170,12 @@ async def test_log_api_is_in_health_and_reflection(
 ) -> None:
     node = await start_node(**node_settings(database, node_spec))
     async with grpc.aio.insecure_channel(node.address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        answer = await health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME))
+        health = health_check(channel)
+        answer = await health(health_pb2.HealthCheckRequest(service=SERVICE_NAME))
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
-        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        reflection = reflection_info(channel)
         request = reflection_pb2.ServerReflectionRequest(list_services="")
-        async for response in reflection.ServerReflectionInfo(iter([request])):
+        async for response in reflection(iter([request])):
             names = [s.name for s in response.list_services_response.service]
             assert SERVICE_NAME in names
             break
@@ -307,6 +308,7 @@ async def test_a_checkpoint_follow_ends_with_unavailable_when_the_node_drains(
         await checkpoint_at(api, 100, key, 10)
         follow = api.SubscribeCheckpoints(pb.SubscribeCheckpointsRequest(originator_node_id=100))
         first = await follow.read()
+        assert isinstance(first, pb.SubscribeCheckpointsResponse)
         assert [c.SerializeToString() for c in first.checkpoints]  # the follow is open
         stopping = asyncio.create_task(node.stop())
         with pytest.raises(grpc.aio.AioRpcError) as ended:

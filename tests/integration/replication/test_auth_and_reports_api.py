@@ -28,11 +28,12 @@ async def first_frame(address: str, metadata: tuple[tuple[str, str], ...]) -> by
         filter=api.SubscribeOriginatorsRequest.OriginatorFilter(originator_node_ids=[100])
     )
     async with grpc.aio.insecure_channel(address) as channel:
-        call = channel.unary_stream(
+        subscribe = channel.unary_stream(
             SUBSCRIBE_ORIGINATORS,
-            request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=lambda b: b,
-        )(request, metadata=metadata, timeout=10)
+            request_serializer=api.SubscribeOriginatorsRequest.SerializeToString,
+            response_deserializer=bytes,
+        )
+        call = subscribe(request, metadata=metadata, timeout=10)
         frame: bytes = await call.__aiter__().__anext__()
         call.cancel()
         return frame
@@ -100,7 +101,7 @@ async def test_misbehavior_api_refuses_node_flagged_client_reports_and_serves_si
         safety=mb.SafetyFailure(envelopes=fork),
     )
     async with grpc.aio.insecure_channel(node.address) as channel:
-        stub = misbehavior_api_pb2_grpc.MisbehaviorApiStub(channel)  # type: ignore[no-untyped-call]
+        stub = misbehavior_api_pb2_grpc.MisbehaviorApiStub(channel)
         honest = mb.UnsignedMisbehaviorReport()
         honest.CopyFrom(report)
         honest.safety.envelopes[1].CopyFrom(signed_by(key, 200, 6, b"two"))
@@ -165,7 +166,7 @@ async def test_misbehavior_numbers_beyond_the_store_are_answered_not_unavailable
         safety=mb.SafetyFailure(envelopes=[envelope, envelope]),
     )
     async with grpc.aio.insecure_channel(node.address) as channel:
-        stub = misbehavior_api_pb2_grpc.MisbehaviorApiStub(channel)  # type: ignore[no-untyped-call]
+        stub = misbehavior_api_pb2_grpc.MisbehaviorApiStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.SubmitMisbehaviorReport(mb.SubmitMisbehaviorReportRequest(report=report))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

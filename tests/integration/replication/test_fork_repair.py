@@ -50,7 +50,7 @@ async def _rows(dsn: str, query: str) -> list[tuple[Any, ...]]:
 
 async def _digest(node: Any) -> pb.GetForkDigestResponse:
     async with grpc.aio.insecure_channel(node.address) as channel:
-        stub = forks_pb2_grpc.ForkApiStub(channel)  # type: ignore[no-untyped-call]
+        stub = forks_pb2_grpc.ForkApiStub(channel)
         got: pb.GetForkDigestResponse = await stub.GetForkDigest(
             pb.GetForkDigestRequest(originator_node_id=400)
         )

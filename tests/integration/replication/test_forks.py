@@ -69,7 +69,7 @@ class ForkingPeer:
 
 async def forks_of(node: Any) -> list[pb.Fork]:
     async with grpc.aio.insecure_channel(node.address) as channel:
-        stub = forks_pb2_grpc.ForkApiStub(channel)  # type: ignore[no-untyped-call]
+        stub = forks_pb2_grpc.ForkApiStub(channel)
         got = await stub.QueryForks(pb.QueryForksRequest(originator_node_id=200))
         return list(got.forks)
 

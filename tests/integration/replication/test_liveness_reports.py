@@ -47,7 +47,9 @@ async def wait_for_report(node: Any, kind: int) -> mb.UnsignedMisbehaviorReport:
         return [r for r in await reports_about(node, 200) if r.type == kind]
 
     # Failures are retried with backoff, so the report may take a few rounds.
-    reports = await eventually_value(found, bool, what=f"a {mb.Misbehavior.Name(kind)} report")
+    reports = await eventually_value(
+        found, bool, what=f"a {mb.Misbehavior.Name(mb.Misbehavior.ValueType(kind))} report"
+    )
     return reports[0]
 
 

@@ -75,7 +75,7 @@ async def serve_fake_200(address: str, raws: list[bytes]) -> grpc.aio.Server:
             )
         ]
     )
-    fees_pb2_grpc.add_FeesApiServicer_to_server(Fees(200, SCHEDULE), server)  # type: ignore[no-untyped-call]
+    fees_pb2_grpc.add_FeesApiServicer_to_server(Fees(200, SCHEDULE), server)
     server.add_insecure_port(address)
     await server.start()
     return server

@@ -172,7 +172,7 @@ async def test_an_honest_originator_that_lost_an_envelope_is_not_reported(
     originator, sent = await _lost_at_originator(network, start_node, network.addresses[100])
     node = await _repaired_without_s(network, start_node, sent)
     async with grpc.aio.insecure_channel(originator.address) as channel:
-        api = withholding_pb2_grpc.HoldingsApiStub(channel)  # type: ignore[no-untyped-call]
+        api = withholding_pb2_grpc.HoldingsApiStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as healing:
             await api.GetSignedHoldings(
                 wh.GetSignedHoldingsRequest(originator_node_id=100, first=1, last=SIZE)
@@ -226,7 +226,7 @@ async def test_a_signed_account_leaving_out_a_committed_envelope_is_reported(
         signed = sign_holdings(key, account)
         return wh.GetSignedHoldingsResponse(holdings=signed).SerializeToString()
 
-    handler = grpc.unary_unary_rpc_method_handler(lie)
+    handler: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(lie)
     proxy = await serve_proxy(real, network.addresses[100], {HOLDINGS: handler})
     try:
         node = await _repaired_without_s(network, start_node, sent)

@@ -10,10 +10,11 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
 from tests.waiting import eventually_value
+from xnode.client.grpc_services import health_check
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.topics import Topic, TopicKind
@@ -40,9 +41,9 @@ PAYER = SigningKey.generate()
 
 async def _statuses(address: str, services: list[str]) -> dict[str, int]:
     async with grpc.aio.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
+        stub = health_check(channel)
         return {
-            s: (await stub.Check(health_pb2.HealthCheckRequest(service=s), timeout=5)).status
+            s: (await stub(health_pb2.HealthCheckRequest(service=s), timeout=5)).status
             for s in services
         }
 

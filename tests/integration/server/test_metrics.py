@@ -39,10 +39,10 @@ async def test_metrics_carry_the_node_and_rejections_name_api_method_and_reason(
         await client.publish_group_messages(SigningKey.generate(), 100, GROUP, [b"m"])
         with pytest.raises(grpc.aio.AioRpcError):
             await client.publish([])  # through ReplicationApi
-        publish = publish_api_pb2_grpc.PublishApiStub(client.channel)  # type: ignore[no-untyped-call]
+        publish = publish_api_pb2_grpc.PublishApiStub(client.channel)
         with pytest.raises(grpc.aio.AioRpcError):
             await publish.PublishPayerEnvelopes(api.PublishPayerEnvelopesRequest())
-        query = query_api_pb2_grpc.QueryApiStub(client.channel)  # type: ignore[no-untyped-call]
+        query = query_api_pb2_grpc.QueryApiStub(client.channel)
         with pytest.raises(grpc.aio.AioRpcError):
             await query.QueryEnvelopes(
                 api.QueryEnvelopesRequest(

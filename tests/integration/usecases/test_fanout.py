@@ -81,7 +81,7 @@ async def test_a_stream_that_stops_reading_is_ended_with_its_cursor_and_resumes(
         NodeClient(node.address) as publisher,
         grpc.aio.insecure_channel(node.address, options=slow) as channel,
     ):
-        reader = message_api_pb2_grpc.ReplicationApiStub(channel)  # type: ignore[no-untyped-call]
+        reader = message_api_pb2_grpc.ReplicationApiStub(channel)
         request = api.SubscribeEnvelopesRequest(query=api.EnvelopesQuery(topics=[TOPIC]))
         call = reader.SubscribeEnvelopes(request)
         stream = call.__aiter__()

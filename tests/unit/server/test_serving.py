@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2
 
+from xnode.client.grpc_services import health_check
 from xnode.server.serving import CheckOnTheLoop, add_health_and_reflection
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -36,11 +37,11 @@ async def test_check_answers_what_the_servicer_holds(
     served: tuple[health.HealthServicer, grpc.aio.Channel],
 ) -> None:
     servicer, channel = served
-    stub = health_pb2_grpc.HealthStub(channel)
+    stub = health_check(channel)
     servicer.set("publish", NOT_SERVING)
-    overall = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
-    publish = await stub.Check(health_pb2.HealthCheckRequest(service="publish"), timeout=5)
+    overall = await stub(health_pb2.HealthCheckRequest(service=""), timeout=5)
+    publish = await stub(health_pb2.HealthCheckRequest(service="publish"), timeout=5)
     assert (overall.status, publish.status) == (SERVING, NOT_SERVING)
     with pytest.raises(grpc.aio.AioRpcError) as unknown:
-        await stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=5)
+        await stub(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=5)
     assert unknown.value.code() is grpc.StatusCode.NOT_FOUND

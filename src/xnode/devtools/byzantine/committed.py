@@ -205,7 +205,7 @@ class LogService:
         question = request.question if request.HasField("question") else None
         return wh.GetSignedHoldingsResponse(holdings=self._log.holdings(first, last, question))
 
-    def handlers(self) -> list[grpc.GenericRpcHandler[Any, Any]]:
+    def handlers(self) -> list[grpc.GenericRpcHandler]:
         logs = {
             "GetCheckpoints": _unary(
                 self.checkpoints, pb.GetCheckpointsRequest, pb.GetCheckpointsResponse

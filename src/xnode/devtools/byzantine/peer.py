@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2
+from grpc_health.v1.health_pb2 import HealthCheckResponse
 
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
@@ -223,8 +223,8 @@ class MisbehavingPeer:
             await asyncio.Event().wait()  # the last stream stays open
 
     async def _health(self, _request: bytes, _context: Any) -> bytes:
-        serving = health_pb2.HealthCheckResponse.SERVING
-        answer: bytes = health_pb2.HealthCheckResponse(status=serving).SerializeToString()
+        serving = HealthCheckResponse.SERVING
+        answer: bytes = HealthCheckResponse(status=serving).SerializeToString()
         return answer
 
     async def start(self, address: str) -> None:
