@@ -40,6 +40,8 @@ def test_signing_falls_back_to_the_threads_once_the_process_is_lost() -> None:
         signed = crypto_threads.in_signing_process(sign_digests, key.secret, digests)
         assert asyncio.run(signed) == expected  # in the process
         process._lifeline.cut()  # it exits, as when it is killed
+        for worker in list(process._processes.values()):  # before the next call, however slow
+            worker.join(30)
         signed = crypto_threads.in_signing_process(sign_digests, key.secret, digests)
         assert asyncio.run(signed) == expected  # in a thread
         assert not crypto_threads.has_signing_process()
