@@ -28,12 +28,12 @@ broken streams, envelopes of the sampled topics missing at a subscriber at the e
 The long mode (`--fault-every-minutes N`, N > 0) adds:
 - faults, one every N minutes, in turn: kill -9 of node 300 (started again 5 s later), SIGSTOP
   of a node for 15 s, a partition of one node from the others for 20 s (every peer link goes
-  through a TCP proxy in this process, tests/tcp_link.py), a restart of Postgres (every node's
-  database at once); the nodes that are stopped or cut rotate, node 300 alone is killed, so
-  the RSS curves of 100 and 200 span the whole run;
+  through a TCP proxy in this process, tests/support/tcp_link.py), a restart of Postgres
+  (every node's database at once); the nodes that are stopped or cut rotate, node 300 alone
+  is killed, so the RSS curves of 100 and 200 span the whole run;
 - a gateway (`xnode gateway`) with a subscriber of its own, failing over between nodes;
 - subscribers that resume from their cursor when a fault ends their stream, every call
-  recorded and judged at the end by the subscription checker (tests/subscriber_history.py):
+  recorded and judged at the end by the subscription checker (tests/support/subscriber_history.py):
   every acknowledged envelope of the sampled topics exactly once per subscriber, in each
   originator's order;
 - curves of publish latency, replication lag, RSS per process (nodes, gateway; for Postgres
@@ -68,9 +68,9 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests' helpers
 
-from tests.statuses import trailers
-from tests.subscriber_history import Call, History, check
-from tests.tcp_link import Link
+from tests.support.statuses import trailers
+from tests.support.subscriber_history import Call, History, check
+from tests.support.tcp_link import Link
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.api.errors import CURSOR_TRAILER

@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-# A failed test prints the end of its processes' logs (tests/failure_logs.py).
+# A failed test prints the end of its processes' logs (tests/support/failure_logs.py).
 from tests.e2e import image_builds
-from tests.failure_logs import print_logs_if_failed, pytest_runtest_makereport  # noqa: F401
-from tests.scratch import scratch_dir
+from tests.support.failure_logs import print_logs_if_failed, pytest_runtest_makereport  # noqa: F401
+from tests.support.scratch import scratch_dir
 
-# A timed-out test prints its event loop's pending tasks (tests/timeout_tasks.py).
-from tests.timeout_tasks import pytest_timeout_set_timer  # noqa: F401
+# A timed-out test prints its event loop's pending tasks (tests/support/timeout_tasks.py).
+from tests.support.timeout_tasks import pytest_timeout_set_timer  # noqa: F401
 from xnode.core.crypto import SigningKey
 from xnode.core.registry import NodeEntry, Registry
 from xnode.devtools.devnet import wait_serving
@@ -149,7 +149,7 @@ def _databases(cluster: PgCluster) -> set[str]:
 @pytest.fixture(autouse=True)
 def _drop_the_tests_databases(request: pytest.FixtureRequest) -> Iterator[None]:
     """The databases a test created in the session's cluster are dropped after it: kept,
-    a suite's databases and their WAL grew to many gigabytes, in memory (tests/scratch.py).
+    a suite's databases and their WAL grew to many gigabytes, in memory (tests/support/scratch.py).
     Taken after the fixtures of wider scope are set up, so theirs are kept."""
     if "pg_cluster" not in request.fixturenames:
         yield

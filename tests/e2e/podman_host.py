@@ -15,7 +15,7 @@ import pytest
 from filelock import FileLock
 from testcontainers.core.docker_client import DockerClient
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 
 TOOLS = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
 REPO = Path(__file__).resolve().parents[2]

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from tests.docs_blocks import ROOT, Block, all_blocks
 from tests.e2e.replication.test_devnet import interrupt, start_devnet
+from tests.support.docs_blocks import ROOT, Block, all_blocks
 from xnode.devtools.devgateway import GATEWAY_HTTP_PORT, GATEWAY_PORT
 from xnode.devtools.devnet import ANVIL_PORT, DEVNET_FEES, HTTP_PORT, METRICS_PORT
 

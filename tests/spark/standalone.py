@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tests.spark.jvm import QUICK_JVM_OPTIONS, REPO_ROOT
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from xnode.devtools.postgres import free_port
 from xnode.devtools.processes import log_tail
 

@@ -17,7 +17,7 @@ import pytest
 from spark_jobs import gen_data as g
 from tests.conftest import ChainEnv
 from tests.integration.chain.helpers import add_message_call, message_payload, send_raw_event
-from tests.withholding_log import CommittedLog, leaving_out
+from tests.support.withholding_log import CommittedLog, leaving_out
 from xmtp.identity.associations.signature_pb2 import RecoverableEcdsaSignature
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.client.node import key_package_envelope

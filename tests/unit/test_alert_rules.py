@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from tests.docs_blocks import heading_anchors
+from tests.support.docs_blocks import heading_anchors
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = yaml.safe_load((ROOT / "docker/prometheus/alerts.yml").read_text())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.docs_blocks import ROOT, documents, heading_anchors
+from tests.support.docs_blocks import ROOT, documents, heading_anchors
 
 LINK = re.compile(r"\]\(([^)#\s]*)#([^)\s]+)\)")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs_blocks import ROOT, Block, all_blocks, blocks_of, commands
+from tests.support.docs_blocks import ROOT, Block, all_blocks, blocks_of, commands
 from xnode.cli import build_parser
 from xnode.config import settings_table
 from xnode.gateway.settings import gateway_settings_table

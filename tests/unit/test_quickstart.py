@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.docs_blocks import ROOT
+from tests.support.docs_blocks import ROOT
 
 PAGE = ROOT / "docs" / "clients.md"
 SOURCE = re.compile(r"`([\w/.\-]+\.(?:py|mjs|js))`")

@@ -1,9 +1,9 @@
-"""The subscription checker (tests/subscriber_history.py) finds each way a subscription can fail
-its rule, and passes a history that keeps it."""
+"""The subscription checker (tests/support/subscriber_history.py) finds each way a subscription
+can fail its rule, and passes a history that keeps it."""
 
 from __future__ import annotations
 
-from tests.subscriber_history import History, check
+from tests.support.subscriber_history import History, check
 
 A, B = b"\x00a", b"\x00b"
 ACKED = {(100, 1): A, (100, 2): B, (100, 3): A, (200, 1): A, (200, 2): B}

@@ -1,5 +1,5 @@
 """When pytest-timeout fires in an asyncio test, the output names the coroutine the test
-waits on (tests/timeout_tasks.py), not only the threads."""
+waits on (tests/support/timeout_tasks.py), not only the threads."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_a_timed_out_asyncio_test_prints_where_its_tasks_wait(tmp_path: Path) ->
     (tmp_path / "test_hanging.py").write_text(HANGING)
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
-    plugin = ["-p", "no:cacheprovider", "-p", "tests.timeout_tasks", "--timeout", "2"]
+    plugin = ["-p", "no:cacheprovider", "-p", "tests.support.timeout_tasks", "--timeout", "2"]
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", *plugin, "test_hanging.py"],
         cwd=tmp_path,

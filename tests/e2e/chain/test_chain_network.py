@@ -10,7 +10,6 @@ from functools import partial
 from typing import Any
 
 from tests.conftest import ChainEnv, NodeProcess, NodeSpec
-from tests.identity_signers import Inbox
 from tests.integration.chain.helpers import (
     chain_proof,
     client_bytes,
@@ -20,7 +19,8 @@ from tests.integration.chain.helpers import (
     publish,
     signed_update_envelope,
 )
-from tests.waiting import eventually_value
+from tests.support.identity_signers import Inbox
+from tests.support.waiting import eventually_value
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey

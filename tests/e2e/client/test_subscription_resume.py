@@ -10,7 +10,7 @@ from functools import partial
 import pytest
 
 from tests.conftest import REPLICATION_TEST_SETTINGS, Network, NodeProcess
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.client.network import NetworkClient
 from xnode.client.node import NodeClient
 from xnode.core.client_checks import CheckedEnvelope

@@ -18,7 +18,7 @@ from tests.conftest import ChainEnv
 from tests.e2e import image_builds
 from tests.e2e.podman_host import docker_api, install_tools, podman_env
 from tests.e2e.replication.conftest import ChainNetwork, chain_network
-from tests.failure_logs import print_logs_if_failed
+from tests.support.failure_logs import print_logs_if_failed
 from xnode.core.crypto import SigningKey
 from xnode.devtools.certs import CertAuthority
 from xnode.devtools.devnet import GATEWAY_ADDRESS, GATEWAY_READ_LIMITS, wait_serving

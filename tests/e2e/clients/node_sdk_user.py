@@ -18,7 +18,7 @@ import aiohttp
 import xmtp_bindings.xmtpv3 as xmtp
 from testcontainers.core.container import DockerContainer
 
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.core.crypto import SigningKey
 from xnode.devtools.postgres import free_port
 

@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e.clients.conftest import GatewayProcess, _spawn_gateway
 from tests.e2e.clients.xmtp_users import new_user
 from tests.e2e.replication.conftest import ChainNetwork
-from tests.statuses import trailers
+from tests.support.statuses import trailers
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api

@@ -15,9 +15,9 @@ from collections.abc import Callable
 import pytest
 from testcontainers.core.docker_client import DockerClient
 
-from tests.docs_blocks import ROOT
 from tests.e2e.clients.conftest import TlsGateway
 from tests.e2e.clients.node_sdk_user import IMAGE_ENV, NodeSdk
+from tests.support.docs_blocks import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 API_KEY = "quickstart-key-1"

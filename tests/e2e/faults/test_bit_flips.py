@@ -1,5 +1,5 @@
 """A bit flipped in one node's envelope table on disk (its cluster made with data checksums,
-tests/power_loss.py). Postgres refuses the page, so the node never serves the changed
+tests/support/power_loss.py). Postgres refuses the page, so the node never serves the changed
 envelope; it refuses to start, saying so (no traceback), while its peers serve everything;
 once the operator drops the damaged page (docs/operations.md, "Corrupt pages") it starts,
 finds the envelopes whose leaves it still holds lost, and fetches them from its peers, byte
@@ -25,9 +25,9 @@ from tests.e2e.faults.test_power_loss import (
 )
 from tests.integration.export.helpers import Item, group, publish
 from tests.integration.replication.test_replication import stored
-from tests.power_loss import OwnPostgres, make_template
-from tests.scratch import scratch_dir
-from tests.waiting import eventually
+from tests.support.power_loss import OwnPostgres, make_template
+from tests.support.scratch import scratch_dir
+from tests.support.waiting import eventually
 from xnode.core.topics import TopicKind
 from xnode.devtools.devnet import wait_serving
 from xnode.devtools.postgres import PgCluster, free_port

@@ -27,8 +27,8 @@ import pytest
 
 from tests.conftest import ChainEnv, NodeProcess, NodeSpec
 from tests.e2e.replication.conftest import ChainNetwork
-from tests.tcp_link import Link
-from tests.waiting import eventually
+from tests.support.tcp_link import Link
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.chain.admin import add_node, node_address
 from xnode.client.node import NodeClient

@@ -1,5 +1,5 @@
-"""Power cuts (tests/power_loss.py): a node's Postgres on a filesystem that drops every write
-not fsynced when its power is cut, the node and Postgres killed with it, then the power back
+"""Power cuts (tests/support/power_loss.py): a node's Postgres on a filesystem that drops every
+write not fsynced when its power is cut, the node and Postgres killed with it, then the power back
 on: Postgres recovers from its WAL and the node serves again without an operator.
 
 Nothing acknowledged is lost (a publish is answered only once its transaction is flushed:
@@ -25,9 +25,9 @@ from tests.conftest import REPLICATION_TEST_SETTINGS, NodeProcess, NodeSpec
 from tests.integration.export.helpers import Item, group, publish
 from tests.integration.logs.helpers import checkpoints, log_api
 from tests.integration.replication.test_replication import stored
-from tests.power_loss import OwnPostgres, make_template
-from tests.scratch import scratch_dir
-from tests.waiting import eventually
+from tests.support.power_loss import OwnPostgres, make_template
+from tests.support.scratch import scratch_dir
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.envelopes import parse_originator_envelope
 from xnode.core.topics import TopicKind

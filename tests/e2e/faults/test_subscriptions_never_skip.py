@@ -11,7 +11,7 @@ on every node, and subscribers of every kind the nodes serve:
 Faults meanwhile: SIGTERM and restart of node 300, kill -9 and restart of node 100, a partition
 of node 200 from the others. Every subscriber resumes on its node (the gateway's, on the
 gateway) from the cursor its ending status named, or else from what it received. The checker
-(tests/subscriber_history.py) then finds every acknowledged envelope of each subscriber's
+(tests/support/subscriber_history.py) then finds every acknowledged envelope of each subscriber's
 topics exactly once, in each originator's order: none skipped, none duplicated."""
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ import grpc
 import pytest
 
 from tests.conftest import REPLICATION_TEST_SETTINGS, NodeProcess, NodeSpec
-from tests.statuses import trailers
-from tests.subscriber_history import Call, History, Key, Tops, Verdict, check
-from tests.tcp_link import Link
-from tests.waiting import eventually
+from tests.support.statuses import trailers
+from tests.support.subscriber_history import Call, History, Key, Tops, Verdict, check
+from tests.support.tcp_link import Link
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import message_api_pb2_grpc, query_api_pb2_grpc

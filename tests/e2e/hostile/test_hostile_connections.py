@@ -12,7 +12,7 @@ from collections.abc import Callable
 import grpc
 
 from tests.conftest import NodeProcess, NodeSpec
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import REPLICATION_TEST_SETTINGS, Network, NodeProcess
 from tests.e2e.hostile.nodes import start
-from tests.statuses import trailers
+from tests.support.statuses import trailers
+from tests.support.waiting import eventually
 from tests.unit.replication.test_auth import signed_token
-from tests.waiting import eventually
 from xmtp.identity.associations.signature_pb2 import RecoverableEcdsaSignature
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import Network, NodeProcess, NodeSpec
 from tests.e2e.hostile.nodes import start
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey

@@ -29,7 +29,7 @@ from prometheus_client import REGISTRY
 
 import xnode.observability.metrics  # noqa: F401  (registers the process-wide metrics)
 from tests.e2e.replication.conftest import ChainNetwork
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.devtools.postgres import free_port

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs_blocks import ROOT, Block, blocks_of
-from tests.failure_logs import print_logs_if_failed
+from tests.support.docs_blocks import ROOT, Block, blocks_of
+from tests.support.failure_logs import print_logs_if_failed
 from xnode.core.registry import Registry
 from xnode.devtools.certs import CertAuthority
 from xnode.devtools.devnet import wait_serving

@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import NodeProcess, NodeSpec
 from tests.integration.server.test_metrics import _scrape
-from tests.waiting import eventually_value
+from tests.support.waiting import eventually_value
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor

@@ -22,8 +22,8 @@ import pytest
 from tests.conftest import REPLICATION_TEST_SETTINGS, Network, NodeProcess, ha_root, start_ha
 from tests.e2e.ops.test_ha import GROUP, PAYER, A
 from tests.e2e.ops.test_restore import events, log_of
-from tests.tcp_link import Link
-from tests.waiting import eventually, eventually_value
+from tests.support.tcp_link import Link
+from tests.support.waiting import eventually, eventually_value
 from xnode.client.node import NodeClient
 from xnode.core.envelopes import parse_originator_envelope
 from xnode.devtools.devnet import wait_serving

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from tests.conftest import REPLICATION_TEST_SETTINGS, NodeProcess, NodeSpec
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.client.node import NodeClient
 from xnode.core import misbehavior
 from xnode.core.crypto import SigningKey

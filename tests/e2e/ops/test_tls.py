@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPLICATION_TEST_SETTINGS, NodeProcess, NodeSpec
 from tests.e2e.replication.test_devnet import interrupt, start_devnet
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.payer_api import payer_api_pb2, payer_api_pb2_grpc
 from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey

@@ -12,7 +12,7 @@ import signal
 import urllib.request
 from typing import Any
 
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor

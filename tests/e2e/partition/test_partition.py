@@ -29,7 +29,7 @@ from tests.conftest import REPLICATION_TEST_SETTINGS, NodeProcess, NodeSpec
 from tests.integration.export.helpers import Item, group, publish, received_row
 from tests.integration.logs.helpers import checkpoints, log_api
 from tests.integration.replication.test_replication import stored
-from tests.tcp_link import Link
+from tests.support.tcp_link import Link
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope
 from xnode.core.forks import log_keeps

@@ -23,7 +23,6 @@ import pytest
 from web3 import Web3
 
 from tests.e2e.ops.test_restore import log_of
-from tests.identity_signers import Inbox
 from tests.integration.chain.helpers import (
     canonical_payloads,
     client_bytes,
@@ -33,7 +32,8 @@ from tests.integration.chain.helpers import (
     publish,
     signed_update_envelope,
 )
-from tests.waiting import eventually
+from tests.support.identity_signers import Inbox
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.payer_api import payer_api_pb2, payer_api_pb2_grpc
 from xnode.chain import abi
 from xnode.chain.contracts import NODE_REGISTRY, contract_at

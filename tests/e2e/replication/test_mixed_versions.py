@@ -25,8 +25,8 @@ import asyncpg
 import pytest
 
 from tests.conftest import REPLICATION_TEST_SETTINGS, NodeProcess, NodeSpec
-from tests.docs_blocks import ROOT
-from tests.waiting import eventually
+from tests.support.docs_blocks import ROOT
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import NodeClient
 from xnode.core import misbehavior

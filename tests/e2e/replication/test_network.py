@@ -9,7 +9,7 @@ import contextlib
 import grpc
 
 from tests.e2e.replication.conftest import ChainNetwork
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey
 

@@ -7,7 +7,7 @@ import time
 import grpc
 
 from tests.e2e.replication.conftest import ChainNetwork
-from tests.waiting import eventually_value
+from tests.support.waiting import eventually_value
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.core.crypto import SigningKey
 from xnode.core.node_tokens import issue_token

@@ -12,7 +12,7 @@ import signal
 from tests.conftest import NodeProcess
 from tests.e2e.replication.conftest import ChainNetwork
 from tests.integration.chain.helpers import commit_envelope, publish
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import NodeClient
 from xnode.core import misbehavior

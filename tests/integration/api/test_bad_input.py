@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from tests.conftest import node_settings
-from tests.statuses import trailers
+from tests.support.statuses import trailers
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.api.errors import CURSOR_TRAILER

@@ -16,7 +16,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.conftest import Network, node_settings
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.payer_api import payer_api_pb2, payer_api_pb2_grpc
 from xnode.client.node import NodeClient

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import ChainEnv, Network, NodeSpec, node_settings
 from tests.integration.chain.helpers import commit_envelope, publish
-from tests.withholding_log import CommittedLog, leaving_out
+from tests.support.withholding_log import CommittedLog, leaving_out
 from xmtp.identity.associations import signature_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb

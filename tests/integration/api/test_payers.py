@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.statuses import trailers
+from tests.support.statuses import trailers
 from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import build_payer_envelope, parse_originator_envelope

@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from tests.conftest import NodeSpec, database_refusing, node_settings
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey

@@ -8,8 +8,8 @@ from typing import Any
 import asyncpg
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
-from tests.identity_signers import Inbox
 from tests.integration.chain.helpers import commit_envelope, publish, signed_update_envelope
+from tests.support.identity_signers import Inbox
 from xnode.client.node import NodeClient
 from xnode.commands.audit import AuditOptions, audit_node
 from xnode.config import Settings

@@ -9,8 +9,8 @@ import grpc
 import pytest
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
-from tests.identity_signers import Inbox, Wallet
 from tests.integration.chain.helpers import publish, signed_update_envelope
+from tests.support.identity_signers import Inbox, Wallet
 from xnode.client.node import NodeClient
 from xnode.core.constants import IDENTITY_UPDATES_ORIGINATOR
 from xnode.core.cursors import Cursor

@@ -15,7 +15,6 @@ import pytest
 from web3 import Web3
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
-from tests.identity_signers import Inbox, Installation, Wallet, create, signed
 from tests.integration.chain.helpers import (
     add_identity_update_call,
     publish,
@@ -23,7 +22,8 @@ from tests.integration.chain.helpers import (
     signed_update_envelope,
     stored_chain_payloads,
 )
-from tests.waiting import eventually_value
+from tests.support.identity_signers import Inbox, Installation, Wallet, create, signed
+from tests.support.waiting import eventually_value
 from xmtp.identity.associations import association_pb2 as a
 from xmtp.identity.associations import signature_pb2 as s
 from xmtp.xmtpv4.message_api import message_api_pb2 as api

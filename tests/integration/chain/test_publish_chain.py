@@ -10,7 +10,6 @@ import grpc
 import pytest
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
-from tests.identity_signers import Inbox
 from tests.integration.chain.helpers import (
     application,
     chain_proof,
@@ -21,6 +20,7 @@ from tests.integration.chain.helpers import (
     publish,
     signed_update_envelope,
 )
+from tests.support.identity_signers import Inbox
 from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import parse_originator_envelope

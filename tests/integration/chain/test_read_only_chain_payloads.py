@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
 from tests.integration.chain.helpers import commit_envelope, group_topic, publish
-from tests.waiting import eventually_value
+from tests.support.waiting import eventually_value
 from xnode.client.node import NodeClient
 from xnode.config import Settings
 from xnode.core.chain_payloads import ChainEvent, NotVouched, build_chain_payload

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
-from tests.identity_signers import Inbox, Wallet
 from tests.integration.chain.helpers import publish, signed_update_envelope
-from tests.waiting import eventually_value
+from tests.support.identity_signers import Inbox, Wallet
+from tests.support.waiting import eventually_value
 from xmtp.identity.associations import association_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.chain.admin import add_node, set_node_status

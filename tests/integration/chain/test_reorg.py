@@ -21,7 +21,7 @@ from tests.integration.chain.helpers import (
     send_raw_event,
     stored_chain_payloads,
 )
-from tests.waiting import eventually, eventually_value
+from tests.support.waiting import eventually, eventually_value
 from xnode.chain import abi
 from xnode.client.node import NodeClient, envelopes_of
 from xnode.core.cursors import Cursor

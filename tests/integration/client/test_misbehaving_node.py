@@ -12,8 +12,8 @@ import grpc
 import pytest
 
 from tests.conftest import Network
-from tests.fake_peer import serve_replication_methods
-from tests.waiting import eventually_value
+from tests.support.fake_peer import serve_replication_methods
+from tests.support.waiting import eventually_value
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb

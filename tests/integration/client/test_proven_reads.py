@@ -12,11 +12,11 @@ from typing import Any
 import grpc
 
 from tests.conftest import Network
-from tests.fake_peer import serve_replication_methods
 from tests.integration.client.test_misbehaving_node import group_preferring, reports_held_by
 from tests.integration.export.helpers import run_cli_async
 from tests.integration.logs.helpers import FAST_CHECKPOINTS, checkpoint_at, log_api
-from tests.waiting import eventually_value
+from tests.support.fake_peer import serve_replication_methods
+from tests.support.waiting import eventually_value
 from xnode.client.network import NetworkClient
 from xnode.client.node import NodeClient
 from xnode.client.proven import ProvenReader

@@ -18,7 +18,6 @@ import grpc
 import pytest
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
-from tests.fake_peer import serve_replication_methods
 from tests.integration.api.test_misbehavior_evidence import resigned, taken
 from tests.integration.chain.helpers import commit_envelope, publish
 from tests.integration.replication.test_withholding import (
@@ -30,6 +29,7 @@ from tests.integration.replication.test_withholding import (
     streamed_then_withheld,
     withholder,
 )
+from tests.support.fake_peer import serve_replication_methods
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.client.node import NodeClient

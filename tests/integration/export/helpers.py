@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from tests.identity_signers import Inbox
+from tests.support.identity_signers import Inbox
 from xmtp.mls.api.v1 import mls_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb

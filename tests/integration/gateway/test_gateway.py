@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from grpc_health.v1 import health_pb2
 
 from tests.conftest import Network
-from tests.statuses import trailers
-from tests.waiting import eventually
+from tests.support.statuses import trailers
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
 from xnode.api.errors import CURSOR_TRAILER

@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.conftest import Network
 from tests.integration.gateway.test_gateway_reads import query, reads_stub, topic_preferring
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.payer_api import payer_api_pb2 as payer_api
 from xnode.client.node import group_message_envelope

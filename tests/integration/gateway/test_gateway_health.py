@@ -11,7 +11,6 @@ from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from tests.conftest import Network
-from tests.fake_peer import serve_replication_methods
 from tests.integration.gateway.test_gateway import group_id
 from tests.integration.gateway.test_gateway_reads import (
     failovers,
@@ -19,7 +18,8 @@ from tests.integration.gateway.test_gateway_reads import (
     query,
     reads_stub,
 )
-from tests.waiting import eventually
+from tests.support.fake_peer import serve_replication_methods
+from tests.support.waiting import eventually
 from xnode.client.node import group_message_envelope
 from xnode.core.registry import NodeEntry, Registry
 from xnode.gateway.channels import NodeChannels

@@ -18,10 +18,10 @@ from grpc_health.v1 import health_pb2
 from prometheus_client import REGISTRY
 
 from tests.conftest import Network
-from tests.fake_peer import serve_replication_methods
 from tests.integration.gateway.test_gateway import group_id, order_for, start_all
+from tests.support.fake_peer import serve_replication_methods
+from tests.support.waiting import eventually
 from tests.unit.gateway.test_visibility import envelope as chain_envelope
-from tests.waiting import eventually
 from xmtp.identity.associations import signature_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.conftest import ChainEnv, Network, NodeProcess
-from tests.leftovers import (
+from tests.support.leftovers import (
     Injected,
     boom,
     boom_sync,
@@ -20,7 +20,7 @@ from tests.leftovers import (
     new_tasks,
     running_tasks,
 )
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.core.crypto import SigningKey
 from xnode.devtools.postgres import free_port
 from xnode.gateway import server as gateway_server

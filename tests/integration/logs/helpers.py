@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.core.checkpoints import Checkpoint, envelope_leaf, verify_checkpoint
 from xnode_api.logs.v1 import logs_pb2 as pb
 from xnode_api.logs.v1 import logs_pb2_grpc

@@ -19,8 +19,8 @@ from structlog.testing import capture_logs
 from tests.conftest import Network, NodeSpec, node_settings
 from tests.integration.export.helpers import Item, group, publish
 from tests.integration.logs.helpers import FAST_CHECKPOINTS, checkpoint_at, log_api
+from tests.support.waiting import eventually_value
 from tests.unit.usecases.fakes import FixedClock
-from tests.waiting import eventually_value
 from xnode.client.node import group_message_envelope
 from xnode.core import merkle
 from xnode.core.checkpoints import TopicCommitment, envelope_leaf, sign_checkpoint

@@ -24,7 +24,7 @@ from tests.integration.logs.helpers import (
     leaves_of,
     log_api,
 )
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.api.logs import SERVICE_NAME
 from xnode.client.grpc_services import health_check, reflection_info
 from xnode.commands.prune import apply_plan

@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from tests.conftest import Network
-from tests.fake_peer import serve_subscribe_originators
 from tests.integration.replication.test_liveness_reports import reports_about, wait_for_report
 from tests.integration.replication.test_replication import stored
-from tests.waiting import eventually
+from tests.support.fake_peer import serve_subscribe_originators
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.client.node import group_message_envelope
 from xnode.core import wire

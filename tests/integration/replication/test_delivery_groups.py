@@ -17,10 +17,10 @@ import grpc
 
 from tests.conftest import REPLICATION_TEST_SETTINGS, NodeSpec, node_settings
 from tests.e2e.replication.test_misbehaving_peer import forged
-from tests.fake_peer import serve_subscribe_originators
 from tests.integration.export.helpers import Item, group, publish
 from tests.integration.replication.test_replication import stored
-from tests.waiting import eventually
+from tests.support.fake_peer import serve_subscribe_originators
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xnode.core import misbehavior, wire
 from xnode.core.crypto import SigningKey

@@ -18,7 +18,7 @@ from tests.conftest import Network, NodeSpec
 from tests.integration.export.helpers import Item, group, received_row, store_received
 from tests.integration.replication.test_forks import duplicate_reports
 from tests.integration.replication.test_replication import stored
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.core.crypto import SigningKey
 from xnode.core.evidence import why_unproven
 from xnode.core.forks import log_keeps

@@ -13,8 +13,8 @@ from typing import Any
 import grpc
 
 from tests.conftest import Network
-from tests.fake_peer import serve_subscribe_originators
-from tests.waiting import eventually
+from tests.support.fake_peer import serve_subscribe_originators
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import group_message_envelope

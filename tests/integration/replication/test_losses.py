@@ -14,7 +14,7 @@ from tests.conftest import Network
 from tests.integration.export.helpers import Item, group, publish
 from tests.integration.logs.helpers import checkpoint_at, log_api
 from tests.integration.replication.test_replication import metric, stored
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.commands.audit import AuditOptions, audit_node
 from xnode.config import Settings
 from xnode.core.audit import FaultKind

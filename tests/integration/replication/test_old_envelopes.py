@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 
 from tests.conftest import Network
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import key_package_envelope
 from xnode.commands.audit import AuditOptions, audit_node

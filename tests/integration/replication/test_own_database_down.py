@@ -16,8 +16,8 @@ import grpc
 from prometheus_client import REGISTRY
 
 from tests.conftest import Network
-from tests.fake_peer import serve_subscribe_originators
-from tests.waiting import eventually
+from tests.support.fake_peer import serve_subscribe_originators
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.misbehavior import LIVENESS_TYPES
 from xnode.devtools.postgres import PgCluster

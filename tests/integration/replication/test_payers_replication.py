@@ -13,7 +13,7 @@ import grpc
 from tests.conftest import Network
 from tests.integration.replication.test_liveness_reports import wait_for_report
 from tests.integration.replication.test_replication import stored
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.api.fees import FeesService

@@ -21,7 +21,7 @@ from tests.integration.export.helpers import (
 )
 from tests.integration.logs.helpers import checkpoint_at, log_api
 from tests.integration.replication.test_replication import metric, stored
-from tests.waiting import eventually, eventually_value
+from tests.support.waiting import eventually, eventually_value
 from xnode.commands.prune import apply_plan
 from xnode.config import Settings
 from xnode.core import misbehavior

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 import asyncpg
 import pytest
 
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.core.reconciliation import Fingerprint, SequenceRange
 from xnode.replication.anti_entropy import Repair
 from xnode.replication.ingest import OriginatorLog

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tests.conftest import Network
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.client.node import NodeClient, envelopes_of, group_message_envelope
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor

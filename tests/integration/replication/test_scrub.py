@@ -15,7 +15,7 @@ from tests.conftest import Network
 from tests.integration.export.helpers import run_cli_async
 from tests.integration.replication.test_losses import FAST, QUIET, _published
 from tests.integration.replication.test_replication import metric, stored
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.commands.audit import audit_node
 from xnode.config import Settings
 from xnode.core.audit import FaultKind

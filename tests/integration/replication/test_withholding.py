@@ -23,13 +23,13 @@ import pytest
 
 from spark_jobs.misbehavior_aggregation import verify_report
 from tests.conftest import REPLICATION_TEST_SETTINGS, Network, NodeSpec, node_settings
-from tests.fake_peer import serve_proxy
 from tests.integration.export.helpers import Item, group, publish
 from tests.integration.logs.helpers import checkpoint_at, log_api
 from tests.integration.replication.test_losses import FAST, _delete_envelopes
 from tests.integration.replication.test_replication import metric, stored
 from tests.integration.replication.test_scrub import SCRUBBING, _flip_bytes
-from tests.waiting import eventually, eventually_value
+from tests.support.fake_peer import serve_proxy
+from tests.support.waiting import eventually, eventually_value
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey, keccak256

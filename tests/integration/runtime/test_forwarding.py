@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from tests.integration.store.test_sequencer import envelopes
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.core.crypto import SigningKey
 from xnode.core.envelopes import IndexedEnvelope, Originable
 from xnode.core.errors import Reason, Rejected

@@ -13,7 +13,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
-from tests.waiting import eventually_value
+from tests.support.waiting import eventually_value
 from xnode.client.grpc_services import health_check
 from xnode.client.node import NodeClient
 from xnode.core.crypto import SigningKey

@@ -12,8 +12,8 @@ import asyncpg
 import pytest
 
 from tests.conftest import ChainEnv, NodeSpec, node_settings
-from tests.leftovers import Injected, boom, boom_sync, bound, new_tasks, running_tasks
-from tests.waiting import eventually
+from tests.support.leftovers import Injected, boom, boom_sync, bound, new_tasks, running_tasks
+from tests.support.waiting import eventually
 from xnode.chain.node import ChainServices
 from xnode.config import Settings
 from xnode.devtools.postgres import PgCluster, free_port

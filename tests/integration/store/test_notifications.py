@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.observability.outage import DatabaseOutage
 from xnode.store.notifications import NOTIFY_CHANNEL, CommitListener, commit_notice
 

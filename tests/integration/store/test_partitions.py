@@ -28,8 +28,8 @@ from tests.integration.export.helpers import (
     write_plan,
 )
 from tests.integration.logs.test_migration import upgrade_to
+from tests.support.waiting import eventually
 from tests.unit.usecases.fakes import FixedClock
-from tests.waiting import eventually
 from xnode.core.crypto import SigningKey
 from xnode.core.cursors import Cursor
 from xnode.core.envelopes import IndexedEnvelope

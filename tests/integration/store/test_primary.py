@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import asyncpg
 import pytest
 
-from tests.tcp_link import Link
-from tests.waiting import eventually
+from tests.support.tcp_link import Link
+from tests.support.waiting import eventually
 from xnode.devtools.postgres import PgCluster, free_port
 from xnode.store.primary import Database, NoPrimaryError, host_dsns
 

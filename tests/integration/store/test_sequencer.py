@@ -9,7 +9,7 @@ import time
 import asyncpg
 import pytest
 
-from tests.waiting import eventually_value
+from tests.support.waiting import eventually_value
 from xnode.client.node import group_message_envelope
 from xnode.core.checkpoints import envelope_leaf
 from xnode.core.crypto import SigningKey

@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 
 from tests.conftest import database_refusing
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 from xnode.core.limits import Kind, Limit, LimitExceeded
 from xnode.devtools.postgres import PgCluster
 from xnode.store.limits import SharedBuckets

@@ -12,8 +12,8 @@ from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from tests.conftest import node_settings
-from tests.statuses import trailers
-from tests.waiting import eventually
+from tests.support.statuses import trailers
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xmtp.xmtpv4.message_api import message_api_pb2 as api
 from xmtp.xmtpv4.message_api import message_api_pb2_grpc

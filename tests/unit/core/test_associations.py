@@ -12,7 +12,7 @@ from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.identity_signers import (
+from tests.support.identity_signers import (
     Installation,
     Passkey,
     Wallet,

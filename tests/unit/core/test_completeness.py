@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.withholding_log import PAYER
+from tests.support.withholding_log import PAYER
 from xnode.client.node import group_message_envelope
 from xnode.core import merkle
 from xnode.core.checkpoints import Checkpoint, TopicCommitment, sign_checkpoint

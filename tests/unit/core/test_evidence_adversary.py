@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.withholding_log import CommittedLog, leaving_out
+from tests.support.withholding_log import CommittedLog, leaving_out
 from xmtp.identity.associations import signature_pb2
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.client.node import group_message_envelope

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.withholding_log import PAYER
+from tests.support.withholding_log import PAYER
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.client.node import group_message_envelope
 from xnode.core import merkle

@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.withholding_log import CommittedLog, Edit, leaving_out
+from tests.support.withholding_log import CommittedLog, Edit, leaving_out
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core import merkle
 from xnode.core.checkpoints import sign_checkpoint

@@ -16,7 +16,7 @@ from functools import cache
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.withholding_log import CommittedLog
+from tests.support.withholding_log import CommittedLog
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core.constants import NS_PER_SECOND
 from xnode.core.crypto import SigningKey, keccak256

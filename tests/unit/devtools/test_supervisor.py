@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from xnode.devtools.supervisor import (
     RESTART_INITIAL_S,
     STABLE_S,

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tests.support.withholding_log import CommittedLog, Edit, leaving_out
 from tests.unit.replication.test_anti_entropy import KEY as ANTI_ENTROPY_KEY
 from tests.unit.replication.test_anti_entropy import Side, Store, _nothing, checkpoint_of
 from tests.unit.replication.test_anti_entropy import signed as signed_anti_entropy
 from tests.unit.usecases.fakes import FixedClock
-from tests.withholding_log import CommittedLog, Edit, leaving_out
 from xmtp.xmtpv4.message_api import misbehavior_api_pb2 as mb
 from xnode.core import merkle
 from xnode.core.crypto import SigningKey

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.withholding_log import CommittedLog
 from tests.unit.usecases.fakes import FixedClock
-from tests.withholding_log import CommittedLog
 from xnode.core.crypto import SigningKey, keccak256
 from xnode.core.errors import Reason, Rejected
 from xnode.core.leaves import HeldLeaf

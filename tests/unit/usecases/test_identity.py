@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from tests.identity_signers import Inbox, Installation, Wallet
+from tests.support.identity_signers import Inbox, Installation, Wallet
 from tests.unit.usecases.fakes import MemoryStore
 from xmtp.identity.associations import association_pb2 as a
 from xmtp.identity.associations import signature_pb2 as s

@@ -10,7 +10,7 @@ as after a real cut with a volatile disk cache. Directory changes (create, renam
 are kept at once, as a journaling filesystem's metadata are: a file created and never
 fsynced comes back empty, as on ext4.
 
-`LazyMount` runs the filesystem in a process of its own (`python -m tests.power_loss BACKING
+`LazyMount` runs the filesystem in a process of its own (`python -m tests.support.power_loss BACKING
 MOUNT`), driven through its standard input: `cut` drops the unsynced writes and fails every
 later operation with EIO (the disk is gone); unmounting ends it. `power_cut` kills a set of
 processes with SIGKILL, then cuts and unmounts: the node and its Postgres lose power
@@ -34,7 +34,7 @@ from typing import IO, Any
 
 import mfusepy
 
-from tests.waiting import wait_until
+from tests.support.waiting import wait_until
 from xnode.devtools.postgres import PgCluster, free_port, start_cluster
 from xnode.store.migrate import upgrade_to_head
 
@@ -347,12 +347,18 @@ class LazyMount:
     def mount(self) -> None:
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.power_loss", str(self.backing), str(self.mountpoint)],
+            [
+                sys.executable,
+                "-m",
+                "tests.support.power_loss",
+                str(self.backing),
+                str(self.mountpoint),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log.open("ab"),
             text=True,
-            cwd=Path(__file__).parent.parent,
+            cwd=Path(__file__).resolve().parents[2],
         )
         proc = self._proc
         wait_until(

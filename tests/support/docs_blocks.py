@@ -17,7 +17,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHELLS = {"sh", "bash", "shell", "console"}
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<info>.*)$")
 SEPARATORS = {";", "&&", "||", "|", "&"}

@@ -1,0 +1,1 @@
+"""Helpers the tests share: waits, fakes, scratch directories, logs of failures."""
