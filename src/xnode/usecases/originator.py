@@ -84,6 +84,17 @@ class _Request:
     envelopes: Sequence[Originable]
     result: asyncio.Future[list[IndexedEnvelope]]
 
+    def answer(self, outcome: list[IndexedEnvelope] | BaseException) -> None:
+        """Tells the caller, unless it is gone: a publish cancelled meanwhile (its client's
+        deadline passed) cancelled its future, and setting a cancelled future raises, which
+        would end the group commit's loop and leave every later publish waiting forever."""
+        if self.result.done():
+            return
+        if isinstance(outcome, BaseException):
+            self.result.set_exception(outcome)
+        else:
+            self.result.set_result(outcome)
+
 
 @dataclass
 class BatchStats:
@@ -228,7 +239,7 @@ class Originator:
             held = await self._held(digests) if digests else {}
         except Exception as exc:  # the store: the batch fails as its append would
             for request in batch:
-                request.result.set_exception(exc)
+                request.answer(exc)
             return []
         if not held:
             return batch
@@ -237,10 +248,8 @@ class Originator:
             answer = _stored_answer(request.envelopes, held)
             if answer is None:
                 kept.append(request)
-            elif isinstance(answer, Rejected):
-                request.result.set_exception(answer)
             else:
-                request.result.set_result(list(answer))
+                request.answer(answer if isinstance(answer, Rejected) else list(answer))
         return kept
 
     async def _commit(
@@ -254,8 +263,7 @@ class Originator:
         except Exception as exc:
             slot.release()
             for request in batch:
-                if not request.result.done():
-                    request.result.set_exception(exc)
+                request.answer(exc)
             if previous is not None:
                 await previous  # the next batch's commit is reported after the one before
             return
@@ -264,8 +272,7 @@ class Originator:
         for request in batch:
             part = originated[offset : offset + len(request.envelopes)]
             offset += len(request.envelopes)
-            if not request.result.done():
-                request.result.set_result(part)
+            request.answer(part)
         if previous is not None:
             await previous  # commits are reported in the order they were stored
         await self._committed(originated)

@@ -156,6 +156,34 @@ async def test_failed_commit_fails_its_callers_and_the_next_batch_succeeds() -> 
     assert ok[0].sequence_id == 1  # the failed batch consumed no ids
 
 
+async def test_a_store_failure_meeting_cancelled_publishes_keeps_the_group_commit() -> None:
+    """A database restart under load: publishes whose callers gave up (cancelled) are in the
+    group when the lookup of stored payer envelopes fails; later publishes still commit."""
+    log = SigningLog()
+    store_down, looking_up = asyncio.Event(), asyncio.Event()
+
+    async def held(digests: Sequence[bytes]) -> dict[bytes, bytes]:
+        if not store_down.is_set():
+            return await log.held(digests)
+        looking_up.set()
+        await asyncio.sleep(0.01)  # the statement waits on the database meanwhile
+        raise OSError("database went away")
+
+    originator = Originator(log.append, log.on_committed, held=held)
+    originator.start()
+    store_down.set()
+    gone = asyncio.create_task(originator.publish([_valid(b"gone")]))
+    await looking_up.wait()
+    gone.cancel()  # its client's deadline passed while its group was looked up
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    store_down.clear()
+    stored = await asyncio.wait_for(originator.publish([_valid(b"after")]), 5)
+    assert stored[0].sequence_id == 1
+    await originator.close()
+    assert log.committed == [1]
+
+
 async def test_close_drains_accepted_publishes_then_refuses_new_ones() -> None:
     log = FakeLog()
     originator = Originator(log.append, log.on_committed)
