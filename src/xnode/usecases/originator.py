@@ -22,6 +22,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+import structlog
+
 from xnode.core.envelopes import IndexedEnvelope, Originable, stored_twin
 from xnode.core.errors import Reason, Rejected
 
@@ -32,6 +34,10 @@ Committed = Callable[[list[IndexedEnvelope]], Awaitable[None]]
 # The originator envelopes this originator stored around payer envelopes of these digests
 # (migration 0010), serialized; those it holds none of are left out.
 Held = Callable[[Sequence[bytes]], Awaitable[dict[bytes, bytes]]]
+
+log = structlog.get_logger(__name__)
+
+STOPPED_DETAIL = "this node's group commit stopped on an internal error; publish to another node"
 
 
 def _refused_replay(detail: str) -> Rejected:
@@ -84,6 +90,17 @@ class _Request:
     envelopes: Sequence[Originable]
     result: asyncio.Future[list[IndexedEnvelope]]
 
+    def answer(self, outcome: list[IndexedEnvelope] | BaseException) -> None:
+        """Tells the caller, unless it is gone: a publish cancelled meanwhile (its client's
+        deadline passed) cancelled its future, and setting a cancelled future raises, which
+        would end the group commit's loop and leave every later publish waiting forever."""
+        if self.result.done():
+            return
+        if isinstance(outcome, BaseException):
+            self.result.set_exception(outcome)
+        else:
+            self.result.set_result(outcome)
+
 
 @dataclass
 class BatchStats:
@@ -120,12 +137,29 @@ class Originator:
         self._max_batch = max_batch
         self._stats = stats or BatchStats()
         self._pending: list[_Request] = []
+        self._taken: list[_Request] = []  # the group being looked up, not yet committing
         self._wake = asyncio.Event()
         self._closing = False
+        self._stopped = False  # the loop ended on an error: publishes are refused, not held
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="originator")
+        self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """A loop ended by an error leaves no publish waiting forever for it: those waiting,
+        and those to come, are refused UNAVAILABLE, and the error is logged once."""
+        error = asyncio.CancelledError() if task.cancelled() else task.exception()
+        if error is None:  # returned: closed, every accepted publish answered
+            return
+        self._stopped = True
+        waiting = [*self._taken, *self._pending]
+        log.error("group_commit_stopped", error=repr(error), waiting=len(waiting))
+        refused = Rejected(Reason.UNAVAILABLE, STOPPED_DETAIL)
+        for request in waiting:
+            request.answer(refused)
+        self._taken, self._pending = [], []
 
     @property
     def closing(self) -> bool:
@@ -141,6 +175,8 @@ class Originator:
             await asyncio.wait(twins)  # then found stored, or storable again if it failed
         if self._closing:  # checked after any wait: a closed group commit takes nothing
             raise Rejected(Reason.UNAVAILABLE, "node is shutting down; publish to another node")
+        if self._stopped:
+            raise Rejected(Reason.UNAVAILABLE, STOPPED_DETAIL)
         request = _Request(envelopes, asyncio.get_running_loop().create_future())
         publishing.update((d, request.result) for d in digests)
         try:
@@ -156,7 +192,7 @@ class Originator:
         """Stops taking publishes and waits until every accepted one has committed."""
         self._closing = True
         self._wake.set()
-        if self._task is not None:
+        if self._task is not None and not self._stopped:
             await self._task
 
     def _waiting(self) -> int:
@@ -193,7 +229,9 @@ class Originator:
             await self._gather()
             # Looked up here, one batch at a time, so batches reach `append` in the order
             # taken (the previous one's write goes on meanwhile).
-            batch = await self._not_held(self._take_batch())
+            self._taken = self._take_batch()
+            batch = await self._not_held(self._taken)
+            self._taken = []
             if not batch:
                 slots.release()
                 continue
@@ -228,19 +266,21 @@ class Originator:
             held = await self._held(digests) if digests else {}
         except Exception as exc:  # the store: the batch fails as its append would
             for request in batch:
-                request.result.set_exception(exc)
+                request.answer(exc)
             return []
         if not held:
             return batch
         kept = []
         for request in batch:
-            answer = _stored_answer(request.envelopes, held)
+            try:
+                answer = _stored_answer(request.envelopes, held)
+            except Exception as exc:  # a stored envelope that does not parse: this one fails
+                request.answer(exc)
+                continue
             if answer is None:
                 kept.append(request)
-            elif isinstance(answer, Rejected):
-                request.result.set_exception(answer)
             else:
-                request.result.set_result(list(answer))
+                request.answer(answer if isinstance(answer, Rejected) else list(answer))
         return kept
 
     async def _commit(
@@ -254,8 +294,7 @@ class Originator:
         except Exception as exc:
             slot.release()
             for request in batch:
-                if not request.result.done():
-                    request.result.set_exception(exc)
+                request.answer(exc)
             if previous is not None:
                 await previous  # the next batch's commit is reported after the one before
             return
@@ -264,8 +303,7 @@ class Originator:
         for request in batch:
             part = originated[offset : offset + len(request.envelopes)]
             offset += len(request.envelopes)
-            if not request.result.done():
-                request.result.set_result(part)
+            request.answer(part)
         if previous is not None:
             await previous  # commits are reported in the order they were stored
         await self._committed(originated)

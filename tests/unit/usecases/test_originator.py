@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 
 import pytest
+from structlog.testing import capture_logs
 
 from xnode.client.node import group_message_envelope
 from xnode.core.crypto import SigningKey
@@ -154,6 +155,67 @@ async def test_failed_commit_fails_its_callers_and_the_next_batch_succeeds() -> 
     ok = await originator.publish(_envelopes(1))
     await originator.close()
     assert ok[0].sequence_id == 1  # the failed batch consumed no ids
+
+
+async def test_a_store_failure_meeting_cancelled_publishes_keeps_the_group_commit() -> None:
+    """A database restart under load: publishes whose callers gave up (cancelled) are in the
+    group when the lookup of stored payer envelopes fails; later publishes still commit."""
+    log = SigningLog()
+    store_down, looking_up = asyncio.Event(), asyncio.Event()
+
+    async def held(digests: Sequence[bytes]) -> dict[bytes, bytes]:
+        if not store_down.is_set():
+            return await log.held(digests)
+        looking_up.set()
+        await asyncio.sleep(0.01)  # the statement waits on the database meanwhile
+        raise OSError("database went away")
+
+    originator = Originator(log.append, log.on_committed, held=held)
+    originator.start()
+    store_down.set()
+    gone = asyncio.create_task(originator.publish([_valid(b"gone")]))
+    await looking_up.wait()
+    gone.cancel()  # its client's deadline passed while its group was looked up
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    store_down.clear()
+    stored = await asyncio.wait_for(originator.publish([_valid(b"after")]), 5)
+    assert stored[0].sequence_id == 1
+    await originator.close()
+    assert log.committed == [1]
+
+
+async def test_a_stored_envelope_that_does_not_parse_fails_only_its_replay() -> None:
+    log = SigningLog()
+    originator = Originator(log.append, log.on_committed, held=log.held)
+    originator.start()
+    first = _valid(b"first")
+    await originator.publish([first])
+    log.stored[first.payer_digest] = b"\xff not an envelope"
+    with pytest.raises(Exception):  # noqa: B017  # whatever the parser raises
+        await originator.publish([first])
+    later = await asyncio.wait_for(originator.publish([_valid(b"later")]), 5)
+    assert later[0].sequence_id == 2
+    await originator.close()
+
+
+async def test_a_group_commit_ended_by_an_error_refuses_publishes_rather_than_hold_them() -> None:
+    """A safety net for a bug in the loop: nothing waits forever for a loop that is gone."""
+    log = SigningLog()
+
+    async def held(digests: Sequence[bytes]) -> dict[bytes, bytes]:
+        raise asyncio.CancelledError  # not a failure of the store: it ends the loop
+
+    originator = Originator(log.append, log.on_committed, held=held)
+    originator.start()
+    with capture_logs() as logged:
+        for payload in (b"taken", b"after"):
+            with pytest.raises(Rejected) as refused:
+                await asyncio.wait_for(originator.publish([_valid(payload)]), 5)
+            assert refused.value.reason is Reason.UNAVAILABLE
+            assert "group commit stopped" in str(refused.value)
+    assert [e["event"] for e in logged] == ["group_commit_stopped"]
+    await originator.close()
 
 
 async def test_close_drains_accepted_publishes_then_refuses_new_ones() -> None:
