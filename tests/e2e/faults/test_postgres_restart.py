@@ -24,8 +24,8 @@ import asyncpg
 import grpc
 
 from tests.conftest import NodeProcess, NodeSpec
-from tests.scratch import scratch_dir
-from tests.waiting import eventually
+from tests.support.scratch import scratch_dir
+from tests.support.waiting import eventually
 from xmtp.xmtpv4.envelopes import envelopes_pb2
 from xnode.client.node import NodeClient, group_message_envelope
 from xnode.core.crypto import SigningKey
