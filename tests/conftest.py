@@ -45,39 +45,57 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     image_builds.start([item.nodeid for item in session.items], log)
 
 
-# `make test` runs on two pytest-xdist workers (--dist loadgroup): a group runs whole, on one
-# worker, in collection order. A module is a group, so its module-scoped fixtures (networks,
-# images, clusters) start once. Some groups span modules: those sharing a session-scoped fixture
-# that is costly to start twice (Spark's cluster, the chain tests' anvil), and those using the
-# host's podman, whose image store and apt-get take turns anyway.
+# `make test` runs on two pytest-xdist workers (--dist loadgroup, scheduled by `Groups` below):
+# a group runs whole, on one worker, in collection order. A module is a group, so its
+# module-scoped fixtures (networks, images, clusters) start once. Some groups span modules:
+# those sharing a session-scoped fixture that is costly to start twice (Spark's cluster, the
+# chain tests' anvil), and those using the host's podman, whose image store and apt-get take
+# turns anyway.
 SHARED_GROUPS = {
     "tests/spark/": "spark",
     "tests/integration/chain/": "chain",
 }
+PODMAN_MODULES = {
+    "tests/e2e/ops/test_container.py",
+    "tests/e2e/clients/test_node_sdk.py",
+    "tests/e2e/clients/test_sdk_quickstart.py",
+}
 PODMAN_FIXTURES = {"docker_api", "images", "node_sdk_image"}
 
 
-def _module(item: pytest.Item) -> str:
-    return item.nodeid.partition("::")[0]
+def xdist_group(nodeid: str) -> str:
+    """The group of a test, from its id alone (the scheduler sees nothing else)."""
+    module = nodeid.partition("::")[0]
+    if module in PODMAN_MODULES:
+        return "podman"
+    shared = [g for prefix, g in SHARED_GROUPS.items() if module.startswith(prefix)]
+    return shared[0] if shared else module
 
 
-def xdist_groups(items: list[pytest.Item]) -> dict[str, str]:
-    """Each collected module's group."""
-    podman = {i for i in items if PODMAN_FIXTURES & set(getattr(i, "fixturenames", ()))}
-    groups = {_module(i): "podman" for i in podman}
-    for item in items:
-        path = _module(item)
-        shared = [g for prefix, g in SHARED_GROUPS.items() if path.startswith(prefix)]
-        groups.setdefault(path, shared[0] if shared else path)
-    return groups
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's own loadgroup reads marks through an item attribute pytest 9 no longer
+    has, so the groups are given to its scope scheduler here."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    return Groups(config, log)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    groups = xdist_groups(items)
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(groups[_module(item)]))
+    """A module using podman is in PODMAN_MODULES, or two workers could run podman at once."""
+    using = {
+        item.nodeid.partition("::")[0]
+        for item in items
+        if PODMAN_FIXTURES & set(getattr(item, "fixturenames", ()))
+    }
+    if missing := using - PODMAN_MODULES:
+        raise pytest.UsageError(f"tests/conftest.py: add {sorted(missing)} to PODMAN_MODULES")
 
 
 # Property tests check what holds, not how fast: on a loaded CI machine an example may take
